@@ -1,0 +1,30 @@
+# The two commands of the README: `make run` (the main job on embedded defaults: SQLite and a
+# filesystem broker) and `make test` (the whole suite). Both install what they need first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: run test fast lint bench browser-deps
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+run: $(STAMP)
+	$(PY) manage.py launch
+
+test: $(STAMP) browser-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+browser-deps:
+	@bash scripts/ensure-chromium

@@ -1,0 +1,677 @@
+"""The run store: workflows, runs, routing policies, review items, API tokens and the audit trail.
+
+Choice values come from the classifier's taxonomy, so the database, admin, API and templates share
+one vocabulary. Status transitions are conditional updates; every index names the query it serves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from classifier import FailureCategory
+
+FailureType = models.TextChoices(
+    "FailureType", [(c.name, (c.value, c.value.replace("_", " "))) for c in FailureCategory]
+)
+
+
+class Action(models.TextChoices):
+    """What the coordinator does about a failure (a routing decision)."""
+
+    RETRY = "retry"
+    SWITCH_SOURCE = "switch_source"
+    ACCEPT_PARTIAL = "accept_partial"
+    ESCALATE = "escalate"
+    ABORT = "abort"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokens
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def active(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+    def authenticate(self, secret: str) -> ApiToken | None:
+        """Return the active token whose secret this is, or None."""
+        return self.active().filter(hashed=ApiToken.hash_secret(secret)).first()
+
+
+class ApiToken(models.Model):
+    """A named credential for one agent or coordinator. Only a hash of the secret is stored."""
+
+    PREFIX = "fs_"
+    # Updating last_used_at on every request would add a write per call; once a minute is enough.
+    LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+    name = models.CharField(max_length=100)
+    hashed = models.CharField(max_length=64, unique=True, editable=False)
+    hint = models.CharField(
+        max_length=16, editable=False, help_text="First characters, to recognise it"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint}…)"
+
+    @staticmethod
+    def hash_secret(secret: str) -> str:
+        # The secret has 256 bits of entropy, so a fast hash is safe and keeps auth O(1).
+        return hashlib.sha256(secret.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, name: str, created_by: Any = None) -> tuple[ApiToken, str]:
+        """Create a token; return it with its secret, which is never stored and shown only once."""
+        secret = cls.PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            name=name, hashed=cls.hash_secret(secret), hint=secret[:10], created_by=created_by
+        )
+        return token, secret
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def revoke(self) -> bool:
+        """Revoke the token; return False if it was already revoked."""
+        changed = ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        self.refresh_from_db(fields=["revoked_at"])
+        return bool(changed)
+
+    def touch(self, now: datetime | None = None) -> None:
+        now = now or timezone.now()
+        stale = now - self.LAST_USED_RESOLUTION
+        ApiToken.objects.filter(pk=self.pk).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=stale)
+        ).update(last_used_at=now)
+
+
+# ---------------------------------------------------------------------------------------------
+# Workflows and runs
+
+
+class Workflow(models.Model):
+    """One coordinator job, made of subagent runs."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        DEGRADED = "degraded"
+        FAILED = "failed"
+        AWAITING_REVIEW = "awaiting_review"
+        CANCELLED = "cancelled"
+
+    FINISHED = (Status.SUCCEEDED, Status.DEGRADED, Status.FAILED, Status.CANCELLED)
+
+    name = models.CharField(max_length=200)
+    goal = models.TextField(blank=True)
+    input = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    coverage = models.JSONField(default=dict, blank=True, help_text="Per topic: verdict, runs, why")
+    coverage_summary = models.CharField(max_length=500, blank=True)
+    token = models.ForeignKey(
+        ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="workflows"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # overview tile "workflows degraded" and the workflow list filtered by status
+            models.Index(fields=["status", "created_at"], name="wf_status_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} #{self.pk}"
+
+
+class RunQuerySet(models.QuerySet):
+    def since(self, t: datetime) -> RunQuerySet:
+        return self.filter(created_at__gte=t)
+
+    def failed(self) -> RunQuerySet:
+        return self.filter(status=Run.Status.FAILED)
+
+    def failed_since(self, t: datetime) -> RunQuerySet:
+        return self.failed().since(t)
+
+    def succeeded(self) -> RunQuerySet:
+        return self.filter(status=Run.Status.SUCCEEDED)
+
+    def valid_empty(self) -> RunQuerySet:
+        """Runs whose query ran and found nothing: a success, never to be confused with a failure."""
+        return self.succeeded().filter(result_count=0)
+
+    def with_partial_results(self) -> RunQuerySet:
+        return self.failed().filter(partial_count__gt=0)
+
+    def by_failure_type(self) -> dict[str, int]:
+        """Return {failure_type: count} over the failed runs of this queryset."""
+        rows = (
+            self.exclude(failure_type__isnull=True)
+            .values_list("failure_type")
+            .annotate(n=models.Count("id"))
+            .order_by()
+        )
+        return dict(rows)
+
+    def due(self, now: datetime) -> RunQuerySet:
+        """Queued retries whose due time has come (the sweeper enqueues them)."""
+        return self.filter(status=Run.Status.QUEUED, due_at__lte=now)
+
+    def attempts_of(self, run: Run) -> RunQuerySet:
+        """Every attempt of the same task as `run`, first to last."""
+        root = run.retry_of_id or run.pk
+        return self.filter(Q(pk=root) | Q(retry_of_id=root)).order_by("attempt", "id")
+
+
+class Run(models.Model):
+    """One attempt of one subagent on one source, with its structured outcome (the envelope)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        SKIPPED = "skipped"
+        ESCALATED = "escalated"
+        CANCELLED = "cancelled"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED, Status.ESCALATED, Status.CANCELLED)
+
+    workflow = models.ForeignKey(
+        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="runs"
+    )
+    topic = models.CharField(max_length=200, blank=True, help_text="Workflow topic this run serves")
+    capability = models.CharField(max_length=100, blank=True)
+    agent = models.CharField(max_length=100)
+    source = models.CharField(max_length=100)
+    operation = models.CharField(max_length=200, blank=True)
+    attempted = models.JSONField(default=dict, blank=True)
+    attempt = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    retry_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="retries",
+        help_text="The first attempt of the same task",
+    )
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+
+    result_count = models.PositiveIntegerField(default=0)
+    results = models.JSONField(default=list, blank=True)
+
+    failure_type = models.CharField(
+        max_length=20, choices=FailureType.choices, null=True, blank=True
+    )
+    retryable = models.BooleanField(null=True, blank=True)
+    retry_after = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    provider_code = models.CharField(max_length=200, blank=True)
+    exception_type = models.CharField(max_length=300, blank=True)
+    detail = models.TextField(blank=True)
+    exception_chain = models.JSONField(default=list, blank=True)
+    partial_results = models.JSONField(default=list, blank=True)
+    partial_count = models.PositiveIntegerField(default=0)
+    alternatives = models.JSONField(default=list, blank=True)
+
+    decision = models.CharField(max_length=20, choices=Action.choices, blank=True)
+    decision_reason = models.TextField(blank=True)
+    policy_version = models.PositiveIntegerField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True, help_text="When a queued retry may run")
+
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+
+    token = models.ForeignKey(
+        ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    idempotency_key = models.CharField(max_length=255, blank=True)
+    request_hash = models.CharField(
+        max_length=64, blank=True, help_text="Hash of the reported body, to refuse a reused key"
+    )
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # A retried report never duplicates a run: ON CONFLICT on this index.
+            models.UniqueConstraint(
+                fields=["token", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="run_idempotency_key_per_token",
+            ),
+        ]
+        indexes = [
+            # runs list (newest first, keyset on created_at, id) and time-window counts
+            models.Index(fields=["created_at", "id"], name="run_created_id"),
+            # runs filtered by status / failure type / source / agent / workflow within a window
+            models.Index(fields=["status", "created_at"], name="run_status_created"),
+            models.Index(
+                fields=["failure_type", "created_at"],
+                name="run_ftype_created",
+                condition=Q(failure_type__isnull=False),
+            ),
+            models.Index(fields=["source", "created_at"], name="run_source_created"),
+            models.Index(fields=["agent", "created_at"], name="run_agent_created"),
+            models.Index(fields=["workflow", "created_at"], name="run_workflow_created"),
+            # the sweeper's "queued retries that are due" and the "still retrying" view
+            models.Index(fields=["due_at"], name="run_due_queued", condition=Q(status="queued")),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} {self.agent}@{self.source} {self.status}"
+
+    @property
+    def is_valid_empty(self) -> bool:
+        return self.status == self.Status.SUCCEEDED and self.result_count == 0
+
+    @property
+    def root_id(self) -> int:
+        return self.retry_of_id or self.pk
+
+    def transition(self, old: str | tuple[str, ...], new: str, **fields: Any) -> bool:
+        """Move from `old` to `new` with a conditional update; return False if another won."""
+        olds = (old,) if isinstance(old, str) else old
+        changed = Run.objects.filter(pk=self.pk, status__in=olds).update(status=new, **fields)
+        if changed:
+            self.status = new
+            for name, value in fields.items():
+                setattr(self, name, value)
+        return bool(changed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing policy
+
+
+class PolicyState(models.Model):
+    """The single row holding the routing policy's version, bumped on every policy change."""
+
+    version = models.PositiveIntegerField(default=1)
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    @classmethod
+    def current_version(cls) -> int:
+        row = cls.objects.filter(pk=1).values_list("version", flat=True).first()
+        return row or 1
+
+    @classmethod
+    def bump(cls) -> int:
+        """Bump the version inside the caller's transaction; return the new version."""
+        cls.objects.get_or_create(pk=1)
+        cls.objects.filter(pk=1).update(version=F("version") + 1, changed_at=timezone.now())
+        return cls.current_version()
+
+
+class RoutingPolicy(models.Model):
+    """How the coordinator routes one failure type: backoff, attempts, and what to do after."""
+
+    class Jitter(models.TextChoices):
+        FULL = "full", "full (random between 0 and the delay)"
+        EQUAL = "equal", "equal (half fixed, half random)"
+        NONE = "none", "none"
+
+    EXHAUSTED_ACTIONS = [
+        (a.value, a.label)
+        for a in (Action.ESCALATE, Action.SWITCH_SOURCE, Action.ACCEPT_PARTIAL, Action.ABORT)
+    ]
+    REVIEW_FALLBACKS = [(a.value, a.label) for a in (Action.ACCEPT_PARTIAL, Action.ABORT)]
+
+    failure_type = models.CharField(max_length=20, choices=FailureType.choices, unique=True)
+    max_attempts = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(20)],
+        help_text="Attempts in all, the first included (1 means never retry)",
+    )
+    base_delay = models.FloatField(validators=[MinValueValidator(0)], help_text="Seconds")
+    max_delay = models.FloatField(validators=[MinValueValidator(0)], help_text="Seconds")
+    multiplier = models.FloatField(default=2.0, validators=[MinValueValidator(1)])
+    jitter = models.CharField(max_length=8, choices=Jitter.choices, default=Jitter.FULL)
+    action_when_exhausted = models.CharField(max_length=20, choices=EXHAUSTED_ACTIONS)
+    hard_fail = models.BooleanField(
+        default=False, help_text="Never retried blindly (the same request cannot succeed)"
+    )
+    review_deadline = models.PositiveIntegerField(
+        default=24 * 3600, help_text="Seconds a review item may wait before its fallback applies"
+    )
+    review_fallback = models.CharField(
+        max_length=20, choices=REVIEW_FALLBACKS, default=Action.ACCEPT_PARTIAL
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "routing policies"
+        permissions = [("edit_policies", "Can edit routing policies and provider overrides")]
+
+    def __str__(self) -> str:
+        return f"policy for {self.failure_type}"
+
+    def clean(self) -> None:
+        if self.max_delay is not None and self.base_delay is not None:
+            if self.max_delay < self.base_delay:
+                raise ValidationError({"max_delay": "The maximum delay must be ≥ the base delay."})
+        if self.hard_fail and self.max_attempts and self.max_attempts > 1:
+            raise ValidationError(
+                {"max_attempts": "A hard-fail type is never retried: use 1 attempt."}
+            )
+
+    def snapshot(self) -> dict[str, Any]:
+        """The audited, cached, JSON-ready form of this row."""
+        return {
+            "failure_type": self.failure_type,
+            "max_attempts": self.max_attempts,
+            "base_delay": self.base_delay,
+            "max_delay": self.max_delay,
+            "multiplier": self.multiplier,
+            "jitter": self.jitter,
+            "action_when_exhausted": self.action_when_exhausted,
+            "hard_fail": self.hard_fail,
+            "review_deadline": self.review_deadline,
+            "review_fallback": self.review_fallback,
+        }
+
+
+class ProviderOverride(models.Model):
+    """A provider-specific rule mapping a signal onto the taxonomy, consulted before the core rules."""
+
+    class MatchOn(models.TextChoices):
+        EXCEPTION_TYPE = "exception_type", "exception type name"
+        STATUS_CODE = "status_code", "status code"
+        PROVIDER_CODE = "provider_code", "provider error code"
+
+    provider = models.CharField(
+        max_length=100, blank=True, help_text="Source or provider it applies to; blank for all"
+    )
+    match_on = models.CharField(max_length=20, choices=MatchOn.choices)
+    match_value = models.CharField(max_length=300)
+    failure_type = models.CharField(max_length=20, choices=FailureType.choices)
+    retryable = models.BooleanField(
+        null=True, blank=True, help_text="Blank: the failure type's default"
+    )
+    note = models.CharField(max_length=300, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["provider", "match_on", "match_value"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "match_on", "match_value"], name="override_unique_match"
+            )
+        ]
+
+    def __str__(self) -> str:
+        scope = self.provider or "any provider"
+        return f"{scope}: {self.match_on}={self.match_value} → {self.failure_type}"
+
+    def clean(self) -> None:
+        if self.match_on == self.MatchOn.STATUS_CODE:
+            try:
+                code = int(self.match_value)
+            except (TypeError, ValueError):
+                raise ValidationError({"match_value": "A status code is a number."}) from None
+            if not 100 <= code <= 599:
+                raise ValidationError({"match_value": "A status code lies between 100 and 599."})
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "match_on": self.match_on,
+            "match_value": self.match_value,
+            "failure_type": self.failure_type,
+            "retryable": self.retryable,
+            "note": self.note,
+            "enabled": self.enabled,
+        }
+
+
+class SourceHealth(models.Model):
+    """Per source: the retry budget (a token bucket) and the circuit breaker, with their settings."""
+
+    class Breaker(models.TextChoices):
+        CLOSED = "closed"
+        OPEN = "open"
+        HALF_OPEN = "half_open"
+
+    source = models.CharField(max_length=100, unique=True)
+    # Retry budget, as in the AWS SDKs' standard retry mode: a retry costs tokens, a success refunds.
+    budget_capacity = models.FloatField(default=500, validators=[MinValueValidator(0)])
+    budget_tokens = models.FloatField(default=500, validators=[MinValueValidator(0)])
+    retry_cost = models.FloatField(default=5, validators=[MinValueValidator(0)])
+    timeout_retry_cost = models.FloatField(default=10, validators=[MinValueValidator(0)])
+    success_refund = models.FloatField(default=1, validators=[MinValueValidator(0)])
+    # Circuit breaker: open after N consecutive failures, probe after the cool-down.
+    breaker_state = models.CharField(max_length=10, choices=Breaker.choices, default=Breaker.CLOSED)
+    breaker_threshold = models.PositiveIntegerField(default=5, validators=[MinValueValidator(1)])
+    breaker_cooldown = models.FloatField(default=30, validators=[MinValueValidator(0)])
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["source"]
+        verbose_name_plural = "source health"
+
+    def __str__(self) -> str:
+        return f"{self.source}: breaker {self.breaker_state}, budget {self.budget_tokens:.0f}"
+
+    @property
+    def budget_empty(self) -> bool:
+        return self.budget_tokens < self.retry_cost
+
+
+# ---------------------------------------------------------------------------------------------
+# Human review
+
+
+class ReviewItemQuerySet(models.QuerySet):
+    def open(self) -> ReviewItemQuerySet:
+        """Items still waiting for a decision (open or claimed), oldest first."""
+        return self.filter(state__in=ReviewItem.PENDING).order_by("created_at", "id")
+
+    def overdue(self, now: datetime) -> ReviewItemQuerySet:
+        return self.open().filter(deadline_at__lte=now)
+
+    def with_signature(self, signature: str) -> ReviewItemQuerySet:
+        return self.open().filter(signature=signature)
+
+
+class ReviewItem(models.Model):
+    """An escalation waiting for a human; its resolution feeds back into the coordinator."""
+
+    class State(models.TextChoices):
+        OPEN = "open"
+        CLAIMED = "claimed"
+        RESOLVED = "resolved"
+
+    class Resolution(models.TextChoices):
+        RETRY = "retry"
+        RETRY_EDITED = "retry_edited", "retry with edited input"
+        SWITCH_SOURCE = "switch_source"
+        ACCEPT_PARTIAL = "accept_partial"
+        ABORT = "abort"
+
+    PENDING = (State.OPEN, State.CLAIMED)
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="review_items")
+    workflow = models.ForeignKey(
+        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="review_items"
+    )
+    reason = models.TextField()
+    failure_type = models.CharField(
+        max_length=20, choices=FailureType.choices, null=True, blank=True
+    )
+    signature = models.CharField(
+        max_length=64, blank=True, help_text="Hash of source, failure type and normalised detail"
+    )
+    state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=20, choices=Resolution.choices, blank=True)
+    edited_input = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    fallback_applied = models.BooleanField(
+        default=False, help_text="Resolved by the failure type's fallback after its deadline"
+    )
+    continued_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the coordinator applied the resolution (once)"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ReviewItemQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        permissions = [("review", "Can claim and resolve review items and act on runs")]
+        indexes = [
+            # the review queue (open items oldest first) and the overview's "open reviews" tile
+            models.Index(
+                fields=["created_at"],
+                name="review_pending_created",
+                condition=Q(state__in=["open", "claimed"]),
+            ),
+            # grouping escalations with the same signature
+            models.Index(fields=["signature", "state"], name="review_signature_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"review {self.pk} ({self.state}) for run {self.run_id}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Audit trail
+
+
+class AuditEntry(models.Model):
+    """Who changed what, when, with the state before and after."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(max_length=150, help_text="Username, token name or 'system'")
+    action = models.CharField(max_length=50)
+    object_type = models.CharField(max_length=50)
+    object_id = models.CharField(max_length=50)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [
+            # the policies page's change history and one object's history
+            models.Index(fields=["object_type", "object_id", "created_at"], name="audit_object"),
+            models.Index(fields=["created_at"], name="audit_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action}"
+
+    @classmethod
+    def record(
+        cls,
+        *,
+        actor: Any,
+        action: str,
+        obj: models.Model,
+        before: dict | None,
+        after: dict | None,
+        note: str = "",
+    ) -> AuditEntry:
+        label = getattr(actor, "get_username", lambda: "")() or str(actor or "system")
+        user = actor if getattr(actor, "is_authenticated", False) else None
+        return cls.objects.create(
+            actor=user,
+            actor_label=label,
+            action=action,
+            object_type=obj._meta.model_name,
+            object_id=str(obj.pk),
+            before=before,
+            after=after,
+            note=note,
+        )
+
+
+def save_policy_change(obj: RoutingPolicy | ProviderOverride, actor: Any, note: str = "") -> int:
+    """Save a policy or override edit with its audit row and a version bump; return the version.
+
+    The one place every writer (admin, dashboard, review resolution) goes through, so no change
+    escapes the audit trail or leaves decisions on a stale cached snapshot.
+    """
+    with transaction.atomic():
+        before = None
+        if obj.pk:
+            old = type(obj).objects.select_for_update().filter(pk=obj.pk).first()
+            before = old.snapshot() if old else None
+        obj.full_clean()
+        obj.save()
+        version = PolicyState.bump()
+        AuditEntry.record(
+            actor=actor,
+            action=f"{obj._meta.model_name}.{'update' if before else 'create'}",
+            obj=obj,
+            before=before,
+            after=obj.snapshot() | {"version": version},
+            note=note,
+        )
+    return version
+
+
+def delete_policy_object(obj: ProviderOverride, actor: Any, note: str = "") -> int:
+    with transaction.atomic():
+        before = obj.snapshot()
+        pk = obj.pk
+        obj.delete()
+        obj.pk = pk
+        version = PolicyState.bump()
+        AuditEntry.record(
+            actor=actor,
+            action=f"{obj._meta.model_name}.delete",
+            obj=obj,
+            before=before,
+            after={"version": version},
+            note=note,
+        )
+    return version
