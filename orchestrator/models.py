@@ -164,7 +164,7 @@ class RunQuerySet(models.QuerySet):
         return self.filter(status=Run.Status.SUCCEEDED)
 
     def valid_empty(self) -> RunQuerySet:
-        """Runs whose query ran and found nothing: a success, never to be confused with a failure."""
+        """Runs whose query ran and found nothing: a success, never to be taken for a failure."""
         return self.succeeded().filter(result_count=0)
 
     def with_partial_results(self) -> RunQuerySet:
@@ -320,6 +320,9 @@ class PolicyState(models.Model):
     version = models.PositiveIntegerField(default=1)
     changed_at = models.DateTimeField(default=timezone.now)
 
+    def __str__(self) -> str:
+        return f"policy version {self.version}"
+
     @classmethod
     def current_version(cls) -> int:
         row = cls.objects.filter(pk=1).values_list("version", flat=True).first()
@@ -377,9 +380,9 @@ class RoutingPolicy(models.Model):
         return f"policy for {self.failure_type}"
 
     def clean(self) -> None:
-        if self.max_delay is not None and self.base_delay is not None:
-            if self.max_delay < self.base_delay:
-                raise ValidationError({"max_delay": "The maximum delay must be ≥ the base delay."})
+        both = self.max_delay is not None and self.base_delay is not None
+        if both and self.max_delay < self.base_delay:
+            raise ValidationError({"max_delay": "The maximum delay must be ≥ the base delay."})
         if self.hard_fail and self.max_attempts and self.max_attempts > 1:
             raise ValidationError(
                 {"max_attempts": "A hard-fail type is never retried: use 1 attempt."}
@@ -402,7 +405,7 @@ class RoutingPolicy(models.Model):
 
 
 class ProviderOverride(models.Model):
-    """A provider-specific rule mapping a signal onto the taxonomy, consulted before the core rules."""
+    """A provider-specific rule mapping a signal onto the taxonomy, consulted before core rules."""
 
     class MatchOn(models.TextChoices):
         EXCEPTION_TYPE = "exception_type", "exception type name"
@@ -459,7 +462,7 @@ class ProviderOverride(models.Model):
 
 
 class SourceHealth(models.Model):
-    """Per source: the retry budget (a token bucket) and the circuit breaker, with their settings."""
+    """Per source: the retry budget (a token bucket) and the circuit breaker, with settings."""
 
     class Breaker(models.TextChoices):
         CLOSED = "closed"
@@ -467,7 +470,7 @@ class SourceHealth(models.Model):
         HALF_OPEN = "half_open"
 
     source = models.CharField(max_length=100, unique=True)
-    # Retry budget, as in the AWS SDKs' standard retry mode: a retry costs tokens, a success refunds.
+    # Retry budget as in the AWS SDKs' standard retry mode: a retry costs tokens, a success refunds.
     budget_capacity = models.FloatField(default=500, validators=[MinValueValidator(0)])
     budget_tokens = models.FloatField(default=500, validators=[MinValueValidator(0)])
     retry_cost = models.FloatField(default=5, validators=[MinValueValidator(0)])
