@@ -1,0 +1,236 @@
+"""Admin for every model: useful lists, filters and search. Policy and override edits go through
+`save_policy_change`, so the admin audits them and bumps the policy version like every other
+writer; a token created here shows its secret once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.http import HttpRequest
+
+from orchestrator.models import (
+    ApiToken,
+    AuditEntry,
+    PolicyState,
+    ProviderOverride,
+    ReviewItem,
+    RoutingPolicy,
+    Run,
+    SourceHealth,
+    Workflow,
+    delete_policy_object,
+    save_policy_change,
+)
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "status", "created_at", "finished_at", "coverage_summary"]
+    list_filter = ["status", "created_at"]
+    search_fields = ["name", "goal"]
+    date_hierarchy = "created_at"
+    readonly_fields = ["created_at", "updated_at"]
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "created_at",
+        "agent",
+        "source",
+        "status",
+        "failure_type",
+        "result_count",
+        "partial_count",
+        "attempt",
+        "decision",
+        "workflow",
+    ]
+    list_filter = ["status", "failure_type", "decision", "source", "retryable"]
+    search_fields = ["agent", "source", "operation", "idempotency_key", "provider_code"]
+    raw_id_fields = ["workflow", "retry_of", "token"]
+    readonly_fields = ["created_at", "request_hash"]
+    # A count(*) over millions of rows on every changelist page is what makes admins slow.
+    show_full_result_count = False
+    list_select_related = ["workflow"]
+
+
+class PolicyAuditMixin:
+    """Route saves and deletes through the audited, version-bumping helpers."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        version = save_policy_change(obj, request.user, note="edited in the admin")
+        messages.info(request, f"Routing policy is now at version {version}.")
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        delete_policy_object(obj, request.user, note="deleted in the admin")
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for obj in queryset:
+            delete_policy_object(obj, request.user, note="deleted in the admin")
+
+
+@admin.register(RoutingPolicy)
+class RoutingPolicyAdmin(PolicyAuditMixin, admin.ModelAdmin):
+    list_display = [
+        "failure_type",
+        "max_attempts",
+        "base_delay",
+        "max_delay",
+        "multiplier",
+        "jitter",
+        "action_when_exhausted",
+        "hard_fail",
+        "review_deadline",
+        "review_fallback",
+        "updated_at",
+    ]
+    list_filter = ["hard_fail", "action_when_exhausted"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # one row per failure type, seeded by a migration
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ProviderOverride)
+class ProviderOverrideAdmin(PolicyAuditMixin, admin.ModelAdmin):
+    list_display = [
+        "provider",
+        "match_on",
+        "match_value",
+        "failure_type",
+        "retryable",
+        "enabled",
+        "note",
+    ]
+    list_filter = ["match_on", "failure_type", "enabled"]
+    search_fields = ["provider", "match_value", "note"]
+    readonly_fields = ["created_at", "created_by"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(PolicyState)
+class PolicyStateAdmin(admin.ModelAdmin):
+    list_display = ["version", "changed_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(SourceHealth)
+class SourceHealthAdmin(admin.ModelAdmin):
+    list_display = [
+        "source",
+        "breaker_state",
+        "consecutive_failures",
+        "budget_tokens",
+        "budget_capacity",
+        "breaker_threshold",
+        "breaker_cooldown",
+        "updated_at",
+    ]
+    list_filter = ["breaker_state"]
+    search_fields = ["source"]
+
+
+@admin.register(ReviewItem)
+class ReviewItemAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "created_at",
+        "state",
+        "failure_type",
+        "run",
+        "assignee",
+        "resolution",
+        "resolved_by",
+        "resolved_at",
+        "fallback_applied",
+    ]
+    list_filter = ["state", "failure_type", "resolution", "fallback_applied"]
+    search_fields = ["reason", "note", "signature"]
+    raw_id_fields = ["run", "workflow"]
+    # Resolutions must go through the review queue (audited, feeds the coordinator exactly once).
+    readonly_fields = [
+        "state",
+        "resolution",
+        "resolved_by",
+        "resolved_at",
+        "continued_at",
+        "fallback_applied",
+    ]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "hint", "created_at", "created_by", "revoked_at", "last_used_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["name", "hint"]
+    fields = ["name", "hint", "created_at", "created_by", "revoked_at", "last_used_at"]
+    readonly_fields = ["hint", "created_at", "created_by", "revoked_at", "last_used_at"]
+    actions = ["revoke_tokens"]
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
+        if change:
+            obj.save()
+            return
+        token, secret = ApiToken.issue(obj.name, created_by=request.user)
+        obj.pk, obj.hashed, obj.hint = token.pk, token.hashed, token.hint
+        AuditEntry.record(
+            actor=request.user,
+            action="apitoken.create",
+            obj=token,
+            before=None,
+            after={"name": token.name, "hint": token.hint},
+        )
+        messages.warning(
+            request,
+            f"Token “{token.name}” created. Copy its secret now, it will not be shown again: "
+            f"{secret}",
+        )
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke_tokens(self, request: HttpRequest, queryset: Any) -> None:
+        revoked = 0
+        for token in queryset:
+            if token.revoke():
+                revoked += 1
+                AuditEntry.record(
+                    actor=request.user,
+                    action="apitoken.revoke",
+                    obj=token,
+                    before={"revoked_at": None},
+                    after={"revoked_at": token.revoked_at.isoformat()},
+                )
+        messages.info(request, f"Revoked {revoked} token(s).")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # revoke instead: runs keep pointing at the token that reported them
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "actor_label", "action", "object_type", "object_id", "note"]
+    list_filter = ["action", "object_type"]
+    search_fields = ["actor_label", "object_id", "note"]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

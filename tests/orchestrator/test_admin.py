@@ -1,0 +1,158 @@
+"""The admin and the createtoken command: policy edits are validated, versioned and audited;
+token secrets are shown once and never stored."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from orchestrator.models import (
+    ApiToken,
+    AuditEntry,
+    PolicyState,
+    ProviderOverride,
+    RoutingPolicy,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def policy_form(policy: RoutingPolicy, **changes) -> dict:
+    data = policy.snapshot() | changes
+    return {k: ("on" if v is True else "" if v is False else v) for k, v in data.items()}
+
+
+def test_createtoken_prints_only_a_secret_that_authenticates():
+    out = io.StringIO()
+    call_command("createtoken", "nightly-coordinator", stdout=out)
+    secret = out.getvalue().strip()
+    assert "\n" not in secret
+    token = ApiToken.objects.authenticate(secret)
+    assert token is not None and token.name == "nightly-coordinator"
+    assert secret not in token.hashed and token.hashed == ApiToken.hash_secret(secret)
+
+
+def test_an_admin_edit_of_a_policy_bumps_the_version_and_is_audited(admin_client, admin_user):
+    policy = RoutingPolicy.objects.get(failure_type="timeout")
+    version = PolicyState.current_version()
+    url = reverse("admin:orchestrator_routingpolicy_change", args=[policy.pk])
+    response = admin_client.post(url, policy_form(policy, max_attempts=5, max_delay=90))
+    assert response.status_code == 302
+    policy.refresh_from_db()
+    assert (policy.max_attempts, policy.max_delay) == (5, 90)
+    assert PolicyState.current_version() == version + 1
+    entry = AuditEntry.objects.get(object_type="routingpolicy", object_id=str(policy.pk))
+    assert entry.actor == admin_user and entry.action == "routingpolicy.update"
+    assert entry.before["max_attempts"] == 3 and entry.after["max_attempts"] == 5
+    assert entry.after["version"] == version + 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"base_delay": -1}, "base_delay"),
+        ({"base_delay": 10, "max_delay": 5}, "max_delay"),
+        ({"multiplier": 0.5}, "multiplier"),
+        ({"max_attempts": 0}, "max_attempts"),
+    ],
+)
+def test_the_admin_refuses_an_invalid_policy(admin_client, changes, field):
+    policy = RoutingPolicy.objects.get(failure_type="server_fault")
+    version = PolicyState.current_version()
+    url = reverse("admin:orchestrator_routingpolicy_change", args=[policy.pk])
+    response = admin_client.post(url, policy_form(policy, **changes))
+    assert response.status_code == 200
+    assert field in response.context["adminform"].form.errors
+    assert PolicyState.current_version() == version
+    assert not AuditEntry.objects.exists()
+
+
+def test_a_hard_fail_policy_cannot_be_given_retries(admin_client):
+    policy = RoutingPolicy.objects.get(failure_type="auth_failure")
+    url = reverse("admin:orchestrator_routingpolicy_change", args=[policy.pk])
+    response = admin_client.post(url, policy_form(policy, max_attempts=3))
+    assert "max_attempts" in response.context["adminform"].form.errors
+
+
+def test_override_creation_and_deletion_are_audited(admin_client):
+    url = reverse("admin:orchestrator_provideroverride_add")
+    response = admin_client.post(
+        url,
+        {
+            "provider": "news_api",
+            "match_on": "provider_code",
+            "match_value": "QuotaExceeded",
+            "failure_type": "rate_limited",
+            "retryable": "true",
+            "enabled": "on",
+            "note": "",
+        },
+    )
+    assert response.status_code == 302
+    override = ProviderOverride.objects.get(match_value="QuotaExceeded")
+    delete_url = reverse("admin:orchestrator_provideroverride_delete", args=[override.pk])
+    admin_client.post(delete_url, {"post": "yes"})
+    assert not ProviderOverride.objects.filter(pk=override.pk).exists()
+    actions = list(
+        AuditEntry.objects.filter(object_type="provideroverride").values_list("action", flat=True)
+    )
+    assert sorted(actions) == ["provideroverride.create", "provideroverride.delete"]
+
+
+def test_a_status_code_override_must_be_a_real_status(admin_client):
+    url = reverse("admin:orchestrator_provideroverride_add")
+    response = admin_client.post(
+        url,
+        {
+            "provider": "",
+            "match_on": "status_code",
+            "match_value": "abc",
+            "failure_type": "timeout",
+            "retryable": "unknown",
+            "enabled": "on",
+        },
+    )
+    assert response.status_code == 200
+    assert "match_value" in response.context["adminform"].form.errors
+
+
+def test_a_token_created_in_the_admin_shows_its_secret_once(admin_client):
+    url = reverse("admin:orchestrator_apitoken_add")
+    response = admin_client.post(url, {"name": "scholar-agent"}, follow=True)
+    shown = [str(m) for m in response.context["messages"]]
+    secret = re.search(r"(fs_\S+)$", shown[0]).group(1)
+    token = ApiToken.objects.get(name="scholar-agent")
+    assert ApiToken.objects.authenticate(secret) == token
+    change_page = admin_client.get(reverse("admin:orchestrator_apitoken_change", args=[token.pk]))
+    assert secret not in change_page.content.decode()
+
+
+def test_revoking_tokens_from_the_admin_is_audited(admin_client):
+    token, secret = ApiToken.issue("old-agent")
+    url = reverse("admin:orchestrator_apitoken_changelist")
+    admin_client.post(url, {"action": "revoke_tokens", "_selected_action": [token.pk]})
+    assert ApiToken.objects.authenticate(secret) is None
+    assert AuditEntry.objects.filter(action="apitoken.revoke", object_id=str(token.pk)).exists()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "workflow",
+        "run",
+        "routingpolicy",
+        "provideroverride",
+        "sourcehealth",
+        "reviewitem",
+        "apitoken",
+        "auditentry",
+        "policystate",
+    ],
+)
+def test_every_model_has_a_working_admin_list(admin_client, name):
+    response = admin_client.get(reverse(f"admin:orchestrator_{name}_changelist"))
+    assert response.status_code == 200
