@@ -1,0 +1,174 @@
+"""The envelope a subagent returns, success or not: a top-level status for dashboards and the
+detail a coordinator needs to recover (what kind, what was attempted, what was already gathered,
+what could be tried instead). Both shapes are JSON-ready and round-trip through json.dumps/loads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from classifier.engine import DEFAULT_CLASSIFIER, Classifier
+from classifier.failure import Failure
+from classifier.taxonomy import TAXONOMY_VERSION
+
+# Nested data deeper than this is cut (replaced by its str()), which also ends reference cycles.
+MAX_DEPTH: Final = 20
+# Strings in attempted/partial results are kept whole; only detail and chain are cut.
+MAX_DETAIL: Final = 2000
+
+ENVELOPE_KEYS: Final = (
+    "status",
+    "failure_type",
+    "retryable",
+    "retry_after",
+    "attempted",
+    "partial_results",
+    "alternatives",
+    "detail",
+    "results",
+)
+
+
+def error_envelope(
+    exc: BaseException,
+    *,
+    attempted: Mapping[str, Any] | None = None,
+    partial_results: Iterable[Any] | None = None,
+    alternatives: Iterable[Any] | None = None,
+    classifier: Classifier | None = None,
+    provider: str | None = None,
+) -> dict[str, Any]:
+    """Return the error envelope for `exc`: the brief's keys plus the classification evidence.
+
+    Extra keys for the coordinator: status_code, provider_code, exception_type, signal, chain and
+    taxonomy_version. Partial results are kept (3 of 5 sources found is 3 results, not 0).
+    Values that JSON cannot hold are converted (tuples and sets to lists, bytes and other objects
+    to text, NaN and infinities to null). Never raises.
+    """
+    failure = (classifier or DEFAULT_CLASSIFIER).classify(exc, provider)
+    return failure_envelope(
+        failure,
+        attempted=attempted,
+        partial_results=partial_results,
+        alternatives=alternatives,
+    )
+
+
+def failure_envelope(
+    failure: Failure,
+    *,
+    attempted: Mapping[str, Any] | None = None,
+    partial_results: Iterable[Any] | None = None,
+    alternatives: Iterable[Any] | None = None,
+) -> dict[str, Any]:
+    """Return the error envelope of an already classified `failure`."""
+    return {
+        "status": "error",
+        "failure_type": failure.category.value,
+        "retryable": failure.retryable,
+        "retry_after": failure.retry_after,
+        "attempted": _attempted(attempted),
+        "partial_results": _list(partial_results),
+        "alternatives": [a if isinstance(a, str) else _text(a) for a in _list(alternatives)],
+        "detail": failure.detail[:MAX_DETAIL],
+        "results": [],
+        "status_code": failure.status_code,
+        "provider_code": failure.provider_code,
+        "exception_type": failure.exception_type,
+        "signal": failure.signal.value,
+        "chain": list(failure.chain),
+        "taxonomy_version": TAXONOMY_VERSION,
+    }
+
+
+def success_envelope(
+    results: Iterable[Any] | None, *, attempted: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Return the success envelope; an empty `results` is a valid "ok" with zero items.
+
+    "The query ran and found nothing" is a success: it must never look like "could not look".
+    """
+    return {
+        "status": "ok",
+        "failure_type": None,
+        "retryable": False,
+        "retry_after": None,
+        "attempted": _attempted(attempted),
+        "partial_results": [],
+        "alternatives": [],
+        "detail": "",
+        "results": _list(results),
+        "taxonomy_version": TAXONOMY_VERSION,
+    }
+
+
+def failure_from_envelope(envelope: Any) -> Failure | None:
+    """Return the Failure an error envelope describes, or None if it is a success.
+
+    Lenient: an unknown failure_type becomes UNCLASSIFIED, a malformed envelope an UNCLASSIFIED
+    failure that keeps whatever detail it had. Never raises.
+    """
+    if isinstance(envelope, Mapping) and envelope.get("status") == "ok":
+        return None
+    data = dict(envelope) if isinstance(envelope, Mapping) else {}
+    return Failure.from_dict(data)
+
+
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """Return `value` as data that json.dumps accepts and json.loads gives back; never raises."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if depth >= MAX_DEPTH:
+        return _text(value)
+    try:
+        if isinstance(value, Mapping):
+            return {_key(k): jsonable(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, bytes | bytearray):
+            return bytes(value).decode("utf-8", "replace")
+        if isinstance(value, list | tuple | set | frozenset):
+            items = sorted(value, key=_text) if isinstance(value, set | frozenset) else value
+            return [jsonable(v, depth + 1) for v in items]
+    except Exception:
+        pass
+    return _text(value)
+
+
+def _attempted(attempted: Any) -> dict[str, Any]:
+    """Return what was attempted as a JSON-ready dict ({} if nothing or unreadable)."""
+    try:
+        if attempted is None:
+            return {}
+        if isinstance(attempted, Mapping):
+            return jsonable(attempted)
+        return {"description": _text(attempted)}
+    except Exception:
+        return {"description": _text(attempted)}
+
+
+def _list(values: Any) -> list[Any]:
+    """Return an iterable as a JSON-ready list ([] if None or unreadable)."""
+    if values is None:
+        return []
+    try:
+        if isinstance(values, Mapping | str | bytes):
+            return [jsonable(values)]
+        return [jsonable(v) for v in values]
+    except Exception:
+        return []
+
+
+def _key(key: Any) -> str:
+    """Return a mapping key as JSON object keys are: text."""
+    return key if isinstance(key, str) else _text(key)
+
+
+def _text(value: Any) -> str:
+    """Return str(value), or a placeholder if str() fails."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"

@@ -1,0 +1,564 @@
+"""The core rules as ordered data tables, read by the small functions in `classifier.engine`.
+
+Each table says where its entries come from. Provider-specific quirks (498 token expired, 420
+enhance-your-calm, an SDK's private error names) do not belong here: register them as overrides
+(`classifier.overrides.Overrides`), which are consulted before these tables.
+"""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+from typing import Final
+
+from classifier.taxonomy import FailureCategory as C
+
+# Whether retrying the same request can ever help, per category. UNCLASSIFIED is True on purpose:
+# "retry conservatively, at most once, then ask a human" is the routing policy's job, and it needs
+# the classifier not to rule the retry out.
+DEFAULT_RETRYABLE: Final = MappingProxyType(
+    {
+        C.TRANSIENT: True,
+        C.RATE_LIMITED: True,
+        C.TIMEOUT: True,
+        C.SERVER_FAULT: True,
+        C.AUTH_FAILURE: False,
+        C.RESOURCE_MISSING: False,
+        C.INVALID_INPUT: False,
+        C.UNCLASSIFIED: True,
+    }
+)
+
+# HTTP status codes with a meaning of their own (RFC 9110 section 15, RFC 6585 for 428/429/431/511,
+# RFC 8470 for 425, RFC 7725 for 451, the unofficial 598/599 proxy read/connect timeouts). Any other
+# 4xx is INVALID_INPUT (never TRANSIENT: retrying a 400 or a 409 cannot help) and any other 5xx is
+# SERVER_FAULT; see `status_category`.
+HTTP_STATUS: Final = MappingProxyType(
+    {
+        400: C.INVALID_INPUT,
+        401: C.AUTH_FAILURE,
+        402: C.AUTH_FAILURE,  # payment required: the account, not the request, must change
+        403: C.AUTH_FAILURE,
+        404: C.RESOURCE_MISSING,
+        407: C.AUTH_FAILURE,  # proxy authentication required
+        408: C.TIMEOUT,
+        409: C.INVALID_INPUT,
+        410: C.RESOURCE_MISSING,
+        412: C.INVALID_INPUT,
+        421: C.TRANSIENT,  # misdirected request: a new connection usually lands elsewhere
+        422: C.INVALID_INPUT,
+        423: C.TRANSIENT,  # locked: the lock is released eventually
+        425: C.TRANSIENT,  # too early: replay after the handshake completes
+        429: C.RATE_LIMITED,
+        451: C.RESOURCE_MISSING,  # unavailable for legal reasons: switch source, record a gap
+        500: C.SERVER_FAULT,
+        501: C.SERVER_FAULT,
+        502: C.SERVER_FAULT,
+        503: C.SERVER_FAULT,
+        504: C.SERVER_FAULT,  # the brief's table: a gateway timeout is the remote side breaking
+        511: C.AUTH_FAILURE,  # network authentication required (captive portal)
+        598: C.TIMEOUT,
+        599: C.TIMEOUT,
+    }
+)
+
+# Statuses whose category is retryable in general but where this answer never changes (RFC 9110:
+# 501 Not Implemented and 505 HTTP Version Not Supported describe the server, not a blip).
+NON_RETRYABLE_STATUS: Final = frozenset({501, 505})
+
+# gRPC status names (grpc/doc/statuscodes.md) -> category. UNAVAILABLE is TRANSIENT rather than
+# SERVER_FAULT: gRPC documents it as "most likely a transient condition" and a client raises it for
+# a refused connection too. A gRPC status beats the HTTP code google-api-core attaches to each of
+# its classes, being the finer of the two (DEADLINE_EXCEEDED vs 504), so google-api-core's
+# ServiceUnavailable is TRANSIENT too, from either transport.
+GRPC_STATUS: Final = MappingProxyType(
+    {
+        "CANCELLED": C.TRANSIENT,
+        "UNKNOWN": C.SERVER_FAULT,  # what a server returns for an unhandled exception
+        "INVALID_ARGUMENT": C.INVALID_INPUT,
+        "DEADLINE_EXCEEDED": C.TIMEOUT,
+        "NOT_FOUND": C.RESOURCE_MISSING,
+        "ALREADY_EXISTS": C.INVALID_INPUT,
+        "PERMISSION_DENIED": C.AUTH_FAILURE,
+        "RESOURCE_EXHAUSTED": C.RATE_LIMITED,
+        "FAILED_PRECONDITION": C.INVALID_INPUT,
+        "ABORTED": C.TRANSIENT,  # a concurrency conflict: retry the whole transaction
+        "OUT_OF_RANGE": C.INVALID_INPUT,
+        "UNIMPLEMENTED": C.SERVER_FAULT,
+        "INTERNAL": C.SERVER_FAULT,
+        "UNAVAILABLE": C.TRANSIENT,
+        "DATA_LOSS": C.SERVER_FAULT,
+        "UNAUTHENTICATED": C.AUTH_FAILURE,
+    }
+)
+
+# Provider error codes that are specific enough to refine the HTTP status they arrive with (AWS
+# sends throttling as a 400; OpenAI sends an exhausted balance as a 429). Sources: botocore's
+# retryhandler/standard retry mode (throttling and transient codes), the AWS S3/DynamoDB/STS/IAM
+# error references, OpenAI's error-code guide, Anthropic's error types, Google's legacy JSON API
+# reasons.
+PROVIDER_CODES: Final = MappingProxyType(
+    {
+        # AWS throttling (botocore.retries.standard _THROTTLED_ERROR_CODES)
+        "Throttling": C.RATE_LIMITED,
+        "ThrottlingException": C.RATE_LIMITED,
+        "ThrottledException": C.RATE_LIMITED,
+        "RequestThrottledException": C.RATE_LIMITED,
+        "TooManyRequestsException": C.RATE_LIMITED,
+        "ProvisionedThroughputExceededException": C.RATE_LIMITED,
+        "TransactionInProgressException": C.RATE_LIMITED,
+        "RequestLimitExceeded": C.RATE_LIMITED,
+        "BandwidthLimitExceeded": C.RATE_LIMITED,
+        "LimitExceededException": C.RATE_LIMITED,
+        "RequestThrottled": C.RATE_LIMITED,
+        "SlowDown": C.RATE_LIMITED,
+        "PriorRequestNotComplete": C.RATE_LIMITED,
+        "EC2ThrottledException": C.RATE_LIMITED,
+        # AWS transient and timeouts (botocore _TRANSIENT_ERROR_CODES and friends)
+        "RequestTimeout": C.TIMEOUT,
+        "RequestTimeoutException": C.TIMEOUT,
+        "IDPCommunicationError": C.TRANSIENT,
+        "InternalError": C.SERVER_FAULT,
+        "InternalFailure": C.SERVER_FAULT,
+        "InternalServerError": C.SERVER_FAULT,
+        "ServiceUnavailable": C.SERVER_FAULT,
+        "ServiceUnavailableException": C.SERVER_FAULT,
+        "ServiceException": C.SERVER_FAULT,
+        # AWS credentials
+        "AccessDenied": C.AUTH_FAILURE,
+        "AccessDeniedException": C.AUTH_FAILURE,
+        "UnrecognizedClientException": C.AUTH_FAILURE,
+        "InvalidAccessKeyId": C.AUTH_FAILURE,
+        "InvalidClientTokenId": C.AUTH_FAILURE,
+        "InvalidToken": C.AUTH_FAILURE,
+        "SignatureDoesNotMatch": C.AUTH_FAILURE,
+        "IncompleteSignature": C.AUTH_FAILURE,
+        "InvalidSignatureException": C.AUTH_FAILURE,
+        "MissingAuthenticationToken": C.AUTH_FAILURE,
+        "AuthFailure": C.AUTH_FAILURE,
+        "UnauthorizedOperation": C.AUTH_FAILURE,
+        "NotAuthorizedException": C.AUTH_FAILURE,
+        "RequestExpired": C.AUTH_FAILURE,
+        "TokenRefreshRequired": C.AUTH_FAILURE,
+        # AWS missing targets
+        "NotFound": C.RESOURCE_MISSING,
+        "ResourceNotFoundException": C.RESOURCE_MISSING,
+        "NotFoundException": C.RESOURCE_MISSING,
+        # AWS request errors
+        "ValidationException": C.INVALID_INPUT,
+        "ValidationError": C.INVALID_INPUT,
+        "SerializationException": C.INVALID_INPUT,
+        "MissingParameter": C.INVALID_INPUT,
+        "MalformedPolicyDocument": C.INVALID_INPUT,
+        "MalformedXML": C.INVALID_INPUT,
+        "ConditionalCheckFailedException": C.INVALID_INPUT,
+        "ConflictException": C.INVALID_INPUT,
+        "ResourceInUseException": C.INVALID_INPUT,
+        "BucketAlreadyExists": C.INVALID_INPUT,
+        "EntityAlreadyExists": C.INVALID_INPUT,
+        "PreconditionFailed": C.INVALID_INPUT,
+        # OpenAI error codes. insufficient_quota arrives as a 429 but is an exhausted balance that
+        # no wait refills: AUTH_FAILURE (the account must change: new key, new credit), so it is
+        # not retryable; the taxonomy's RATE_LIMITED excludes "quota that will never refill".
+        "rate_limit_exceeded": C.RATE_LIMITED,
+        "insufficient_quota": C.AUTH_FAILURE,
+        "billing_hard_limit_reached": C.AUTH_FAILURE,
+        "account_deactivated": C.AUTH_FAILURE,
+        "invalid_api_key": C.AUTH_FAILURE,
+        "invalid_organization": C.AUTH_FAILURE,
+        "model_not_found": C.RESOURCE_MISSING,
+        "context_length_exceeded": C.INVALID_INPUT,
+        "string_above_max_length": C.INVALID_INPUT,
+        "server_error": C.SERVER_FAULT,
+        "engine_overloaded": C.SERVER_FAULT,
+        # Anthropic error types (docs: API errors)
+        "rate_limit_error": C.RATE_LIMITED,
+        "overloaded_error": C.SERVER_FAULT,
+        "authentication_error": C.AUTH_FAILURE,
+        "permission_error": C.AUTH_FAILURE,
+        "billing_error": C.AUTH_FAILURE,
+        "not_found_error": C.RESOURCE_MISSING,
+        "request_too_large": C.INVALID_INPUT,
+        "timeout_error": C.TIMEOUT,
+        # Google JSON API legacy reasons and ErrorInfo reasons
+        "rateLimitExceeded": C.RATE_LIMITED,
+        "userRateLimitExceeded": C.RATE_LIMITED,
+        "RATE_LIMIT_EXCEEDED": C.RATE_LIMITED,
+        "backendError": C.SERVER_FAULT,
+        "authError": C.AUTH_FAILURE,
+        "ACCESS_TOKEN_EXPIRED": C.AUTH_FAILURE,
+        "API_KEY_INVALID": C.AUTH_FAILURE,
+    }
+)
+
+# Suffix and prefix patterns over provider codes, tried in this order after an exact miss (AWS
+# families: "ThrottlingException.Foo", "ExpiredTokenException", "NoSuchBucket",
+# "InvalidInstanceID.NotFound", "DBInstanceNotFound", "InvalidParameterValue").
+PROVIDER_CODE_SUFFIXES: Final = (
+    ("NotFound", C.RESOURCE_MISSING),
+    ("NotFoundException", C.RESOURCE_MISSING),
+    ("NotFoundFault", C.RESOURCE_MISSING),
+    ("ThrottledException", C.RATE_LIMITED),
+    ("LimitExceeded", C.RATE_LIMITED),
+)
+PROVIDER_CODE_PREFIXES: Final = (
+    ("Throttling", C.RATE_LIMITED),
+    ("ExpiredToken", C.AUTH_FAILURE),
+    ("AccessDenied", C.AUTH_FAILURE),
+    ("NoSuch", C.RESOURCE_MISSING),
+    ("Invalid", C.INVALID_INPUT),
+    ("Malformed", C.INVALID_INPUT),
+)
+
+# Provider codes too generic to beat the HTTP status they come with: OpenAI says
+# "invalid_request_error" for a 404 model as well as for a 400. Used only without a status.
+GENERIC_PROVIDER_CODES: Final = MappingProxyType(
+    {
+        "invalid_request_error": C.INVALID_INPUT,
+        "api_error": C.SERVER_FAULT,
+        "internal_error": C.SERVER_FAULT,
+    }
+)
+
+# Provider codes (gRPC names included) whose category is retryable in general but whose condition
+# never clears by waiting: UNIMPLEMENTED is gRPC's 501.
+NON_RETRYABLE_CODES: Final = frozenset({"UNIMPLEMENTED"})
+
+# PostgreSQL SQLSTATE (appendix A of the PostgreSQL manual), read from psycopg's `sqlstate` and
+# psycopg2's `pgcode`. Exact codes first, then the two-character class.
+SQLSTATE_CODES: Final = MappingProxyType(
+    {
+        "40001": C.TRANSIENT,  # serialization_failure: retry the transaction
+        "40P01": C.TRANSIENT,  # deadlock_detected
+        "55P03": C.TRANSIENT,  # lock_not_available
+        "57014": C.TIMEOUT,  # query_canceled (statement_timeout)
+        "57P01": C.TRANSIENT,  # admin_shutdown
+        "57P02": C.TRANSIENT,  # crash_shutdown
+        "57P03": C.TRANSIENT,  # cannot_connect_now
+        "53300": C.RATE_LIMITED,  # too_many_connections
+        "42501": C.AUTH_FAILURE,  # insufficient_privilege
+        "3D000": C.RESOURCE_MISSING,  # invalid_catalog_name: the database does not exist
+        "25P03": C.TIMEOUT,  # idle_in_transaction_session_timeout
+    }
+)
+SQLSTATE_CLASSES: Final = MappingProxyType(
+    {
+        "08": C.TRANSIENT,  # connection exception
+        "22": C.INVALID_INPUT,  # data exception
+        "23": C.INVALID_INPUT,  # integrity constraint violation
+        "28": C.AUTH_FAILURE,  # invalid authorization specification
+        "42": C.INVALID_INPUT,  # syntax error or access rule violation
+        "53": C.SERVER_FAULT,  # insufficient resources
+        "58": C.SERVER_FAULT,  # system error
+        "XX": C.SERVER_FAULT,  # internal error
+    }
+)
+
+# Exception classes by "module.QualName", matched anywhere in the MRO (most derived class first), so
+# that no third-party module is ever imported. A class also matches under "package.QualName" (the
+# top-level package only), which covers private modules such as aiohttp.client_exceptions.
+# Sources: each library's exception hierarchy as installed (see tests/classifier for real
+# instances). Entries for a subclass precede its base where the subclass means something else
+# (urllib3's NewConnectionError inherits from ConnectTimeoutError but is a refused connection).
+#
+# ValueError and TypeError are deliberately absent: inside an agent's own code they mean a bug,
+# not "the request was wrong", and calling them INVALID_INPUT would stop the retry *and* mislead
+# the human who reads the review queue. Validation libraries are listed by name instead.
+EXCEPTION_TYPES: Final = MappingProxyType(
+    {
+        # builtins and standard library (socket.timeout, asyncio.TimeoutError and
+        # concurrent.futures.TimeoutError are builtins.TimeoutError since 3.10/3.11; the older
+        # names stay for described errors from other interpreters)
+        "builtins.TimeoutError": C.TIMEOUT,
+        "socket.timeout": C.TIMEOUT,
+        "asyncio.exceptions.TimeoutError": C.TIMEOUT,
+        "concurrent.futures._base.TimeoutError": C.TIMEOUT,
+        "builtins.ConnectionError": C.TRANSIENT,
+        "builtins.PermissionError": C.AUTH_FAILURE,
+        "builtins.FileNotFoundError": C.RESOURCE_MISSING,
+        "socket.gaierror": C.TRANSIENT,
+        "socket.herror": C.TRANSIENT,
+        "ssl.SSLEOFError": C.TRANSIENT,
+        "ssl.SSLZeroReturnError": C.TRANSIENT,
+        "http.client.IncompleteRead": C.TRANSIENT,
+        "http.client.BadStatusLine": C.TRANSIENT,
+        "http.client.RemoteDisconnected": C.TRANSIENT,
+        # httpx / httpcore
+        "httpx.TimeoutException": C.TIMEOUT,
+        "httpx.NetworkError": C.TRANSIENT,
+        "httpx.RemoteProtocolError": C.TRANSIENT,
+        "httpx.ProxyError": C.TRANSIENT,
+        "httpx.UnsupportedProtocol": C.INVALID_INPUT,
+        "httpx.InvalidURL": C.INVALID_INPUT,
+        "httpcore.TimeoutException": C.TIMEOUT,
+        "httpcore.NetworkError": C.TRANSIENT,
+        "httpcore.RemoteProtocolError": C.TRANSIENT,
+        # requests
+        "requests.exceptions.ConnectTimeout": C.TIMEOUT,
+        "requests.exceptions.Timeout": C.TIMEOUT,
+        "requests.exceptions.ConnectionError": C.TRANSIENT,
+        "requests.exceptions.ChunkedEncodingError": C.TRANSIENT,
+        "requests.exceptions.MissingSchema": C.INVALID_INPUT,
+        "requests.exceptions.InvalidSchema": C.INVALID_INPUT,
+        "requests.exceptions.InvalidURL": C.INVALID_INPUT,
+        "requests.exceptions.InvalidHeader": C.INVALID_INPUT,
+        # urllib3
+        "urllib3.exceptions.NewConnectionError": C.TRANSIENT,
+        "urllib3.exceptions.TimeoutError": C.TIMEOUT,
+        "urllib3.exceptions.ProtocolError": C.TRANSIENT,
+        "urllib3.exceptions.ProxyError": C.TRANSIENT,
+        "urllib3.exceptions.LocationValueError": C.INVALID_INPUT,
+        # aiohttp
+        "aiohttp.client_exceptions.ServerTimeoutError": C.TIMEOUT,
+        "aiohttp.client_exceptions.ClientConnectionError": C.TRANSIENT,
+        "aiohttp.client_exceptions.ClientPayloadError": C.TRANSIENT,
+        "aiohttp.http_exceptions.HttpProcessingError": C.TRANSIENT,  # a response cut short
+        "aiohttp.client_exceptions.InvalidURL": C.INVALID_INPUT,
+        # botocore
+        "botocore.exceptions.ConnectTimeoutError": C.TIMEOUT,
+        "botocore.exceptions.ReadTimeoutError": C.TIMEOUT,
+        "botocore.exceptions.ConnectionError": C.TRANSIENT,
+        "botocore.exceptions.ConnectionClosedError": C.TRANSIENT,
+        "botocore.exceptions.NoCredentialsError": C.AUTH_FAILURE,
+        "botocore.exceptions.PartialCredentialsError": C.AUTH_FAILURE,
+        "botocore.exceptions.CredentialRetrievalError": C.AUTH_FAILURE,
+        "botocore.exceptions.TokenRetrievalError": C.AUTH_FAILURE,
+        "botocore.exceptions.UnauthorizedSSOTokenError": C.AUTH_FAILURE,
+        "botocore.exceptions.ParamValidationError": C.INVALID_INPUT,
+        # OpenAI and Anthropic SDKs (status errors are read by their status and body)
+        "openai.APITimeoutError": C.TIMEOUT,
+        "openai.APIConnectionError": C.TRANSIENT,
+        "anthropic.APITimeoutError": C.TIMEOUT,
+        "anthropic.APIConnectionError": C.TRANSIENT,
+        # gRPC and Google
+        "grpc.FutureTimeoutError": C.TIMEOUT,
+        "google.api_core.exceptions.RetryError": C.TIMEOUT,
+        "google.auth.exceptions.RefreshError": C.AUTH_FAILURE,
+        "google.auth.exceptions.DefaultCredentialsError": C.AUTH_FAILURE,
+        # redis-py (AuthenticationError inherits from its ConnectionError)
+        "redis.exceptions.AuthenticationError": C.AUTH_FAILURE,
+        "redis.exceptions.AuthorizationError": C.AUTH_FAILURE,
+        "redis.exceptions.NoPermissionError": C.AUTH_FAILURE,
+        "redis.exceptions.TimeoutError": C.TIMEOUT,
+        "redis.exceptions.ConnectionError": C.TRANSIENT,
+        "redis.exceptions.TryAgainError": C.TRANSIENT,
+        "redis.exceptions.ClusterDownError": C.TRANSIENT,
+        "redis.exceptions.DataError": C.INVALID_INPUT,
+        # databases
+        "psycopg.errors.ConnectionTimeout": C.TIMEOUT,
+        "psycopg.errors.QueryCanceled": C.TIMEOUT,
+        "psycopg.DataError": C.INVALID_INPUT,
+        "psycopg.IntegrityError": C.INVALID_INPUT,
+        "psycopg.ProgrammingError": C.INVALID_INPUT,
+        "sqlalchemy.exc.TimeoutError": C.TIMEOUT,
+        # validation libraries
+        "pydantic_core._pydantic_core.ValidationError": C.INVALID_INPUT,
+        "pydantic.v1.error_wrappers.ValidationError": C.INVALID_INPUT,
+        "pydantic.error_wrappers.ValidationError": C.INVALID_INPUT,
+        "jsonschema.exceptions.ValidationError": C.INVALID_INPUT,
+        "jsonschema.exceptions.SchemaError": C.INVALID_INPUT,
+        "marshmallow.exceptions.ValidationError": C.INVALID_INPUT,
+        # task runners: Celery re-exports billiard's time limits
+        "billiard.exceptions.SoftTimeLimitExceeded": C.TIMEOUT,
+        "billiard.exceptions.TimeLimitExceeded": C.TIMEOUT,
+        "celery.exceptions.SoftTimeLimitExceeded": C.TIMEOUT,
+        "celery.exceptions.TimeLimitExceeded": C.TIMEOUT,
+        "celery.exceptions.TimeoutError": C.TIMEOUT,
+        # Django, where agents run inside a Django process
+        "django.core.exceptions.ValidationError": C.INVALID_INPUT,
+        "django.core.exceptions.PermissionDenied": C.AUTH_FAILURE,
+        "django.core.exceptions.ObjectDoesNotExist": C.RESOURCE_MISSING,
+        "django.http.response.Http404": C.RESOURCE_MISSING,
+        "django.db.utils.IntegrityError": C.INVALID_INPUT,
+        "django.db.utils.DataError": C.INVALID_INPUT,
+    }
+)
+
+# Classes whose `code` attribute is not an HTTP status or a provider code, so it is never read:
+# SystemExit's exit status, aiohttp's HTTP *parser* errors (a local 400 for a response body cut
+# short), and aiohttp's ClientResponseError, whose `code` is a deprecated alias of `status`.
+CODE_IS_NOT_EVIDENCE: Final = frozenset(
+    {
+        "builtins.SystemExit",
+        "aiohttp.http_exceptions.HttpProcessingError",
+        "aiohttp.client_exceptions.ClientResponseError",
+    }
+)
+
+# Classes whose __getattr__ only forwards to a wrapped file object, which has none of the
+# attributes the engine reads: urllib's HTTPError inherits one (through urllib.response.addinfourl)
+# and would otherwise pay a failed forwarded lookup per attribute.
+FORWARDING_GETATTR: Final = frozenset({"tempfile._TemporaryFileWrapper"})
+
+# Broad classes that say "something about the connection", consulted only after the message
+# patterns of the same exception: psycopg raises OperationalError both for a refused connection
+# (TRANSIENT) and for a rejected password (the message says so). Decision: without a better
+# signal, a database OperationalError is TRANSIENT.
+FALLBACK_TYPES: Final = MappingProxyType(
+    {
+        "psycopg.OperationalError": C.TRANSIENT,
+        "psycopg2.OperationalError": C.TRANSIENT,
+        "django.db.utils.OperationalError": C.TRANSIENT,
+        "sqlalchemy.exc.OperationalError": C.TRANSIENT,
+        "sqlite3.OperationalError": C.TRANSIENT,  # "database is locked"
+    }
+)
+
+# Substrings of a non-builtin class name (lowercased), first match wins, for libraries that no
+# table above knows. Builtins are skipped: "ModuleNotFoundError" is a bug, not a missing resource.
+# Order matters: "ConnectTimeout" is a timeout, "InvalidToken" an auth failure.
+CLASS_NAME_PATTERNS: Final = (
+    ("timeout", C.TIMEOUT),
+    ("timedout", C.TIMEOUT),
+    ("deadlineexceeded", C.TIMEOUT),
+    ("timelimit", C.TIMEOUT),
+    ("ratelimit", C.RATE_LIMITED),
+    ("throttl", C.RATE_LIMITED),
+    ("toomanyrequests", C.RATE_LIMITED),
+    ("quotaexceeded", C.RATE_LIMITED),
+    ("unauthorized", C.AUTH_FAILURE),
+    ("unauthenticated", C.AUTH_FAILURE),
+    ("authentication", C.AUTH_FAILURE),
+    ("authorization", C.AUTH_FAILURE),
+    ("forbidden", C.AUTH_FAILURE),
+    ("permissiondenied", C.AUTH_FAILURE),
+    ("accessdenied", C.AUTH_FAILURE),
+    ("expiredtoken", C.AUTH_FAILURE),
+    ("tokenexpired", C.AUTH_FAILURE),
+    ("invalidtoken", C.AUTH_FAILURE),
+    ("credential", C.AUTH_FAILURE),
+    ("notfound", C.RESOURCE_MISSING),
+    ("doesnotexist", C.RESOURCE_MISSING),
+    ("nosuch", C.RESOURCE_MISSING),
+    ("internalservererror", C.SERVER_FAULT),
+    ("serviceunavailable", C.SERVER_FAULT),
+    ("badgateway", C.SERVER_FAULT),
+    ("overloaded", C.SERVER_FAULT),
+    ("servererror", C.SERVER_FAULT),
+    ("connectionerror", C.TRANSIENT),
+    ("connecterror", C.TRANSIENT),
+    ("connectionreset", C.TRANSIENT),
+    ("connectionrefused", C.TRANSIENT),
+    ("connectionclosed", C.TRANSIENT),
+    ("disconnect", C.TRANSIENT),
+    ("brokenpipe", C.TRANSIENT),
+    ("validation", C.INVALID_INPUT),
+    ("badrequest", C.INVALID_INPUT),
+    ("invalidargument", C.INVALID_INPUT),
+    ("invalidinput", C.INVALID_INPUT),
+    ("invalidrequest", C.INVALID_INPUT),
+    ("malformed", C.INVALID_INPUT),
+    ("unprocessable", C.INVALID_INPUT),
+)
+
+# Substrings of the message (lowercased, first 500 characters), the least trusted signal. Phrases
+# come from the standard library's and the client libraries' own messages (strerror texts,
+# "Read timed out.", "Server disconnected", libpq's "password authentication failed"); single
+# common words ("invalid", "error", "failed") are left out on purpose.
+MESSAGE_PATTERNS: Final = (
+    ("timed out", C.TIMEOUT),
+    ("timeout", C.TIMEOUT),
+    ("deadline exceeded", C.TIMEOUT),
+    ("time limit exceeded", C.TIMEOUT),
+    ("rate limit", C.RATE_LIMITED),
+    ("ratelimit", C.RATE_LIMITED),
+    ("too many requests", C.RATE_LIMITED),
+    ("throttl", C.RATE_LIMITED),
+    ("slow down", C.RATE_LIMITED),
+    ("quota exceeded", C.RATE_LIMITED),
+    ("password authentication failed", C.AUTH_FAILURE),
+    ("authentication failed", C.AUTH_FAILURE),
+    ("unauthorized", C.AUTH_FAILURE),
+    ("unauthenticated", C.AUTH_FAILURE),
+    ("forbidden", C.AUTH_FAILURE),
+    ("access denied", C.AUTH_FAILURE),
+    ("permission denied", C.AUTH_FAILURE),
+    ("not authorized", C.AUTH_FAILURE),
+    ("invalid api key", C.AUTH_FAILURE),
+    ("incorrect api key", C.AUTH_FAILURE),
+    ("token expired", C.AUTH_FAILURE),
+    ("token has expired", C.AUTH_FAILURE),
+    ("expired token", C.AUTH_FAILURE),
+    ("invalid credentials", C.AUTH_FAILURE),
+    ("connection refused", C.TRANSIENT),
+    ("connection reset", C.TRANSIENT),
+    ("connection aborted", C.TRANSIENT),
+    ("connection closed", C.TRANSIENT),
+    ("broken pipe", C.TRANSIENT),
+    ("server disconnected", C.TRANSIENT),
+    ("remote end closed", C.TRANSIENT),
+    ("temporary failure in name resolution", C.TRANSIENT),
+    ("network is unreachable", C.TRANSIENT),
+    ("eof occurred", C.TRANSIENT),
+    ("internal server error", C.SERVER_FAULT),
+    ("service unavailable", C.SERVER_FAULT),
+    ("bad gateway", C.SERVER_FAULT),
+    ("overloaded", C.SERVER_FAULT),
+    ("not found", C.RESOURCE_MISSING),
+    ("no such", C.RESOURCE_MISSING),
+    ("does not exist", C.RESOURCE_MISSING),
+    ("validation error", C.INVALID_INPUT),
+    ("invalid argument", C.INVALID_INPUT),
+    ("malformed", C.INVALID_INPUT),
+    ("bad request", C.INVALID_INPUT),
+)
+
+
+# One pass of the regex engine finds every pattern that occurs; the table order then decides.
+_ANY_MESSAGE_PATTERN: Final = re.compile("|".join(re.escape(p) for p, _ in MESSAGE_PATTERNS))
+_MESSAGE_PATTERN_INDEX: Final = {
+    pattern: index for index, (pattern, _) in enumerate(MESSAGE_PATTERNS)
+}
+
+
+def status_category(status: int) -> C | None:
+    """Return the category of an HTTP status, or None if it is not a failure status (< 400)."""
+    category = HTTP_STATUS.get(status)
+    if category is not None:
+        return category
+    if 400 <= status < 500:
+        return C.INVALID_INPUT
+    if 500 <= status < 600:
+        return C.SERVER_FAULT
+    return None
+
+
+def provider_code_category(code: str) -> C | None:
+    """Return the category of a specific provider error code, or None if no table knows it."""
+    category = PROVIDER_CODES.get(code) or GRPC_STATUS.get(code)
+    if category is not None or len(code) > 128:
+        return category
+    for suffix, category in PROVIDER_CODE_SUFFIXES:
+        if code.endswith(suffix):
+            return category
+    for prefix, category in PROVIDER_CODE_PREFIXES:
+        if code.startswith(prefix):
+            return category
+    return None
+
+
+def sqlstate_category(sqlstate: str) -> C | None:
+    """Return the category of a PostgreSQL SQLSTATE, or None if it is unknown or malformed."""
+    if len(sqlstate) != 5:
+        return None
+    return SQLSTATE_CODES.get(sqlstate) or SQLSTATE_CLASSES.get(sqlstate[:2])
+
+
+def class_name_category(name: str) -> C | None:
+    """Return the category a class name suggests, or None if no pattern matches."""
+    lowered = name.lower()
+    for pattern, category in CLASS_NAME_PATTERNS:
+        if pattern in lowered:
+            return category
+    return None
+
+
+def message_category(message: str) -> C | None:
+    """Return the category a message suggests, or None if no pattern matches.
+
+    When several patterns occur, the one listed first in MESSAGE_PATTERNS wins.
+    """
+    found = _ANY_MESSAGE_PATTERN.findall(message[:500].lower())
+    if not found:
+        return None
+    return MESSAGE_PATTERNS[min(_MESSAGE_PATTERN_INDEX[text] for text in found)][1]

@@ -1,0 +1,287 @@
+"""A fault-injecting HTTP server and gRPC server on 127.0.0.1, for the corpus of real exceptions.
+
+HTTP scenarios are chosen by path, `/s/<name>/...` (OpenAI and Anthropic clients append their
+own paths to the base URL; S3 in path style reads bucket "s" and key <name>), or, for DynamoDB's
+POST /, by the request's TableName.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SLOW_SECONDS = 1.5
+JSON = "application/json"
+AMZ_JSON = "application/x-amz-json-1.0"
+
+HeaderValue = str | Callable[[], str]
+
+
+def _json(data: object) -> bytes:
+    return json.dumps(data).encode()
+
+
+def _openai(message: str, type_: str, code: str | None) -> bytes:
+    return _json({"error": {"message": message, "type": type_, "param": None, "code": code}})
+
+
+def _anthropic(type_: str, message: str) -> bytes:
+    return _json({"type": "error", "error": {"type": type_, "message": message}})
+
+
+def _s3(code: str, message: str) -> bytes:
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+        f"<Message>{message}</Message><RequestId>R1</RequestId><HostId>H1</HostId></Error>"
+    ).encode()
+
+
+def _dynamodb(code: str, message: str) -> bytes:
+    return _json({"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": message})
+
+
+# name -> (status, headers, body, content type)
+SCENARIOS: dict[str, tuple[int, dict[str, HeaderValue], bytes, str]] = {
+    **{
+        f"status-{code}": (code, {}, _json({"message": f"status {code}"}), JSON)
+        for code in (400, 401, 403, 404, 408, 409, 410, 412, 418, 422, 429, 500, 501, 502, 503)
+    },
+    **{f"status-{code}": (code, {}, _json({"message": "?"}), JSON) for code in (504, 529, 599)},
+    "retry-after-seconds": (429, {"Retry-After": "7"}, _json({"message": "slow down"}), JSON),
+    "retry-after-date": (
+        429,
+        {"Retry-After": lambda: formatdate(time.time() + 30, usegmt=True)},
+        b"{}",
+        JSON,
+    ),
+    "retry-after-past-date": (
+        429,
+        {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"},
+        b"{}",
+        JSON,
+    ),
+    "retry-after-ms": (429, {"retry-after-ms": "1500"}, b"{}", JSON),
+    "x-ratelimit-reset-epoch": (
+        429,
+        {"X-RateLimit-Reset": lambda: str(int(time.time()) + 60)},
+        b"{}",
+        JSON,
+    ),
+    "x-ratelimit-reset-delta": (429, {"X-RateLimit-Reset": "12"}, b"{}", JSON),
+    "ratelimit-reset": (429, {"RateLimit-Reset": "9"}, b"{}", JSON),
+    "reset-durations": (
+        429,
+        {"x-ratelimit-reset-requests": "1m30s", "x-ratelimit-reset-tokens": "20ms"},
+        b"{}",
+        JSON,
+    ),
+    "retry-after-garbage": (429, {"Retry-After": "soon, maybe"}, b"{}", JSON),
+    "unavailable-retry-after": (503, {"Retry-After": "4"}, b"{}", JSON),
+    # OpenAI shapes (openai-python's _make_status_error reads body["error"])
+    "openai-quota": (
+        429,
+        {"x-should-retry": "false"},
+        _openai("You exceeded your current quota.", "insufficient_quota", "insufficient_quota"),
+        JSON,
+    ),
+    "openai-quota-no-flag": (
+        429,
+        {},
+        _openai("You exceeded your current quota.", "insufficient_quota", "insufficient_quota"),
+        JSON,
+    ),
+    "openai-rate": (
+        429,
+        {"retry-after-ms": "250", "x-ratelimit-reset-requests": "6m0s"},
+        _openai("Rate limit reached for requests", "requests", "rate_limit_exceeded"),
+        JSON,
+    ),
+    "openai-model": (
+        404,
+        {},
+        _openai("The model `gpt-9` does not exist", "invalid_request_error", "model_not_found"),
+        JSON,
+    ),
+    "openai-key": (
+        401,
+        {},
+        _openai("Incorrect API key provided", "invalid_request_error", "invalid_api_key"),
+        JSON,
+    ),
+    "openai-bad": (400, {}, _openai("Invalid 'messages'", "invalid_request_error", None), JSON),
+    "openai-server": (500, {}, _openai("The server had an error", "server_error", None), JSON),
+    # Anthropic shapes
+    "anthropic-overloaded": (529, {}, _anthropic("overloaded_error", "Overloaded"), JSON),
+    "anthropic-rate": (
+        429,
+        {"retry-after": "20"},
+        _anthropic("rate_limit_error", "Number of requests has exceeded your rate limit"),
+        JSON,
+    ),
+    "anthropic-auth": (401, {}, _anthropic("authentication_error", "invalid x-api-key"), JSON),
+    "anthropic-bad": (400, {}, _anthropic("invalid_request_error", "max_tokens: required"), JSON),
+    "anthropic-missing": (404, {}, _anthropic("not_found_error", "model: claude-9"), JSON),
+    "anthropic-api": (500, {}, _anthropic("api_error", "Internal server error"), JSON),
+    # S3 XML errors (bucket "s", key = scenario)
+    "NoSuchKey": (
+        404,
+        {},
+        _s3("NoSuchKey", "The specified key does not exist."),
+        "application/xml",
+    ),
+    "SlowDown": (503, {}, _s3("SlowDown", "Please reduce your request rate."), "application/xml"),
+    "AccessDenied": (403, {}, _s3("AccessDenied", "Access Denied"), "application/xml"),
+    "ExpiredToken": (
+        400,
+        {},
+        _s3("ExpiredToken", "The provided token has expired."),
+        "application/xml",
+    ),
+    "InternalError": (500, {}, _s3("InternalError", "We encountered an error"), "application/xml"),
+    # DynamoDB JSON errors (TableName = scenario)
+    **{
+        code: (status, {}, _dynamodb(code, code), AMZ_JSON)
+        for code, status in (
+            ("ProvisionedThroughputExceededException", 400),
+            ("ThrottlingException", 400),
+            ("ResourceNotFoundException", 400),
+            ("ValidationException", 400),
+            ("UnrecognizedClientException", 400),
+            ("ExpiredTokenException", 400),
+            ("InternalServerError", 500),
+        )
+    },
+}
+
+
+class FaultHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._serve(self._scenario_from_path())
+
+    def do_HEAD(self) -> None:
+        self._serve(self._scenario_from_path())
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        name = self._scenario_from_path()
+        if self.path.rstrip("/") == "":
+            try:
+                name = json.loads(body or b"{}").get("TableName", "")
+            except ValueError:
+                name = ""
+        self._serve(name)
+
+    do_PUT = do_POST
+
+    def _scenario_from_path(self) -> str:
+        parts = self.path.split("?")[0].strip("/").split("/")
+        return parts[1] if len(parts) >= 2 and parts[0] == "s" else ""
+
+    def _serve(self, name: str) -> None:
+        if name == "slow":
+            time.sleep(SLOW_SECONDS)
+            self._send(200, {}, b"{}", JSON)
+        elif name == "drop":
+            # Promise 1000 bytes, send 10, then close: a connection dropped mid-response.
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\nConnection: close\r\n\r\n{"partial"'
+            )
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+        elif name == "hangup":
+            # Close without a status line: the server went away before answering.
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+        elif name in SCENARIOS:
+            self._send(*SCENARIOS[name])
+        else:
+            self._send(200, {}, b'{"ok": true}', JSON)
+
+    def _send(self, status: int, headers: dict[str, HeaderValue], body: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("x-amzn-RequestId", "R1")
+        for name, value in headers.items():
+            self.send_header(name, value() if callable(value) else value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+@contextmanager
+def http_server() -> Iterator[str]:
+    """Yield the base URL of a running fault server; stop it afterwards."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FaultHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def closed_port() -> int:
+    """Return a port on 127.0.0.1 where nothing listens (connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def silent_port() -> Iterator[int]:
+    """Yield a port that accepts TCP connections (in the backlog) and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+@contextmanager
+def grpc_server() -> Iterator[str]:
+    """Yield the target of a gRPC server whose /fault.Fault/Abort aborts with the status named
+    in the request, and whose /fault.Fault/Slow answers after SLOW_SECONDS."""
+    from concurrent import futures
+
+    import grpc
+
+    def abort(request: bytes, context: grpc.ServicerContext) -> bytes:
+        context.abort(grpc.StatusCode[request.decode()], f"injected {request.decode()}")
+
+    def slow(request: bytes, context: grpc.ServicerContext) -> bytes:
+        time.sleep(SLOW_SECONDS)
+        return b"late"
+
+    handlers = {
+        "Abort": grpc.unary_unary_rpc_method_handler(abort),
+        "Slow": grpc.unary_unary_rpc_method_handler(slow),
+    }
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("fault.Fault", handlers),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(grace=None)
