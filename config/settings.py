@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -175,18 +176,18 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 
 # Django 5.2 has no built-in CSP: django-csp sends it. No inline script may run; the API docs page
-# (Swagger UI) needs its own bundled scripts and one inline bootstrap, allowed by nonce.
+# (Swagger UI) is served from bundled files; a nonce is added only where a page asks for one.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
-        "default-src": ["'self'"],
-        "script-src": ["'self'", "'nonce'"],
-        "style-src": ["'self'", "'nonce'"],
-        "img-src": ["'self'", "data:"],
-        "connect-src": ["'self'"],
-        "frame-ancestors": ["'none'"],
-        "form-action": ["'self'"],
-        "base-uri": ["'none'"],
-        "object-src": ["'none'"],
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, NONCE],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "frame-ancestors": [NONE],
+        "form-action": [SELF],
+        "base-uri": [NONE],
+        "object-src": [NONE],
     }
 }
 
@@ -213,8 +214,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        # Fan-out (worker control, pidbox) would otherwise write ./control in the working folder.
+        "control_folder": str(_broker_dir / "control"),
     }
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
 else:
     # An unacknowledged task comes back after the visibility timeout; long delays live in the
@@ -232,7 +235,25 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict = {}
+# A unique queue per test session keeps integration tests off a developer's running worker.
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
+# The sweeper enqueues due retries (delays live in the database, never in long broker ETAs); the
+# fallback task resolves review items left undecided past their deadline.
+CELERY_SWEEP_SECONDS = env_int("CELERY_SWEEP_SECONDS", 1, minimum=1)
+CELERY_BEAT_SCHEDULE: dict = {
+    "sweep-due-runs": {
+        "task": "orchestrator.tasks.sweep",
+        "schedule": float(CELERY_SWEEP_SECONDS),
+        "options": {"expires": 10},
+    },
+    "review-fallbacks": {
+        "task": "orchestrator.tasks.apply_review_fallbacks",
+        "schedule": 30.0,
+        "options": {"expires": 60},
+    },
+}
+# Modules whose `register(registry)` fills the source registry (capability -> ordered sources).
+FAILSIGHT_SOURCE_MODULES = env_list("FAILSIGHT_SOURCE_MODULES", ["orchestrator.demo"])
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on a missing folder
 

@@ -1,11 +1,14 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from orchestrator.api import api
+from orchestrator.apierrors import not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    # Agents never get Django's HTML 404: any other /api/ path answers in the JSON envelope.
+    re_path(r"^api/", not_found),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("dashboard.urls")),
 ]

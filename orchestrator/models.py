@@ -138,6 +138,12 @@ class Workflow(models.Model):
     token = models.ForeignKey(
         ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="workflows"
     )
+    # What the coordinator fans out: every topic on the first `breadth` sources of the capability.
+    topics = models.JSONField(default=list, blank=True)
+    capability = models.CharField(max_length=100, blank=True)
+    breadth = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1)], help_text="Sources asked per topic at first"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -148,6 +154,23 @@ class Workflow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} #{self.pk}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    def move_to(self, status: str, **fields: Any) -> bool:
+        """Set an unfinished workflow's status with a conditional update; False if it finished."""
+        changed = (
+            Workflow.objects.filter(pk=self.pk)
+            .exclude(status__in=self.FINISHED)
+            .update(status=status, updated_at=timezone.now(), **fields)
+        )
+        if changed:
+            self.status = status
+            for name, value in fields.items():
+                setattr(self, name, value)
+        return bool(changed)
 
 
 class RunQuerySet(models.QuerySet):
@@ -189,6 +212,73 @@ class RunQuerySet(models.QuerySet):
         root = run.retry_of_id or run.pk
         return self.filter(Q(pk=root) | Q(retry_of_id=root)).order_by("attempt", "id")
 
+    def filtered(
+        self,
+        *,
+        status: str | None = None,
+        failure_type: str | None = None,
+        source: str | None = None,
+        agent: str | None = None,
+        workflow: int | None = None,
+        topic: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        valid_empty: bool | None = None,
+    ) -> RunQuerySet:
+        """The runs list's filters (API and dashboard); None means "any". `until` is exclusive.
+
+        Each equality filter pairs with created_at in one of Run's indexes, so a window of one
+        status / failure type / source / agent / workflow is an index range scan.
+        """
+        exact = {
+            "status": status,
+            "failure_type": failure_type,
+            "source": source,
+            "agent": agent,
+            "workflow_id": workflow,
+            "topic": topic,
+        }
+        qs = self.filter(**{name: value for name, value in exact.items() if value is not None})
+        if since is not None:
+            qs = qs.filter(created_at__gte=since)
+        if until is not None:
+            qs = qs.filter(created_at__lt=until)
+        if valid_empty is True:
+            qs = qs.valid_empty()
+        elif valid_empty is False:
+            qs = qs.exclude(status=Run.Status.SUCCEEDED, result_count=0)
+        return qs
+
+    def newest_first(self) -> RunQuerySet:
+        return self.order_by("-created_at", "-id")
+
+    def older_than(self, created_at: datetime, pk: int) -> RunQuerySet:
+        """Runs after (created_at, pk) in newest-first order: the keyset condition.
+
+        The redundant `created_at <= t` gives the planner an index range to start from; the
+        OR alone would not be used as an index bound.
+        """
+        return self.filter(created_at__lte=created_at).filter(
+            Q(created_at__lt=created_at) | Q(pk__lt=pk)
+        )
+
+    def keyset_page(
+        self, limit: int, after: tuple[datetime, int] | None = None
+    ) -> tuple[list[Run], tuple[datetime, int] | None]:
+        """Return up to `limit` runs newest first after the key `after`, and the next page's key.
+
+        Keyset pagination costs the same on page 1 and page 10,000 (no OFFSET), and equal
+        timestamps neither repeat nor skip a run because the id breaks ties.
+        """
+        qs = self.newest_first()
+        if after is not None:
+            qs = qs.older_than(*after)
+        rows = list(qs[: limit + 1])
+        if len(rows) <= limit:
+            return rows, None
+        last = rows[limit - 1]
+        return rows[:limit], (last.created_at, last.pk)
+
 
 class Run(models.Model):
     """One attempt of one subagent on one source, with its structured outcome (the envelope)."""
@@ -204,8 +294,16 @@ class Run(models.Model):
 
     FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED, Status.ESCALATED, Status.CANCELLED)
 
+    # The three foreign keys carry no index of their own: (workflow, created_at), the unique
+    # (retry_of, attempt) and the unique (token, idempotency_key) serve their lookups, and every
+    # index costs the ingest path.
     workflow = models.ForeignKey(
-        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="runs"
+        Workflow,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="runs",
+        db_index=False,
     )
     topic = models.CharField(max_length=200, blank=True, help_text="Workflow topic this run serves")
     capability = models.CharField(max_length=100, blank=True)
@@ -221,6 +319,7 @@ class Run(models.Model):
         on_delete=models.SET_NULL,
         related_name="retries",
         help_text="The first attempt of the same task",
+        db_index=False,
     )
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
 
@@ -252,8 +351,19 @@ class Run(models.Model):
     duration_ms = models.FloatField(null=True, blank=True)
 
     token = models.ForeignKey(
-        ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+        ApiToken,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="runs",
+        db_index=False,
     )
+    # Coordinator bookkeeping. `slot` names a first attempt (workflow:topic:source) so a
+    # redelivered step never fans out twice; `deliveries` counts task starts to park poison tasks.
+    slot = models.CharField(max_length=300, blank=True)
+    deliveries = models.PositiveSmallIntegerField(default=0)
+    calls = models.PositiveSmallIntegerField(default=0, help_text="Source calls, local retries too")
+    dispatched_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, blank=True)
     request_hash = models.CharField(
         max_length=64, blank=True, help_text="Hash of the reported body, to refuse a reused key"
@@ -269,6 +379,14 @@ class Run(models.Model):
                 fields=["token", "idempotency_key"],
                 condition=~Q(idempotency_key=""),
                 name="run_idempotency_key_per_token",
+            ),
+            # A redelivered coordinator step never creates a second first attempt of a slot...
+            models.UniqueConstraint(fields=["slot"], condition=~Q(slot=""), name="run_unique_slot"),
+            # ...nor a second row for the same retry (NULL retry_of rows are first attempts).
+            models.UniqueConstraint(
+                fields=["retry_of", "attempt"],
+                condition=Q(retry_of__isnull=False),
+                name="run_unique_retry_attempt",
             ),
         ]
         indexes = [
@@ -286,6 +404,12 @@ class Run(models.Model):
             models.Index(fields=["workflow", "created_at"], name="run_workflow_created"),
             # the sweeper's "queued retries that are due" and the "still retrying" view
             models.Index(fields=["due_at"], name="run_due_queued", condition=Q(status="queued")),
+            # the sweeper's "claimed but never started" safety net (a lost enqueue)
+            models.Index(
+                fields=["dispatched_at"],
+                name="run_dispatched_unstarted",
+                condition=Q(status="running", started_at__isnull=True),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -307,6 +431,47 @@ class Run(models.Model):
             self.status = new
             for name, value in fields.items():
                 setattr(self, name, value)
+        return bool(changed)
+
+    def record_outcome(self, envelope: dict[str, Any], finished_at: datetime, calls: int) -> bool:
+        """Store a subagent's envelope on this running run, once; False if already recorded."""
+        ok = envelope.get("status") == "ok"
+        results = list(envelope.get("results") or []) if ok else []
+        partial = list(envelope.get("partial_results") or [])
+        started = self.started_at or finished_at
+        return self.transition(
+            self.Status.RUNNING,
+            self.Status.SUCCEEDED if ok else self.Status.FAILED,
+            results=results,
+            result_count=len(results),
+            failure_type=None if ok else envelope.get("failure_type") or "unclassified",
+            retryable=None if ok else envelope.get("retryable"),
+            retry_after=None if ok else envelope.get("retry_after"),
+            status_code=envelope.get("status_code"),
+            provider_code=envelope.get("provider_code") or "",
+            exception_type=envelope.get("exception_type") or "",
+            detail=envelope.get("detail") or "",
+            exception_chain=list(envelope.get("chain") or []),
+            partial_results=partial,
+            partial_count=len(partial),
+            alternatives=list(envelope.get("alternatives") or []),
+            attempted=envelope.get("attempted") or self.attempted,
+            finished_at=finished_at,
+            duration_ms=max(0.0, (finished_at - started).total_seconds() * 1000),
+            calls=calls,
+        )
+
+    def record_decision(self, action: str, reason: str, policy_version: int | None) -> bool:
+        """Write the coordinator's decision on this finished run, once (the step's guard)."""
+        changed = Run.objects.filter(pk=self.pk, decision="").update(
+            decision=action, decision_reason=reason, policy_version=policy_version
+        )
+        if changed:
+            self.decision, self.decision_reason, self.policy_version = (
+                action,
+                reason,
+                policy_version,
+            )
         return bool(changed)
 
 
@@ -482,6 +647,8 @@ class SourceHealth(models.Model):
     breaker_cooldown = models.FloatField(default=30, validators=[MinValueValidator(0)])
     consecutive_failures = models.PositiveIntegerField(default=0)
     opened_at = models.DateTimeField(null=True, blank=True)
+    # The provider asked everyone to wait (Retry-After): no call to this source before then.
+    not_before = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -575,10 +742,42 @@ class ReviewItem(models.Model):
             ),
             # grouping escalations with the same signature
             models.Index(fields=["signature", "state"], name="review_signature_state"),
+            # the beat task applying fallbacks to pending items past their deadline
+            models.Index(
+                fields=["deadline_at"],
+                name="review_pending_deadline",
+                condition=Q(state__in=["open", "claimed"]),
+            ),
         ]
 
     def __str__(self) -> str:
         return f"review {self.pk} ({self.state}) for run {self.run_id}"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state in self.PENDING
+
+    def claim(self, user: Any, now: datetime | None = None) -> bool:
+        """Claim an open item for `user`; True if they hold it now (a second claim by them too)."""
+        now = now or timezone.now()
+        changed = ReviewItem.objects.filter(pk=self.pk, state=self.State.OPEN).update(
+            state=self.State.CLAIMED, assignee=user, claimed_at=now
+        )
+        self.refresh_from_db(fields=["state", "assignee", "claimed_at"])
+        return bool(changed) or (
+            self.state == self.State.CLAIMED and self.assignee_id == getattr(user, "pk", None)
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """The audited form of this item."""
+        return {
+            "state": self.state,
+            "resolution": self.resolution,
+            "failure_type": self.failure_type,
+            "assignee": self.assignee_id,
+            "edited_input": self.edited_input,
+            "fallback_applied": self.fallback_applied,
+        }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,3 +57,21 @@ def api_token(db) -> tuple[ApiToken, str]:
 @pytest.fixture
 def auth_headers(api_token) -> dict[str, str]:
     return {"HTTP_AUTHORIZATION": f"Bearer {api_token[1]}"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a transactional test without serialized_rollback.
+
+    Such a test's flush re-creates content types with new ids (post_migrate), after which the
+    next serialized test cannot restore the seeded groups and policies; with serialized_rollback
+    everywhere, each transactional test starts from the migrated data.
+    """
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        kwargs = marker.kwargs if marker else {}
+        fixtures = set(getattr(item, "fixturenames", ()))
+        transactional = kwargs.get("transaction") or {"live_server", "transactional_db"} & fixtures
+        if transactional and not kwargs.get("serialized_rollback"):
+            raise pytest.UsageError(
+                f"{item.nodeid}: use django_db(transaction=True, serialized_rollback=True)"
+            )

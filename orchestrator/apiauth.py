@@ -1,0 +1,70 @@
+"""Who may call the API and how often: bearer tokens and a per-token rate limit.
+
+Both are set once on the NinjaAPI, so every router mounted on it inherits them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.conf import settings
+from django.core.cache import cache
+from django.http import HttpRequest
+from ninja.security import HttpBearer
+from ninja.throttling import BaseThrottle
+
+from orchestrator.models import ApiToken
+
+logger = logging.getLogger(__name__)
+
+
+class BearerToken(HttpBearer):
+    """`Authorization: Bearer <secret>`; unknown and revoked secrets are refused alike (401)."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
+        found = ApiToken.objects.authenticate(token)
+        if found is not None:
+            found.touch()  # writes at most once a minute per token
+        return found
+
+
+class TokenRateThrottle(BaseThrottle):
+    """At most settings.API_RATE_LIMIT_PER_MINUTE requests per token per clock minute (0: off).
+
+    A fixed window counted with one atomic cache increment per request: O(1) whatever the limit,
+    unlike a sliding log of timestamps. It lets a client burst up to twice the limit across a
+    minute boundary, which is acceptable for a limit meant to stop runaway loops. With the default
+    local-memory cache the count is per server process; set CACHE_URL to Redis to share it.
+    """
+
+    WINDOW = 60
+
+    def __init__(self) -> None:
+        self._wait = float(self.WINDOW)
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        limit = settings.API_RATE_LIMIT_PER_MINUTE
+        token = getattr(request, "auth", None)
+        if not limit or token is None:
+            return True
+        now = time.time()
+        window = int(now // self.WINDOW)
+        # Every request in a window shares this wait, so a concurrent overwrite is harmless.
+        self._wait = self.WINDOW - (now % self.WINDOW)
+        try:
+            return self._count(f"api-rate:{token.pk}:{window}") <= limit
+        except Exception:  # a cache outage must not take the API down with it
+            logger.warning("rate limit cache unavailable; request allowed", exc_info=True)
+            return True
+
+    def _count(self, key: str) -> int:
+        cache.add(key, 0, timeout=self.WINDOW * 2)
+        try:
+            return cache.incr(key)
+        except ValueError:  # expired between add and incr
+            cache.set(key, 1, timeout=self.WINDOW * 2)
+            return 1
+
+    def wait(self) -> float:
+        return self._wait

@@ -1,0 +1,339 @@
+"""Every error the API returns, as one JSON envelope with a taxonomy failure type.
+
+The envelope is the one agents report their own failures in (../shared/BRIEF.md), so an agent
+can feed our answer to its own classifier and routing unchanged:
+
+    {"status": "error", "failure_type": "invalid_input", "retryable": false, "retry_after": null,
+     "detail": "…", "errors": [{"path": "runs.3.failure_type", "message": "…"}],
+     "attempted": {"operation": "POST /api/v1/runs/batch"}, "partial_results": [],
+     "alternatives": ["…"]}
+
+`install_handlers(api)` registers the handlers once on the NinjaAPI, so every router mounted on it
+answers the same way. The JSON body parser lives here too because its refusals (413, too deep,
+malformed) are errors of this shape, and it is where NUL characters are neutralised for every
+router at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+
+import orjson
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, AuthorizationError, HttpError, Throttled
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
+
+from classifier import FailureCategory
+from orchestrator.schemas import ErrorOut
+
+logger = logging.getLogger(__name__)
+
+# What a client should wait before retrying when the database is unreachable or locked.
+DB_RETRY_AFTER = 5.0
+
+# Our own answers' retryability, per the taxonomy's default decisions.
+RETRYABLE = {
+    FailureCategory.AUTH_FAILURE: False,
+    FailureCategory.RESOURCE_MISSING: False,
+    FailureCategory.INVALID_INPUT: False,
+    FailureCategory.RATE_LIMITED: True,
+    FailureCategory.SERVER_FAULT: True,
+}
+
+# Status codes of the errors every operation may answer, for the OpenAPI document.
+COMMON_ERRORS = (401, 405, 413, 422, 429, 500, 503)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    path: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message}
+
+
+class ApiError(Exception):
+    """An error answer in the envelope shape; raise it anywhere under the API."""
+
+    def __init__(
+        self,
+        status: int,
+        failure_type: FailureCategory,
+        detail: str,
+        *,
+        errors: Iterable[FieldError] = (),
+        retry_after: float | None = None,
+        alternatives: Iterable[str] = (),
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.failure_type = failure_type
+        self.detail = detail
+        self.errors = list(errors)
+        self.retry_after = retry_after
+        self.alternatives = list(alternatives)
+        self.headers = headers or {}
+
+
+def invalid(detail: str, errors: Iterable[FieldError] = (), status: int = 422) -> ApiError:
+    return ApiError(
+        status,
+        FailureCategory.INVALID_INPUT,
+        detail,
+        errors=errors,
+        alternatives=["fix the request as the errors say; repeating it unchanged cannot succeed"],
+    )
+
+
+def not_found_error(detail: str) -> ApiError:
+    return ApiError(404, FailureCategory.RESOURCE_MISSING, detail)
+
+
+def error_responses(*extra: int) -> dict[int, type[ErrorOut]]:
+    """The `response=` entries documenting our error envelope, for `@router.get(response=…)`."""
+    return dict.fromkeys(sorted({*COMMON_ERRORS, *extra}), ErrorOut)
+
+
+def error_response(request: HttpRequest, error: ApiError) -> HttpResponse:
+    body = {
+        "status": "error",
+        "failure_type": error.failure_type.value,
+        "retryable": RETRYABLE.get(error.failure_type, True),
+        "retry_after": error.retry_after,
+        "detail": error.detail,
+        "errors": [e.as_dict() for e in error.errors],
+        "attempted": {"operation": f"{request.method} {request.path}"},
+        "partial_results": [],
+        "alternatives": error.alternatives,
+    }
+    response = HttpResponse(
+        orjson.dumps(body), status=error.status, content_type="application/json"
+    )
+    if error.retry_after is not None:
+        # RFC 9110 delay-seconds is an integer; round up so a client never retries too early.
+        response["Retry-After"] = str(math.ceil(error.retry_after))
+    for name, value in error.headers.items():
+        response[name] = value
+    return response
+
+
+# ---------------------------------------------------------------------------------------------
+# Exception handlers
+
+
+def _validation_errors(exc: NinjaValidationError) -> list[FieldError]:
+    """Turn ninja's locations ("body", "payload", "runs", 3, "x") into paths ("runs.3.x")."""
+    errors = []
+    for error in exc.errors:
+        loc = list(error.get("loc", ()))
+        # body locations carry the view's parameter name after "body"; clients never see it.
+        loc = loc[2:] if loc[:1] == ["body"] else loc[1:]
+        errors.append(FieldError(".".join(str(part) for part in loc), error.get("msg", "invalid")))
+    return errors
+
+
+def _http_error(exc: HttpError) -> ApiError:
+    # ninja wraps whatever the body parser raises into a 400 HttpError: answer the real cause.
+    if isinstance(exc.__cause__, ApiError):
+        return exc.__cause__
+    if exc.status_code == 404:
+        return not_found_error(str(exc))
+    if exc.status_code in (401, 403):
+        return ApiError(exc.status_code, FailureCategory.AUTH_FAILURE, str(exc))
+    if exc.status_code >= 500:
+        return ApiError(exc.status_code, FailureCategory.SERVER_FAULT, str(exc))
+    return invalid(str(exc), status=exc.status_code)
+
+
+def _unauthenticated() -> ApiError:
+    return ApiError(
+        401,
+        FailureCategory.AUTH_FAILURE,
+        "Missing, unknown or revoked API token.",
+        alternatives=[
+            "send the header 'Authorization: Bearer <token>'",
+            "ask an operator for a token (manage.py createtoken NAME)",
+        ],
+        headers={"WWW-Authenticate": 'Bearer realm="api"'},
+    )
+
+
+def _throttled(exc: Throttled) -> ApiError:
+    wait = float(exc.wait) if exc.wait is not None else 60.0
+    return ApiError(
+        429,
+        FailureCategory.RATE_LIMITED,
+        f"More than {settings.API_RATE_LIMIT_PER_MINUTE} requests a minute for this token.",
+        retry_after=wait,
+        alternatives=["wait Retry-After seconds", "send runs in batches (POST /runs/batch)"],
+    )
+
+
+def _database_unavailable() -> ApiError:
+    return ApiError(
+        503,
+        FailureCategory.SERVER_FAULT,
+        "The database is unavailable; nothing was stored.",
+        retry_after=DB_RETRY_AFTER,
+        alternatives=["retry after Retry-After seconds with the same Idempotency-Key"],
+    )
+
+
+def _too_big() -> ApiError:
+    limit = settings.API_MAX_BODY_BYTES
+    return ApiError(
+        413,
+        FailureCategory.INVALID_INPUT,
+        f"The body is larger than {limit} bytes.",
+        alternatives=["split the runs into smaller batches"],
+    )
+
+
+def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.exception("API error on %s %s", request.method, request.path, exc_info=exc)
+    error = ApiError(500, FailureCategory.SERVER_FAULT, "Internal error; it has been logged.")
+    return error_response(request, error)
+
+
+def install_handlers(api: NinjaAPI) -> None:
+    """Register the envelope handlers once; they serve every router mounted on `api`."""
+
+    def handle(exc_class: type[Exception], make: Callable[[Any], ApiError]) -> None:
+        api.add_exception_handler(
+            exc_class, lambda request, exc: error_response(request, make(exc))
+        )
+
+    handle(ApiError, lambda exc: exc)
+    handle(NinjaValidationError, lambda exc: invalid("Invalid request.", _validation_errors(exc)))
+    handle(AuthenticationError, lambda exc: _unauthenticated())
+    handle(AuthorizationError, lambda exc: ApiError(403, FailureCategory.AUTH_FAILURE, str(exc)))
+    handle(Throttled, _throttled)
+    handle(HttpError, _http_error)
+    handle(Http404, lambda exc: not_found_error("Not found."))
+    handle(RequestDataTooBig, lambda exc: _too_big())
+    handle(OperationalError, lambda exc: _database_unavailable())
+    handle(InterfaceError, lambda exc: _database_unavailable())
+    # Validation should catch every value a column refuses; these are the backstop, never a 500.
+    handle(DataError, lambda exc: invalid("A value does not fit its database column."))
+    handle(IntegrityError, lambda exc: invalid("The request conflicts with stored data.", (), 409))
+    api.add_exception_handler(Exception, _unexpected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Views outside ninja's routes: unknown URLs and methods must answer in the envelope too
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """Catch-all for unknown URLs under the API (instead of Django's HTML 404 page)."""
+    return error_response(request, not_found_error(f"No API endpoint at {request.path}."))
+
+
+def json_method_not_allowed(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Rewrite ninja's plain-text 405 as our envelope, keeping its Allow header."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if response.status_code != 405 or response.get("Content-Type", "").startswith(
+            "application/json"
+        ):
+            return response
+        error = invalid(f"{request.method} is not allowed here.", status=405)
+        error.headers["Allow"] = response.get("Allow", "")
+        return error_response(request, error)
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# The JSON body parser
+
+_NUL_ESCAPE = b"\\u0000"
+_ORJSON_DEPTH = "depth limit exceeded"  # orjson refuses nesting beyond 1,024 levels itself
+
+
+def deeper_than(value: Any, limit: int) -> bool:
+    """Return True if `value` nests containers more than `limit` levels deep.
+
+    Checked after parsing (orjson itself stops at 1,024 levels), level by level (no recursion to
+    exhaust), visiting containers only: a batch of 1,000 runs costs a few milliseconds.
+    """
+    level = [value] if type(value) in (dict, list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        level = [
+            child
+            for container in level
+            for child in (container.values() if type(container) is dict else container)
+            if type(child) is dict or type(child) is list
+        ]
+    return False
+
+
+def replace_nul(value: Any) -> Any:
+    """Return `value` with every U+0000 in strings and keys replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [replace_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {replace_nul(key): replace_nul(item) for key, item in value.items()}
+    return value
+
+
+def _too_deep(limit: int) -> ApiError:
+    return invalid(f"The JSON nests deeper than {limit} levels.", [FieldError("", "too deep")])
+
+
+class EnvelopeParser(Parser):
+    """ninja's body parser, made safe: size, depth, strict JSON, and no NUL characters.
+
+    PostgreSQL refuses U+0000 in text and jsonb. Rather than refuse a whole failure report because
+    an exception message carried a NUL byte (losing the very information the product exists to
+    carry), every U+0000 in any string is replaced with U+FFFD (the Unicode replacement
+    character), which keeps a visible trace that something was there.
+    """
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise _too_big() from None
+        if len(body) > settings.API_MAX_BODY_BYTES:  # a chunked body has no Content-Length
+            raise _too_big()
+        limit = settings.API_MAX_JSON_DEPTH
+        try:
+            # orjson is strict: no NaN/Infinity, no lone surrogates (which no database accepts).
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            if str(exc).startswith(_ORJSON_DEPTH):
+                raise _too_deep(limit) from None
+            raise invalid(f"The body is not valid JSON: {exc}", status=400) from None
+        if deeper_than(data, limit):
+            raise _too_deep(limit)
+        if _NUL_ESCAPE in body:
+            data = replace_nul(data)
+        request._parsed_json = data  # type: ignore[attr-defined]
+        return data
+
+    @staticmethod
+    def parsed(request: HttpRequest) -> Any:
+        """The body as this parser returned it (views hash it for idempotency)."""
+        return getattr(request, "_parsed_json", None)

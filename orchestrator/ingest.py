@@ -1,0 +1,478 @@
+"""Recording reported runs: per-item validation, idempotency keys, and the one-statement insert.
+
+This is the ingest hot path (flow 1 of the architecture). A batch costs a fixed number of queries
+whatever its size: at most one per kind of reference checked (workflow, retry_of), one
+`INSERT … ON CONFLICT DO NOTHING RETURNING id, idempotency_key`, and one SELECT for the keys that
+were already stored. Concurrent repeats of a key produce one row because the unique constraint
+`run_idempotency_key_per_token` arbitrates, never a read-then-write. Nothing else happens on the
+request path: no counter rows are updated (dashboard rollups are folded in by a periodic job).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import psycopg
+import pydantic
+from django.db import connection, transaction
+from django.db.models import DateTimeField, Field, JSONField
+from django.utils import timezone
+
+from classifier import FailureCategory
+from orchestrator.apierrors import ApiError, FieldError, invalid
+from orchestrator.models import Run, Workflow
+from orchestrator.schemas import RunIn
+
+# Run fields that differ per reported run, in the order of `_row`. Every other column takes one
+# value for the whole batch: created_at and token, and the model default of the coordinator's
+# bookkeeping (decision, due time, delivery counts …), read from the model at insert time so that
+# a field added later needs no change here.
+ROW_FIELDS = (
+    "workflow",
+    "topic",
+    "capability",
+    "agent",
+    "source",
+    "operation",
+    "attempted",
+    "attempt",
+    "retry_of",
+    "status",
+    "result_count",
+    "results",
+    "failure_type",
+    "retryable",
+    "retry_after",
+    "status_code",
+    "provider_code",
+    "exception_type",
+    "detail",
+    "exception_chain",
+    "partial_results",
+    "partial_count",
+    "alternatives",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "idempotency_key",
+    "request_hash",
+)
+
+
+@dataclass(slots=True)
+class Pending:
+    """A valid item on its way into the table."""
+
+    index: int
+    run: RunIn
+    token_id: int
+    key: str
+    digest: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to one item: created, existing (an identical earlier report), rejected."""
+
+    index: int
+    status: str
+    id: int | None = None
+    error: ApiError | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        error = None
+        if self.error is not None:
+            error = {
+                "failure_type": self.error.failure_type.value,
+                "detail": self.error.detail,
+                "errors": [e.as_dict() for e in self.error.errors],
+            }
+        return {"index": self.index, "status": self.status, "id": self.id, "error": error}
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _path(prefix: str, loc: Iterable[Any]) -> str:
+    return ".".join(str(part) for part in (prefix, *loc) if part != "")
+
+
+def validate_item(raw: Any, prefix: str) -> tuple[RunIn | None, list[FieldError]]:
+    """Return the validated run, or the errors (with paths under `prefix`) that refuse it."""
+    try:
+        run = RunIn.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        return None, [FieldError(_path(prefix, e["loc"]), e["msg"]) for e in exc.errors()]
+    errors = consistency_errors(run, prefix)
+    return (None if errors else run), errors
+
+
+def consistency_errors(run: RunIn, prefix: str = "") -> list[FieldError]:
+    """Return what contradicts the envelope's rules: one status, its own fields."""
+    errors = []
+
+    def refuse(field: str, message: str) -> None:
+        errors.append(FieldError(_path(prefix, [field]), message))
+
+    if run.status == "ok":
+        if run.failure_type is not None:
+            refuse("failure_type", "must be null when status is ok (an empty result is a success)")
+        if run.partial_results:
+            refuse("partial_results", "only for status error; a success reports results")
+    else:
+        if run.failure_type is None:
+            refuse("failure_type", "is required when status is error")
+        if run.results:
+            refuse("results", "a failure reports what it gathered in partial_results")
+    if run.started_at and run.finished_at and run.finished_at < run.started_at:
+        refuse("finished_at", "is before started_at")
+    return errors
+
+
+def reference_errors(pending: Sequence[Pending], prefix: Callable[[int], str]) -> dict[int, list]:
+    """Return {index: errors} for items whose references the database would refuse.
+
+    A workflow or first attempt must exist (foreign keys), and a retry's attempt number must be
+    free (`run_unique_retry_attempt`): checked here so that one such item is rejected alone
+    instead of failing the batch's single INSERT. A few queries per batch, none without refs.
+    """
+    errors: dict[int, list[FieldError]] = {}
+
+    def refuse(p: Pending, field: str, message: str) -> None:
+        errors.setdefault(p.index, []).append(FieldError(_path(prefix(p.index), [field]), message))
+
+    workflows = {p.run.workflow for p in pending} - {None}
+    if workflows:
+        known = set(Workflow.objects.filter(pk__in=workflows).values_list("pk", flat=True))
+        for p in pending:
+            if p.run.workflow is not None and p.run.workflow not in known:
+                refuse(p, "workflow", f"no workflow with id {p.run.workflow}")
+    retries = [p for p in pending if p.run.retry_of is not None]
+    if retries:
+        for p, field, message in _retry_conflicts(retries):
+            refuse(p, field, message)
+    return errors
+
+
+def _retry_conflicts(retries: Sequence[Pending]) -> Iterable[tuple[Pending, str, str]]:
+    """Yield (item, field, reason) for retries of unknown runs or of attempts already taken."""
+    firsts = {p.run.retry_of for p in retries}
+    known = set(Run.objects.filter(pk__in=firsts).values_list("pk", flat=True))
+    taken = {
+        (first, attempt): (pk, token_id, key)
+        for first, attempt, pk, token_id, key in Run.objects.filter(
+            retry_of__in=firsts
+        ).values_list("retry_of", "attempt", "pk", "token_id", "idempotency_key")
+    }
+    claimed: dict[tuple[int, int], str] = {}
+    for p in retries:
+        slot = (p.run.retry_of, p.run.attempt)
+        if p.run.retry_of not in known:
+            yield p, "retry_of", f"no run with id {p.run.retry_of}"
+        elif slot in taken and not (p.key and taken[slot][1:] == (p.token_id, p.key)):
+            yield (
+                p,
+                "attempt",
+                f"attempt {slot[1]} of run {slot[0]} is already run {taken[slot][0]}",
+            )
+        elif slot in claimed and (not p.key or claimed[slot] != p.key):
+            yield p, "attempt", f"attempt {slot[1]} of run {slot[0]} appears twice in the batch"
+        else:
+            claimed[slot] = p.key
+
+
+def request_hash(raw: dict[str, Any]) -> str:
+    """Hash of the reported JSON, keys sorted, so a key reused for another body is detected.
+
+    Two bodies are the same report when they are equal as JSON data: key order and whitespace do
+    not matter. The idempotency key itself is left out (it names the report, it is not in it).
+    Hashing the parsed body rather than the validated model is several times cheaper on the
+    batch path.
+    """
+    data = {name: value for name, value in raw.items() if name != "idempotency_key"}
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Storing
+
+
+def _duration_ms(run: RunIn) -> float | None:
+    if run.duration_ms is not None or not (run.started_at and run.finished_at):
+        return run.duration_ms
+    return (run.finished_at - run.started_at).total_seconds() * 1000
+
+
+def _operation(run: RunIn) -> str:
+    if run.operation:
+        return run.operation
+    named = run.attempted.get("operation")
+    return named[:200] if isinstance(named, str) else ""
+
+
+def _row(p: Pending) -> tuple:
+    """The ROW_FIELDS values of one run, as Python values (JSON columns as lists and dicts)."""
+    run = p.run
+    ok = run.status == "ok"
+    return (
+        run.workflow,
+        run.topic,
+        run.capability,
+        run.agent,
+        run.source,
+        _operation(run),
+        run.attempted,
+        run.attempt,
+        run.retry_of,
+        Run.Status.SUCCEEDED.value if ok else Run.Status.FAILED.value,
+        len(run.results),
+        run.results,
+        run.failure_type.value if run.failure_type else None,
+        run.retryable,
+        run.retry_after,
+        run.status_code,
+        run.provider_code,
+        run.exception_type,
+        run.detail,
+        run.chain,
+        run.partial_results,
+        len(run.partial_results),
+        run.alternatives,
+        run.started_at,
+        run.finished_at,
+        _duration_ms(run),
+        p.key,
+        p.digest,
+    )
+
+
+def _batch_values(token_id: int) -> list[tuple[Field, Any]]:
+    """The columns with one value for the whole batch, and that value ready for the database."""
+    given = {"created_at": timezone.now(), "token": token_id}
+    values = []
+    for field in Run._meta.concrete_fields:
+        if field.primary_key or field.name in ROW_FIELDS:
+            continue
+        value = given[field.name] if field.name in given else field.get_default()
+        values.append((field, field.get_db_prep_save(value, connection)))
+    return values
+
+
+def _conflict_clause() -> str:
+    quote = connection.ops.quote_name
+    # The conflict target repeats the partial unique index's predicate so both databases infer it.
+    return (
+        f"ON CONFLICT ({quote('token_id')}, {quote('idempotency_key')}) "
+        f"WHERE NOT ({quote('idempotency_key')} = '') DO NOTHING "
+        f"RETURNING {quote('id')}, {quote('idempotency_key')}"
+    )
+
+
+def _insert_json(rows: Sequence[tuple], batch: list[tuple[Field, Any]]) -> list:
+    """PostgreSQL: one INSERT … SELECT FROM json_populate_recordset(the batch as one JSON text).
+
+    The batch travels as a single parameter serialised by orjson (C) and is parsed by PostgreSQL
+    (C). A multi-row VALUES list would carry ~30 parameters per row, for psycopg to split and
+    PostgreSQL to parse as a megabyte of SQL; one array per column would have psycopg dump
+    30,000 elements in Python. Column types come from the table's row type: no casts to keep.
+    """
+    quote = connection.ops.quote_name
+    table = quote(Run._meta.db_table)
+    names = [Run._meta.get_field(name).column for name in ROW_FIELDS]
+    columns = [*names, *(f.column for f, _ in batch)]
+    selected = ", ".join(f"r.{quote(name)}" for name in names)
+    constants = "".join(f", %s::{f.db_type(connection)}" for f, _ in batch)
+    query = (
+        f"INSERT INTO {table} ({', '.join(map(quote, columns))}) "
+        f"SELECT {selected}{constants} "
+        f"FROM json_populate_recordset(NULL::{table}, %s::json) AS r {_conflict_clause()}"
+    )
+    document = orjson.dumps([dict(zip(names, row, strict=True)) for row in rows]).decode()
+    # A server-side-binding cursor on Django's connection (same transaction): the megabyte of JSON
+    # is sent as a parameter, not escaped into the SQL text as Django's client-side cursor would.
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(query, [*(value for _, value in batch), document])
+        return cursor.fetchall()
+
+
+def _insert_values(rows: Sequence[tuple], batch: list[tuple[Field, Any]]) -> list:
+    """SQLite: multi-row VALUES, split to respect its bind-parameter limit."""
+    quote = connection.ops.quote_name
+    fields = [Run._meta.get_field(name) for name in ROW_FIELDS]
+    columns = [f.column for f in fields] + [f.column for f, _ in batch]
+    constants = tuple(v for _, v in batch)
+    rows = [_sqlite_values(row) for row in rows]
+    one = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    per_statement = max(1, _max_params() // len(columns))
+    inserted = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), per_statement):
+            part = rows[start : start + per_statement]
+            query = (
+                f"INSERT INTO {quote(Run._meta.db_table)} ({', '.join(map(quote, columns))}) "
+                f"VALUES {', '.join([one] * len(part))} {_conflict_clause()}"
+            )
+            cursor.execute(query, [value for row in part for value in (*row, *constants)])
+            inserted.extend(cursor.fetchall())
+    return inserted
+
+
+_JSON_POSITIONS = frozenset(
+    i for i, name in enumerate(ROW_FIELDS) if isinstance(Run._meta.get_field(name), JSONField)
+)
+_TIME_POSITIONS = frozenset(
+    i for i, name in enumerate(ROW_FIELDS) if isinstance(Run._meta.get_field(name), DateTimeField)
+)
+
+
+def _sqlite_values(row: tuple) -> tuple:
+    adapt = connection.ops.adapt_datetimefield_value
+    return tuple(
+        orjson.dumps(value).decode()
+        if i in _JSON_POSITIONS
+        else adapt(value)
+        if i in _TIME_POSITIONS
+        else value
+        for i, value in enumerate(row)
+    )
+
+
+def _max_params() -> int:
+    connection.ensure_connection()
+    raw = connection.connection
+    if isinstance(raw, sqlite3.Connection):
+        return raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return 999
+
+
+def insert_rows(token_id: int, rows: Sequence[tuple]) -> list[tuple[int, str]]:
+    """Insert rows, skipping stored keys; return (id, key) of the rows inserted, in row order.
+
+    Row order is PostgreSQL's and SQLite's RETURNING order for one INSERT, as Django's own
+    bulk_create relies on; keyed rows are matched by key anyway, only keyless ones by order.
+    """
+    if not rows:
+        return []
+    batch = _batch_values(token_id)
+    insert = _insert_json if connection.vendor == "postgresql" else _insert_values
+    with transaction.atomic():
+        return insert(rows, batch)
+
+
+def stored_keys(token_id: int, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
+    """Return {key: (id, request_hash)} of this token's stored runs with these keys."""
+    wanted = list(set(keys))
+    if not wanted:
+        return {}
+    rows = Run.objects.filter(token_id=token_id, idempotency_key__in=wanted).values_list(
+        "idempotency_key", "id", "request_hash"
+    )
+    return {key: (pk, digest) for key, pk, digest in rows}
+
+
+def key_reused(key: str, stored_id: int, path: str) -> ApiError:
+    return ApiError(
+        409,
+        FailureCategory.INVALID_INPUT,
+        f"Idempotency key {key!r} was already used for a different run (id {stored_id}).",
+        errors=[FieldError(path, "already used for a different body")],
+        alternatives=[
+            "use a new idempotency key for a new run",
+            "repeat the original body unchanged to get the stored run",
+        ],
+    )
+
+
+def store(
+    token_id: int, pending: Sequence[Pending], key_path: Callable[[int], str]
+) -> list[Outcome]:
+    """Insert the valid items; return one outcome per item, in the order given."""
+    first: dict[str, Pending] = {}
+    to_insert: list[Pending] = []
+    repeats: list[Pending] = []
+    for p in pending:
+        if p.key and p.key in first:
+            repeats.append(p)  # the same key twice in one batch: judged against the stored row
+            continue
+        first[p.key] = p
+        to_insert.append(p)
+    # Inserting in key order makes concurrent batches take index locks in the same order, so two
+    # batches sharing keys wait for each other instead of deadlocking.
+    to_insert.sort(key=lambda p: p.key)
+    inserted = insert_rows(token_id, [_row(p) for p in to_insert])
+
+    stored = {key: (pk, first[key].digest) for pk, key in inserted if key}
+    keyless = iter(pk for pk, key in inserted if not key)
+    outcomes = {p.index: Outcome(p.index, "created", next(keyless)) for p in to_insert if not p.key}
+    outcomes |= {
+        p.index: Outcome(p.index, "created", stored[p.key][0]) for p in to_insert if p.key in stored
+    }
+    earlier = [p for p in (*to_insert, *repeats) if p.key and p.index not in outcomes]
+    stored |= stored_keys(token_id, (p.key for p in earlier if p.key not in stored))
+    for p in earlier:
+        outcomes[p.index] = _judge_repeat(p, stored.get(p.key), key_path(p.index))
+    return [outcomes[p.index] for p in pending]
+
+
+def _judge_repeat(p: Pending, stored: tuple[int, str] | None, path: str) -> Outcome:
+    if stored is None:  # deleted between our insert and our select: rare, and safe to resend
+        error = ApiError(503, FailureCategory.SERVER_FAULT, "The stored run vanished; resend.")
+        return Outcome(p.index, "rejected", None, error)
+    pk, digest = stored
+    if digest != p.digest:
+        return Outcome(p.index, "rejected", None, key_reused(p.key, pk, path))
+    return Outcome(p.index, "existing", pk)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two entry points
+
+
+def ingest_batch(token_id: int, items: Sequence[Any]) -> list[Outcome]:
+    """Validate each item on its own, store the valid ones, and say what happened to each."""
+    outcomes: dict[int, Outcome] = {}
+    pending: list[Pending] = []
+    for index, raw in enumerate(items):
+        run, errors = validate_item(raw, f"runs.{index}")
+        if run is None:
+            outcomes[index] = Outcome(index, "rejected", None, invalid("Invalid run.", errors))
+            continue
+        pending.append(Pending(index, run, token_id, run.idempotency_key, request_hash(raw)))
+    missing = reference_errors(pending, lambda i: f"runs.{i}")
+    for index, errors in missing.items():
+        outcomes[index] = Outcome(
+            index, "rejected", None, invalid("Invalid reference to a workflow or run.", errors)
+        )
+    valid = [p for p in pending if p.index not in missing]
+    if valid:
+        for outcome in store(token_id, valid, lambda i: f"runs.{i}.idempotency_key"):
+            outcomes[outcome.index] = outcome
+    return [outcomes[index] for index in range(len(items))]
+
+
+def ingest_one(token_id: int, run: RunIn, raw: dict[str, Any], header_key: str | None) -> Run:
+    """Store one report (or find its identical earlier report); raise ApiError otherwise."""
+    if header_key and run.idempotency_key and header_key != run.idempotency_key:
+        raise invalid(
+            "The Idempotency-Key header and the body's idempotency_key differ.",
+            [FieldError("idempotency_key", "differs from the Idempotency-Key header")],
+        )
+    key = header_key or run.idempotency_key
+    errors = consistency_errors(run)
+    if errors:
+        raise invalid("Invalid run.", errors)
+    p = Pending(0, run, token_id, key, request_hash(raw))
+    missing = reference_errors([p], lambda i: "")
+    if missing:
+        raise invalid("Invalid reference to a workflow or run.", missing[0])
+    outcome = store(token_id, [p], lambda i: "Idempotency-Key")[0]
+    if outcome.error is not None:
+        raise outcome.error
+    return Run.objects.get(pk=outcome.id)

@@ -1,0 +1,358 @@
+"""Routing: what the coordinator does about one failure. Pure: no Django, no database, no clock.
+
+A policy snapshot, a source's budget/breaker state and a little context go in; a `Decision` comes
+out. Time enters through `now` and randomness through `rng`, so tests and the recovery benchmark
+can drive both.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+RETRY = "retry"
+SWITCH_SOURCE = "switch_source"
+ACCEPT_PARTIAL = "accept_partial"
+ESCALATE = "escalate"
+ABORT = "abort"
+ACTIONS = (RETRY, SWITCH_SOURCE, ACCEPT_PARTIAL, ESCALATE, ABORT)
+
+UNCLASSIFIED = "unclassified"
+# The brief's "at most one conservative retry" holds whatever an operator sets for unclassified.
+UNCLASSIFIED_MAX_ATTEMPTS = 2
+
+# The seeded defaults (migration 0002), used when a failure type has no row: a missing row must
+# never make routing crash or retry blindly.
+DEFAULT_RULES: dict[str, dict[str, Any]] = {
+    "transient": dict(max_attempts=4, base_delay=1.0, max_delay=30.0, multiplier=2.0),
+    "rate_limited": dict(max_attempts=4, base_delay=2.0, max_delay=120.0, multiplier=2.0),
+    "auth_failure": dict(max_attempts=1, hard_fail=True, action_when_exhausted=ESCALATE),
+    "resource_missing": dict(max_attempts=1, hard_fail=True),
+    "invalid_input": dict(
+        max_attempts=1, hard_fail=True, action_when_exhausted=ABORT, review_fallback=ABORT
+    ),
+    "timeout": dict(max_attempts=3, base_delay=2.0, max_delay=60.0, multiplier=3.0),
+    "server_fault": dict(max_attempts=4, base_delay=1.0, max_delay=60.0, multiplier=2.0),
+    "unclassified": dict(
+        max_attempts=2, base_delay=5.0, max_delay=5.0, jitter="none", action_when_exhausted=ESCALATE
+    ),
+}
+
+# How an operator reads each failure type in a reason sentence.
+_PHRASES = {
+    "transient": "A transient network failure on {source}",
+    "rate_limited": "Rate limited by {source}",
+    "auth_failure": "{source} rejected our credentials",
+    "resource_missing": "{source} does not have what we asked for",
+    "invalid_input": "{source} refused the request as invalid",
+    "timeout": "{source} timed out",
+    "server_fault": "{source} failed on its side",
+    "unclassified": "{source} failed with an error we could not classify",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One failure type's row of the routing table."""
+
+    failure_type: str
+    max_attempts: int = 1
+    base_delay: float = 0.0
+    max_delay: float = 0.0
+    multiplier: float = 2.0
+    jitter: str = "full"
+    action_when_exhausted: str = SWITCH_SOURCE
+    hard_fail: bool = False
+    review_deadline: int = 24 * 3600
+    review_fallback: str = ACCEPT_PARTIAL
+
+    @classmethod
+    def from_data(cls, row: Mapping[str, Any]) -> Rule:
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in row.items() if k in names})
+
+
+@dataclass(frozen=True)
+class PolicySnapshot:
+    """The whole routing table at one version."""
+
+    version: int
+    rules: Mapping[str, Rule]
+
+    @classmethod
+    def from_rows(cls, version: int, rows: list[Mapping[str, Any]]) -> PolicySnapshot:
+        """Build from RoutingPolicy.snapshot() rows; types without a row get the defaults."""
+        rules = {ft: Rule.from_data({"failure_type": ft, **d}) for ft, d in DEFAULT_RULES.items()}
+        for row in rows:
+            ft = row["failure_type"]
+            rules[ft] = Rule.from_data({**DEFAULT_RULES.get(ft, {}), **row})
+        return cls(version=version, rules=rules)
+
+    def rule(self, failure_type: str) -> Rule:
+        return self.rules.get(failure_type) or self.rules[UNCLASSIFIED]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One source's retry budget and circuit breaker, as read just after the failure."""
+
+    source: str = ""
+    tokens: float = 500.0
+    capacity: float = 500.0
+    retry_cost: float = 5.0
+    timeout_retry_cost: float = 10.0
+    breaker: str = "closed"
+    opened_at: datetime | None = None
+    cooldown: float = 30.0
+
+    def cost(self, failure_type: str) -> float:
+        return self.timeout_retry_cost if failure_type == "timeout" else self.retry_cost
+
+    def can_afford(self, failure_type: str) -> bool:
+        return self.tokens >= self.cost(failure_type)
+
+    def breaker_wait(self, now: datetime) -> float:
+        """Return the seconds until an open breaker lets a probe through (0 if not open)."""
+        if self.breaker != "open" or self.opened_at is None:
+            return 0.0
+        reopen = self.opened_at + timedelta(seconds=self.cooldown)
+        return max(0.0, (reopen - now).total_seconds())
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the coordinator knows beyond the failure: alternatives, refreshers, history."""
+
+    source: str = "the source"
+    has_alternative: bool = False
+    can_refresh: bool = False
+    refreshed: bool = False
+    partial_count: int = 0
+    poisoned: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    delay_seconds: float
+    reason: str
+    policy_version: int
+    budget_cost: float = 0.0
+    failure_type: str = UNCLASSIFIED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "delay_seconds": self.delay_seconds,
+            "reason": self.reason,
+            "policy_version": self.policy_version,
+        }
+
+
+@dataclass(frozen=True)
+class FailureFacts:
+    """The few facts routing reads, from a classifier Failure, an envelope or a dict."""
+
+    failure_type: str
+    retry_after: float | None = None
+    status_code: int | None = None
+    detail: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, failure: Any) -> FailureFacts:
+        if isinstance(failure, FailureFacts):
+            return failure
+        get = failure.get if isinstance(failure, Mapping) else lambda k: getattr(failure, k, None)
+        ftype = get("failure_type") or get("category") or UNCLASSIFIED
+        ftype = getattr(ftype, "value", ftype)
+        retry_after = get("retry_after")
+        try:
+            retry_after = None if retry_after is None else max(0.0, float(retry_after))
+        except (TypeError, ValueError):
+            retry_after = None
+        status = get("status_code")
+        return cls(
+            failure_type=str(ftype) if str(ftype) in DEFAULT_RULES else UNCLASSIFIED,
+            retry_after=retry_after,
+            status_code=status if isinstance(status, int) else None,
+            detail=str(get("detail") or ""),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Delays
+
+
+def delay_bounds(rule: Rule, attempt: int) -> tuple[float, float]:
+    """Return (min, max) of the delay before the retry that follows failed attempt `attempt`."""
+    cap = min(rule.max_delay, rule.base_delay * rule.multiplier ** max(0, attempt - 1))
+    if rule.jitter == "full":
+        return 0.0, cap
+    if rule.jitter == "equal":
+        return cap / 2, cap
+    return cap, cap
+
+
+def backoff(rule: Rule, attempt: int, rng: Callable[[], float]) -> float:
+    """Return the jittered backoff after failed attempt `attempt` (full jitter: 0..cap)."""
+    low, high = delay_bounds(rule, attempt)
+    return low + (high - low) * rng()
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision
+
+
+def decide(
+    failure: Any,
+    attempt: int,
+    policy: PolicySnapshot,
+    budget: Budget | None = None,
+    context: Context | None = None,
+    *,
+    now: datetime | None = None,
+    rng: Callable[[], float] = random.random,
+) -> Decision:
+    """Return what to do after `failure` ended attempt number `attempt` (1 = the first call)."""
+    facts = FailureFacts.of(failure)
+    ctx = context or Context(source=budget.source if budget and budget.source else "the source")
+    budget = budget or Budget(source=ctx.source)
+    rule = policy.rule(facts.failure_type)
+    say = _Sayer(facts, ctx, rule, attempt, policy.version)
+    if ctx.poisoned:
+        return say.decision(
+            ESCALATE, 0, "the task killed its worker on every delivery, so it was parked"
+        )
+    if facts.failure_type == "auth_failure":
+        return _route_auth(say, ctx)
+    if rule.hard_fail:
+        return _exhausted(say, ctx, "the same request cannot succeed, so it is not retried")
+    return _route_retryable(say, facts, rule, attempt, budget, ctx, now, rng)
+
+
+def _route_auth(say: _Sayer, ctx: Context) -> Decision:
+    if ctx.can_refresh and not ctx.refreshed:
+        return say.decision(RETRY, 0, "refreshing its credentials once, then retrying at once")
+    why = (
+        "refreshing its credentials did not help"
+        if ctx.refreshed
+        else "no credential refresher is registered for it"
+    )
+    return _exhausted(say, ctx, f"{why}, and a blind retry cannot succeed")
+
+
+def _route_retryable(
+    say: _Sayer,
+    facts: FailureFacts,
+    rule: Rule,
+    attempt: int,
+    budget: Budget,
+    ctx: Context,
+    now: datetime | None,
+    rng: Callable[[], float],
+) -> Decision:
+    max_attempts = rule.max_attempts
+    if facts.failure_type == UNCLASSIFIED:
+        max_attempts = min(max_attempts, UNCLASSIFIED_MAX_ATTEMPTS)
+    if attempt >= max_attempts:
+        used = f"all {max_attempts} attempts the policy allows are used"
+        if facts.failure_type == UNCLASSIFIED:
+            # No signal to route on: a human reads the raw detail, whatever the table says.
+            return say.decision(ESCALATE, 0, f"{used}; a human decides from the raw detail")
+        return _exhausted(say, ctx, used)
+    ra = facts.retry_after
+    if ra is not None and ra > rule.max_delay:
+        return say.decision(
+            ESCALATE,
+            0,
+            f"the provider asked us to wait {ra:.1f} s, longer than the policy's maximum "
+            f"delay of {rule.max_delay:.1f} s, so a human decides",
+        )
+    wait = budget.breaker_wait(now) if now else 0.0
+    if wait > 0:
+        return _route_open_breaker(say, ctx, rule, wait, attempt, max_attempts)
+    if not budget.can_afford(facts.failure_type):
+        return _route_empty_budget(say, ctx, budget)
+    delay = backoff(rule, attempt, rng)
+    if ra is not None and delay < ra:
+        delay = ra  # never sooner than the provider asked
+        why = f"retrying after the provider's Retry-After of {ra:.1f} s"
+    else:
+        why = f"retrying in {delay:.1f} s (backoff with {rule.jitter} jitter)"
+    why += f" (attempt {attempt + 1} of {max_attempts})"
+    return say.decision(RETRY, delay, why, cost=budget.cost(facts.failure_type))
+
+
+def _route_open_breaker(
+    say: _Sayer, ctx: Context, rule: Rule, wait: float, attempt: int, max_attempts: int
+) -> Decision:
+    if ctx.has_alternative:
+        return say.decision(
+            SWITCH_SOURCE, 0, "its circuit breaker is open, so the next source is tried"
+        )
+    if wait <= rule.max_delay:
+        return say.decision(
+            RETRY,
+            wait,
+            f"its circuit breaker is open and no other source exists, so waiting {wait:.1f} s "
+            f"for the probe (attempt {attempt + 1} of {max_attempts})",
+        )
+    return _exhausted(say, ctx, f"its circuit breaker stays open for {wait:.0f} s more")
+
+
+def _route_empty_budget(say: _Sayer, ctx: Context, budget: Budget) -> Decision:
+    why = f"the retry budget of {budget.source or ctx.source} is spent ({budget.tokens:.0f} left)"
+    if ctx.has_alternative:
+        return say.decision(SWITCH_SOURCE, 0, f"{why}, so the next source is tried")
+    if ctx.partial_count:
+        return say.decision(ACCEPT_PARTIAL, 0, f"{why}, so the partial results are kept")
+    return say.decision(ESCALATE, 0, f"{why} and nothing was gathered, so a human decides")
+
+
+def _exhausted(say: _Sayer, ctx: Context, why: str) -> Decision:
+    """Apply the rule's action for when retrying is over, degrading a switch with no source left."""
+    action = say.rule.action_when_exhausted
+    if action == SWITCH_SOURCE and ctx.has_alternative:
+        return say.decision(SWITCH_SOURCE, 0, f"{why}; trying the next source")
+    if action == SWITCH_SOURCE:
+        kept = (
+            f"keeping its {ctx.partial_count} partial results"
+            if ctx.partial_count
+            else "recording a gap"
+        )
+        return say.decision(ACCEPT_PARTIAL, 0, f"{why} and no other source is left; {kept}")
+    if action == ACCEPT_PARTIAL:
+        return say.decision(ACCEPT_PARTIAL, 0, f"{why}; keeping what was gathered")
+    if action == ABORT:
+        return say.decision(ABORT, 0, f"{why}; this task fails with the reason above")
+    return say.decision(ESCALATE, 0, f"{why}; a human decides")
+
+
+@dataclass(frozen=True)
+class _Sayer:
+    """Builds decisions whose reason starts with what happened, in an operator's words."""
+
+    facts: FailureFacts
+    ctx: Context
+    rule: Rule
+    attempt: int
+    version: int
+
+    def decision(self, action: str, delay: float, why: str, cost: float = 0.0) -> Decision:
+        what = _PHRASES.get(self.facts.failure_type, _PHRASES[UNCLASSIFIED])
+        what = what.format(source=self.ctx.source)
+        if self.facts.status_code:
+            what += f" ({self.facts.status_code})"
+        reason = f"{what[0].upper()}{what[1:]}; {why}."
+        return Decision(
+            action=action,
+            delay_seconds=round(max(0.0, delay), 3),
+            reason=reason,
+            policy_version=self.version,
+            budget_cost=cost,
+            failure_type=self.facts.failure_type,
+        )

@@ -1,0 +1,47 @@
+"""Smoke test of benchmarks/ingest.py: a small run end to end against PostgreSQL.
+
+It skips on SQLite locally and fails in CI when PostgreSQL is missing (require_service). The
+benchmark gets its own database, named after the test database URL's with a "_bench" suffix, and
+drops it at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from tests.conftest import require_service
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench_database_url() -> str | None:
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        return None
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}_bench"))
+
+
+@pytest.mark.slow
+def test_the_ingest_benchmark_runs_and_reports_both_rates():
+    url = bench_database_url()
+    require_service(url is not None, "PostgreSQL (DATABASE_URL=postgres://…)")
+    done = subprocess.run(
+        [sys.executable, "benchmarks/ingest.py", "--quick", "--database-url", url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("POST /api/v1/runs/batch") for line in lines), done.stdout
+    assert any(line.startswith("COPY orchestrator_run") for line in lines), done.stdout
+    assert any(line.startswith("ratio API / COPY") for line in lines), done.stdout

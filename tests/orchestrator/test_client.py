@@ -1,0 +1,89 @@
+"""AgentClient against the real app served by a live server (no mock)."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+from orchestrator.client import AgentClient, ClientError
+from orchestrator.models import ApiToken, Run
+
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+
+@pytest.fixture
+def agent(live_server):
+    _, secret = ApiToken.issue("client-test")
+    sleeps: list[float] = []
+    with AgentClient(live_server.url, secret, sleep=sleeps.append) as client:
+        client.sleeps = sleeps
+        yield client
+
+
+def test_track_reports_a_success_with_its_results(agent):
+    with agent.track("news-agent", "news_api", "search", {"q": "film"}) as call:
+        call.results = [{"url": "https://a"}, {"url": "https://b"}]
+    run = Run.objects.get(pk=call.run["id"])
+    assert (run.status, run.result_count, run.attempted["q"]) == ("succeeded", 2, "film")
+
+
+def test_track_classifies_a_failure_and_keeps_partial_results(agent):
+    request = httpx.Request("GET", "https://news.example/search")
+    with pytest.raises(httpx.ReadTimeout), agent.track("news-agent", "news_api", "search") as call:
+        call.partial_results.append({"url": "https://a"})
+        raise httpx.ReadTimeout("timed out", request=request)
+    run = Run.objects.get(pk=call.run["id"])
+    assert (run.status, run.failure_type, run.partial_count) == ("failed", "timeout", 1)
+
+
+def test_the_decorator_reports_valid_empty_as_success(agent):
+    @agent.tracked("web-agent", "web_search", "search")
+    def search(query: str) -> list:
+        return []
+
+    assert search("nothing") == []
+    run = Run.objects.get(source="web_search")
+    assert run.status == "succeeded" and run.result_count == 0
+
+
+def test_a_report_with_the_same_key_is_stored_once(agent):
+    envelope = {"status": "ok", "results": [1]}
+    first = agent.report(envelope, agent="a", source="s", idempotency_key="k-1")
+    again = agent.report(envelope, agent="a", source="s", idempotency_key="k-1")
+    assert first["id"] == again["id"] and Run.objects.count() == 1
+
+
+def test_it_asks_for_a_decision_and_a_classification(agent):
+    decision = agent.decide({"failure_type": "invalid_input"}, 1, "news_api")
+    assert decision["action"] == "abort"
+    assert agent.classify({"status_code": 404})["failure_type"] == "resource_missing"
+
+
+def test_a_401_is_not_retried(live_server):
+    sent: list[str] = []
+    client = AgentClient(live_server.url, "fs_wrong", sleep=lambda s: None)
+    client.http.event_hooks["request"] = [lambda r: sent.append(r.url.path)]
+    with pytest.raises(ClientError) as err:
+        client.classify({"status_code": 500})
+    assert err.value.failure.category.value == "auth_failure" and len(sent) == 1
+
+
+def test_a_422_is_not_retried(agent):
+    sent: list[str] = []
+    agent.http.event_hooks["request"] = [lambda r: sent.append(r.url.path)]
+    with pytest.raises(ClientError) as err:
+        agent.decide({}, 0, "")
+    assert err.value.failure.category.value == "invalid_input" and len(sent) == 1
+
+
+def test_a_refused_connection_is_retried_with_backoff(db):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connections are refused
+    sleeps: list[float] = []
+    client = AgentClient(f"http://127.0.0.1:{port}", "fs_x", sleep=sleeps.append, max_attempts=3)
+    with pytest.raises(ClientError) as err:
+        client.classify({})
+    assert err.value.failure.category.value == "transient" and len(sleeps) == 2

@@ -1,0 +1,308 @@
+"""The coordinator's state machine, driven in-process with a simulated clock (no worker).
+
+These call the same functions the Celery tasks call; tests/orchestrator/test_worker.py repeats the
+important paths with a real worker process.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator import budget, coordinator, review
+from orchestrator.models import AuditEntry, ReviewItem, Run, SourceHealth, Workflow
+from orchestrator.simulation import drive, simulated
+
+START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def sim(db, django_capture_on_commit_callbacks):
+    with simulated(START) as (clock, disp):
+
+        def run() -> int:
+            return drive(
+                clock, disp, commit=lambda: django_capture_on_commit_callbacks(execute=True)
+            )
+
+        def start(topics, faults, capability="news", breadth=1) -> Workflow:
+            with django_capture_on_commit_callbacks(execute=True):
+                wf = coordinator.start_workflow(
+                    "AI impact", topics, capability, breadth=breadth, input={"faults": faults}
+                )
+            return wf
+
+        def committed():
+            return django_capture_on_commit_callbacks(execute=True)
+
+        yield SimpleNamespace(clock=clock, disp=disp, drive=run, start=start, commit=committed)
+
+
+def runs_of(wf: Workflow, topic: str) -> list[Run]:
+    return list(wf.runs.filter(topic=topic).order_by("pk"))
+
+
+def test_a_mixed_workflow_degrades_with_honest_coverage(sim, operator):
+    wf = sim.start(
+        ["film", "music", "games", "books"],
+        {
+            "news_api:film": "ok:3",
+            "news_wire:film": "ok:2",
+            "news_api:music": ["timeout", "ok:2"],
+            "news_wire:music": "missing",
+            "news_archive:music": "empty",
+            "news_api:games": "missing",
+            "news_wire:games": "missing",
+            "news_archive:games": "auth",
+            "news_api:books": ["rate_limited:3", "ok:1"],
+            "news_wire:books": "partial:2:invalid",
+        },
+        breadth=2,
+    )
+    sim.drive()
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.AWAITING_REVIEW
+    item = ReviewItem.objects.get(workflow=wf)
+    assert item.run.source == "news_archive" and item.failure_type == "auth_failure"
+    with sim.commit():
+        assert review.resolve(item, operator, "accept_partial", note="rotating keys") == 1
+    sim.drive()
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.DEGRADED
+    cov = wf.coverage
+    assert cov["film"]["verdict"] == "well_supported"
+    assert cov["music"]["verdict"] == "thin"
+    assert cov["music"]["failures"][0]["failure_types"] == ["resource_missing"]
+    assert cov["games"]["verdict"] == "gap"
+    assert "auth_failure" in cov["games"]["why"] and "resource_missing" in cov["games"]["why"]
+    assert cov["books"]["verdict"] == "well_supported"  # 1 result + 2 partial results kept
+    assert cov["books"]["partial_results"] == 2
+    assert "gaps: games" in wf.coverage_summary
+
+
+def test_a_timeout_is_retried_locally_then_by_the_coordinator(sim):
+    wf = sim.start(["music"], {"news_api:music": ["timeout", "ok:2"]})
+    sim.drive()
+    first, second = runs_of(wf, "music")
+    assert first.calls == 3  # one call and two quick local retries
+    assert first.decision == "retry" and first.failure_type == "timeout"
+    assert (second.attempt, second.retry_of_id, second.status) == (2, first.pk, "succeeded")
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.SUCCEEDED
+    assert wf.coverage["music"]["verdict"] == "thin"
+
+
+def test_a_rate_limited_retry_waits_for_retry_after(sim):
+    wf = sim.start(["books"], {"news_api:books": ["rate_limited:3", "ok:1"]})
+    sim.drive()
+    first, second = runs_of(wf, "books")
+    assert first.retry_after == 3.0
+    assert "Retry-After of 3.0 s" in first.decision_reason
+    assert second.due_at - first.finished_at >= timedelta(seconds=3)
+    assert second.started_at >= first.finished_at + timedelta(seconds=3)
+
+
+def test_a_provider_retry_after_holds_back_every_caller_of_that_source(sim):
+    sim.start(["a", "b"], {"news_api:a": ["rate_limited:4", "ok"], "news_api:b": "ok"})
+    health = budget.health("news_api")
+    assert health.not_before is None
+    sim.drive()
+    health.refresh_from_db()
+    assert health.not_before is not None
+    calls = Run.objects.filter(source="news_api").order_by("started_at")
+    limited = calls.get(topic="a", attempt=1)
+    for run in calls.exclude(pk=limited.pk):
+        assert run.started_at < limited.finished_at or run.started_at >= health.not_before
+
+
+def test_every_source_failing_fails_the_workflow(sim):
+    wf = sim.start(
+        ["film"],
+        {"news_api:film": "missing", "news_wire:film": "missing", "news_archive:film": "invalid"},
+    )
+    sim.drive()
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.FAILED
+    assert wf.coverage["film"]["verdict"] == "gap"
+    assert [r.source for r in runs_of(wf, "film")] == ["news_api", "news_wire", "news_archive"]
+
+
+def test_a_valid_empty_result_is_a_success_not_a_gap(sim):
+    wf = sim.start(["poetry"], {"news_api:poetry": "empty"})
+    sim.drive()
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.SUCCEEDED
+    assert wf.coverage["poetry"]["verdict"] == "empty"
+    assert runs_of(wf, "poetry")[0].calls == 1
+
+
+def test_auth_failure_with_a_refresher_is_retried_once_after_refreshing(sim):
+    wf = sim.start(["film"], {"news_api:film": "auth_refreshable"})
+    sim.drive()
+    first, second = runs_of(wf, "film")
+    assert first.decision == "retry" and "refreshing its credentials" in first.decision_reason
+    assert second.status == "succeeded"
+
+
+def test_unclassified_is_retried_once_then_escalated_with_its_raw_detail(sim):
+    wf = sim.start(["film"], {"news_api:film": "weird"})
+    sim.drive()
+    first, second = runs_of(wf, "film")
+    assert (first.decision, second.decision) == ("retry", "escalate")
+    item = ReviewItem.objects.get(run=second)
+    assert "flux capacitor" in item.reason
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.AWAITING_REVIEW
+
+
+def test_steps_and_task_redeliveries_are_idempotent(sim):
+    wf = sim.start(["film", "music"], {})
+    coordinator.step(wf.pk)
+    coordinator.step(wf.pk)
+    assert wf.runs.count() == 2
+    sim.drive()
+    run = wf.runs.first()
+    assert coordinator.execute_run(run.pk) == "skipped"
+    coordinator.step(wf.pk)
+    assert wf.runs.count() == 2
+
+
+def test_a_poison_task_is_parked_and_escalated(sim):
+    wf = sim.start(["film"], {})
+    coordinator.step(wf.pk)
+    run = wf.runs.get()
+    Run.objects.filter(pk=run.pk).update(
+        status="running", deliveries=coordinator.MAX_DELIVERIES, dispatched_at=START
+    )
+    sim.disp.runs.clear()
+    assert coordinator.execute_run(run.pk) == "parked"
+    sim.drive()
+    run.refresh_from_db()
+    assert run.status == "escalated" and run.decision == "escalate"
+    assert "poison task" in run.detail
+
+
+def test_concurrent_resolutions_have_one_winner_and_continue_once(sim, operator, policy_editor):
+    wf = sim.start(["film"], {"news_api:film": "missing", "news_wire:film": ["auth", "ok"]})
+    sim.drive()
+    item = ReviewItem.objects.get()
+    assert review.claim(item, operator) is True
+    assert review.claim(item, policy_editor) is False
+    with sim.commit():
+        assert review.resolve(item, operator, "retry") == 1
+        assert review.resolve(item, policy_editor, "abort") == 0
+    sim.disp.steps.append((wf.pk, item.pk))  # a duplicated continuation message
+    sim.drive()
+    assert Run.objects.filter(retry_of=item.run).count() == 1
+    assert AuditEntry.objects.filter(action="review.resolve", object_id=str(item.pk)).count() == 1
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.SUCCEEDED
+
+
+def test_one_decision_resolves_a_group_with_the_same_signature(sim, operator):
+    faults = {f"news_api:{t}": "auth" for t in ("film", "music", "games")}
+    faults |= {f"news_wire:{t}": "missing" for t in ("film", "music", "games")}
+    faults |= {f"news_archive:{t}": "missing" for t in ("film", "music", "games")}
+    wf = sim.start(["film", "music", "games"], faults)
+    sim.drive()
+    items = list(ReviewItem.objects.open())
+    assert len(items) == 3 and len({i.signature for i in items}) == 1
+    with sim.commit():
+        assert review.resolve(items[0], operator, "switch_source", apply_to_group=True) == 3
+    sim.drive()
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.FAILED  # every source failed for every topic
+
+
+def test_resolving_an_unclassified_item_can_save_an_override(sim, operator):
+    from orchestrator.models import PolicyState, ProviderOverride
+
+    sim.start(["film"], {"news_api:film": "weird"})
+    sim.drive()
+    item = ReviewItem.objects.get()
+    version = PolicyState.current_version()
+    review.resolve(item, operator, "abort", failure_type="server_fault", save_override=True)
+    override = ProviderOverride.objects.get(provider="news_api")
+    assert (override.match_on, override.failure_type) == ("exception_type", "server_fault")
+    assert "ToolGlitch" in override.match_value
+    assert PolicyState.current_version() == version + 1
+    item.refresh_from_db()
+    assert item.failure_type == "server_fault"
+    wf2 = sim.start(["music"], {"news_api:music": ["weird", "ok"]})
+    sim.drive()
+    assert runs_of(wf2, "music")[0].failure_type == "server_fault"
+
+
+def test_an_overdue_item_gets_its_fallback_recorded_as_such(sim):
+    wf = sim.start(["film"], {"news_api:film": "auth", "news_wire:film": "missing"})
+    sim.drive()
+    item = ReviewItem.objects.get()
+    assert review.apply_overdue_fallbacks(START + timedelta(hours=1)) == 0
+    with sim.commit():
+        assert review.apply_overdue_fallbacks(item.deadline_at + timedelta(seconds=1)) == 1
+    item.refresh_from_db()
+    assert (item.resolution, item.fallback_applied, item.resolved_by) == (
+        "accept_partial",
+        True,
+        None,
+    )
+    entry = AuditEntry.objects.get(action="review.fallback")
+    assert entry.actor_label == "system"
+    sim.drive()
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.FAILED
+
+
+def test_bulk_operator_actions_are_conditional_and_audited(sim, operator):
+    wf = sim.start(["film", "music"], {"news_api:film": "invalid", "news_api:music": "sleep:0"})
+    coordinator.step(wf.pk)
+    failed = wf.runs.get(topic="film")
+    queued = wf.runs.get(topic="music")
+    sim.disp.runs.clear()
+    Run.objects.filter(pk=failed.pk).update(status="failed", failure_type="invalid_input")
+    assert coordinator.cancel_runs([queued.pk, failed.pk], operator) == 1
+    assert coordinator.cancel_runs([queued.pk], operator) == 0
+    assert coordinator.escalate_runs([failed.pk], operator, reason="look") == 1
+    assert coordinator.escalate_runs([failed.pk], operator) == 0
+    assert coordinator.retry_runs([failed.pk], operator) == 1
+    assert Run.objects.filter(retry_of=failed).count() == 1
+    actions = set(AuditEntry.objects.values_list("action", flat=True))
+    assert {"run.cancel", "run.escalate", "run.retry"} <= actions
+
+
+def test_an_operator_abort_fails_the_workflow(sim, operator):
+    wf = sim.start(["film"], {})
+    assert coordinator.abort_workflow(wf.pk, operator) is True
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.FAILED and "Aborted by olga" in wf.coverage_summary
+    assert coordinator.abort_workflow(wf.pk, operator) is False
+
+
+def test_the_breaker_opens_after_consecutive_failures_and_probes_once(db):
+    now = START
+    SourceHealth.objects.create(source="flaky", breaker_threshold=2, breaker_cooldown=10)
+    budget.record_failure("flaky", "server_fault", now)
+    assert budget.admit("flaky", now) is None
+    budget.record_failure("flaky", "server_fault", now)
+    assert budget.admit("flaky", now) == now + timedelta(seconds=10)
+    later = now + timedelta(seconds=11)
+    assert budget.admit("flaky", later) is None  # the probe
+    assert budget.admit("flaky", later) is not None  # everyone else waits for it
+    budget.record_success("flaky")
+    assert budget.admit("flaky", later) is None
+    states = {s["source"]: s for s in budget.source_states()}
+    assert states["flaky"]["breaker"] == "closed" and states["flaky"]["consecutive_failures"] == 0
+
+
+def test_the_retry_budget_is_spent_and_refunded_atomically(db):
+    SourceHealth.objects.create(source="b", budget_capacity=10, budget_tokens=10, retry_cost=5)
+    assert budget.try_spend("b", 5) and budget.try_spend("b", 5)
+    assert not budget.try_spend("b", 5)
+    budget.record_success("b")
+    state = budget.source_states()
+    row = next(s for s in state if s["source"] == "b")
+    assert row["tokens"] == 1 and row["empty"] is True
+    assert not budget.record_failure("b", "resource_missing", START)
+    assert SourceHealth.objects.get(source="b").consecutive_failures == 0

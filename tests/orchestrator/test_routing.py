@@ -1,0 +1,239 @@
+"""routing.decide, exhaustively per failure type. Pure: no database; time and rng injected."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from orchestrator import routing
+from orchestrator.routing import (
+    ABORT,
+    ACCEPT_PARTIAL,
+    ESCALATE,
+    RETRY,
+    SWITCH_SOURCE,
+    Budget,
+    Context,
+    PolicySnapshot,
+    Rule,
+    decide,
+)
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+POLICY = PolicySnapshot.from_rows(7, [])
+ALL_TYPES = list(routing.DEFAULT_RULES)
+RETRYABLE = ["transient", "rate_limited", "timeout", "server_fault"]
+HARD = ["auth_failure", "resource_missing", "invalid_input"]
+
+
+def top(_: float = 0) -> float:
+    return 0.999999
+
+
+def bottom() -> float:
+    return 0.0
+
+
+def ctx(**kw) -> Context:
+    return Context(source="news_api", **kw)
+
+
+def test_routing_imports_no_django():
+    code = (
+        "import sys, orchestrator.routing; print(any(m.startswith('django') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("ftype", RETRYABLE)
+def test_it_retries_retryable_types_on_the_first_failure(ftype):
+    d = decide({"failure_type": ftype}, 1, POLICY, Budget(), ctx(), now=NOW, rng=bottom)
+    assert d.action == RETRY
+    assert d.policy_version == 7
+    assert "attempt 2 of" in d.reason
+
+
+@pytest.mark.parametrize("ftype", RETRYABLE)
+def test_full_jitter_stays_between_zero_and_the_capped_backoff(ftype):
+    rule = POLICY.rule(ftype)
+    for attempt in range(1, rule.max_attempts):
+        cap = min(rule.max_delay, rule.base_delay * rule.multiplier ** (attempt - 1))
+        high = decide({"failure_type": ftype}, attempt, POLICY, Budget(), ctx(), rng=top)
+        low = decide({"failure_type": ftype}, attempt, POLICY, Budget(), ctx(), rng=bottom)
+        assert low.delay_seconds == 0
+        assert high.delay_seconds == pytest.approx(cap, abs=1e-3)
+
+
+@pytest.mark.parametrize("ftype", RETRYABLE)
+def test_it_stops_retrying_when_attempts_are_used_and_switches_source(ftype):
+    rule = POLICY.rule(ftype)
+    d = decide(
+        {"failure_type": ftype}, rule.max_attempts, POLICY, Budget(), ctx(has_alternative=True)
+    )
+    assert d.action == SWITCH_SOURCE
+    assert f"all {rule.max_attempts} attempts" in d.reason
+
+
+@pytest.mark.parametrize("partial", [0, 3])
+@pytest.mark.parametrize("ftype", RETRYABLE)
+def test_with_no_source_left_it_accepts_partial_or_records_a_gap(ftype, partial):
+    rule = POLICY.rule(ftype)
+    d = decide(
+        {"failure_type": ftype}, rule.max_attempts, POLICY, Budget(), ctx(partial_count=partial)
+    )
+    assert d.action == ACCEPT_PARTIAL
+    assert ("3 partial results" in d.reason) if partial else ("recording a gap" in d.reason)
+
+
+@pytest.mark.parametrize("ftype", HARD)
+@pytest.mark.parametrize("attempt", [1, 2, 5])
+def test_hard_fail_types_are_never_retried(ftype, attempt):
+    for alt in (True, False):
+        d = decide({"failure_type": ftype}, attempt, POLICY, Budget(), ctx(has_alternative=alt))
+        assert d.action != RETRY
+        assert d.delay_seconds == 0
+
+
+def test_resource_missing_switches_source_or_records_a_gap():
+    f = {"failure_type": "resource_missing", "status_code": 404}
+    assert decide(f, 1, POLICY, Budget(), ctx(has_alternative=True)).action == SWITCH_SOURCE
+    gap = decide(f, 1, POLICY, Budget(), ctx())
+    assert gap.action == ACCEPT_PARTIAL and "recording a gap" in gap.reason
+    assert gap.reason.startswith("News_api does not have what we asked for (404)")
+
+
+def test_invalid_input_fails_with_its_reason():
+    d = decide({"failure_type": "invalid_input", "status_code": 400}, 1, POLICY, Budget(), ctx())
+    assert d.action == ABORT
+    assert "cannot succeed" in d.reason
+
+
+def test_auth_failure_refreshes_once_when_a_refresher_exists_then_escalates():
+    f = {"failure_type": "auth_failure", "status_code": 401}
+    first = decide(f, 1, POLICY, Budget(), ctx(can_refresh=True))
+    assert (first.action, first.delay_seconds) == (RETRY, 0)
+    assert "refreshing its credentials once" in first.reason
+    again = decide(f, 2, POLICY, Budget(), ctx(can_refresh=True, refreshed=True))
+    assert again.action == ESCALATE
+    assert "did not help" in again.reason
+
+
+def test_auth_failure_without_refresher_escalates():
+    d = decide({"failure_type": "auth_failure"}, 1, POLICY, Budget(), ctx(has_alternative=True))
+    assert d.action == ESCALATE
+    assert "no credential refresher" in d.reason
+
+
+def test_unclassified_gets_one_retry_then_human_review():
+    generous = PolicySnapshot.from_rows(
+        2, [{"failure_type": "unclassified", "max_attempts": 5, "base_delay": 1, "max_delay": 9}]
+    )
+    f = {"failure_type": "unclassified"}
+    assert decide(f, 1, generous, Budget(), ctx()).action == RETRY
+    second = decide(f, 2, generous, Budget(), ctx(has_alternative=True))
+    assert second.action == ESCALATE
+    assert "all 2 attempts" in second.reason
+
+
+@pytest.mark.parametrize("retry_after", [0.5, 2.0, 7.5, 119.0])
+def test_rate_limits_never_retry_before_retry_after(retry_after):
+    f = {"failure_type": "rate_limited", "retry_after": retry_after, "status_code": 429}
+    for rng in (bottom, top):
+        d = decide(f, 1, POLICY, Budget(), ctx(), rng=rng)
+        assert d.action == RETRY
+        assert d.delay_seconds >= retry_after
+
+
+def test_the_rate_limit_reason_reads_as_a_sentence():
+    f = {"failure_type": "rate_limited", "retry_after": 2.0}
+    d = decide(f, 1, POLICY, Budget(), ctx(), rng=bottom)
+    assert d.reason == (
+        "Rate limited by news_api; retrying after the provider's Retry-After of 2.0 s "
+        "(attempt 2 of 4)."
+    )
+
+
+def test_a_retry_after_beyond_the_policy_maximum_escalates():
+    f = {"failure_type": "rate_limited", "retry_after": 600}
+    d = decide(f, 1, POLICY, Budget(), ctx(has_alternative=True))
+    assert d.action == ESCALATE
+    assert "600.0 s" in d.reason and "120.0 s" in d.reason
+
+
+def test_a_server_fault_honours_retry_after_too():
+    f = {"failure_type": "server_fault", "retry_after": 9.0, "status_code": 503}
+    assert decide(f, 1, POLICY, Budget(), ctx(), rng=bottom).delay_seconds == 9.0
+
+
+@pytest.mark.parametrize("ftype", RETRYABLE)
+def test_an_empty_budget_means_no_retry(ftype):
+    empty = Budget(source="news_api", tokens=1, retry_cost=5, timeout_retry_cost=10)
+    f = {"failure_type": ftype}
+    assert decide(f, 1, POLICY, empty, ctx(has_alternative=True)).action == SWITCH_SOURCE
+    assert decide(f, 1, POLICY, empty, ctx(partial_count=2)).action == ACCEPT_PARTIAL
+    d = decide(f, 1, POLICY, empty, ctx())
+    assert d.action == ESCALATE and "retry budget" in d.reason
+
+
+def test_a_timeout_retry_costs_more_budget():
+    assert Budget(tokens=7).can_afford("server_fault")
+    assert not Budget(tokens=7).can_afford("timeout")
+    d = decide({"failure_type": "timeout"}, 1, POLICY, Budget(), ctx(), rng=bottom)
+    assert d.budget_cost == 10
+
+
+def test_an_open_breaker_switches_source_or_waits_for_the_probe():
+    opened = Budget(breaker="open", opened_at=NOW - timedelta(seconds=10), cooldown=30)
+    f = {"failure_type": "server_fault"}
+    assert decide(f, 1, POLICY, opened, ctx(has_alternative=True), now=NOW).action == SWITCH_SOURCE
+    wait = decide(f, 1, POLICY, opened, ctx(), now=NOW)
+    assert wait.action == RETRY and wait.delay_seconds == pytest.approx(20)
+    cooled = decide(f, 1, POLICY, opened, ctx(), now=NOW + timedelta(seconds=31), rng=bottom)
+    assert cooled.action == RETRY and cooled.delay_seconds == 0
+
+
+def test_a_breaker_open_longer_than_the_policy_allows_gives_up():
+    opened = Budget(breaker="open", opened_at=NOW, cooldown=3600)
+    d = decide({"failure_type": "transient"}, 1, POLICY, opened, ctx(), now=NOW)
+    assert d.action == ACCEPT_PARTIAL
+
+
+def test_a_poisoned_task_is_escalated_not_retried():
+    d = decide({"failure_type": "transient"}, 1, POLICY, Budget(), ctx(poisoned=True))
+    assert d.action == ESCALATE and "parked" in d.reason
+
+
+@pytest.mark.parametrize("ftype", ALL_TYPES)
+def test_every_type_produces_a_known_action_with_a_sentence(ftype):
+    for attempt in range(1, 6):
+        d = decide({"failure_type": ftype}, attempt, POLICY, Budget(), ctx())
+        assert d.action in routing.ACTIONS
+        assert d.reason.endswith(".") and d.reason[0].isupper()
+
+
+def test_an_unknown_failure_type_is_routed_as_unclassified():
+    d = decide({"failure_type": "cosmic_rays"}, 2, POLICY, Budget(), ctx())
+    assert d.failure_type == "unclassified" and d.action == ESCALATE
+
+
+def test_it_reads_a_classifier_failure_object():
+    class FakeFailure:
+        category = type("C", (), {"value": "rate_limited"})()
+        retry_after = 3.0
+        status_code = 429
+
+    d = decide(FakeFailure(), 1, POLICY, Budget(), ctx(), rng=bottom)
+    assert d.action == RETRY and d.delay_seconds == 3.0
+
+
+def test_equal_and_no_jitter_bounds():
+    equal = Rule(
+        "timeout", max_attempts=3, base_delay=2, max_delay=60, multiplier=3, jitter="equal"
+    )
+    assert routing.delay_bounds(equal, 2) == (3.0, 6.0)
+    none = Rule("timeout", max_attempts=3, base_delay=2, max_delay=5, multiplier=3, jitter="none")
+    assert routing.delay_bounds(none, 3) == (5.0, 5.0)
