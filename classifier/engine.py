@@ -78,12 +78,18 @@ class TypeInfo:
         "class_probes",
         "dynamic",
         "fallback",
+        "group",
         "grpc",
+        "lone",
+        "lone_category",
+        "lone_retryable",
         "name",
         "name_category",
         "names",
+        "prefix",
         "read_code",
         "short_name",
+        "short_prefix",
     )
 
     def __init__(
@@ -112,6 +118,19 @@ class TypeInfo:
         self.class_probes = class_probes
         self.dynamic = dynamic
         self.read_code = read_code  # False where `code` is no evidence (rules.CODE_IS_NOT_EVIDENCE)
+        # Constants of the Failure of a lone instance (see `classify_lone`): the "Name: " prefixes
+        # of its chain and detail, and its category when the class alone decides it (else None:
+        # the message decides).
+        self.prefix = f"{name}: "
+        self.short_prefix = f"{short_name}: "
+        self.lone_category = category if category is not None else name_category
+        self.lone_retryable = (
+            None if self.lone_category is None else rules.DEFAULT_RETRYABLE[self.lone_category]
+        )
+        # Set by `_build_type_info` for real classes: whether an instance may be read as a lone
+        # exception (no attribute we read can exist on the class), and whether it is a group.
+        self.lone = False
+        self.group = False
 
 
 # A pure cache, not state: the same class always gives the same TypeInfo. Bounded by clearing,
@@ -119,6 +138,7 @@ class TypeInfo:
 _TYPE_CACHE: dict[type, TypeInfo] = {}
 _NAME_CACHE: dict[str, TypeInfo] = {}
 TYPE_CACHE_LIMIT: Final = 2048
+_TYPE_CACHE_GET = _TYPE_CACHE.get  # the cache is cleared in place, never replaced
 
 
 def type_info(cls: type) -> TypeInfo:
@@ -181,7 +201,7 @@ def _build_type_info(cls: type) -> TypeInfo:
         grpc = grpc or short == "grpc.RpcError"
         read_code = read_code and full not in rules.CODE_IS_NOT_EVIDENCE
     _, qualname, full, _ = _class_names(cls)
-    return TypeInfo(
+    info = TypeInfo(
         full,
         qualname,
         tuple(names),
@@ -193,6 +213,12 @@ def _build_type_info(cls: type) -> TypeInfo:
         _is_dynamic(cls),
         read_code,
     )
+    info.lone = not info.dynamic and not info.class_probes
+    try:
+        info.group = issubclass(cls, BaseExceptionGroup)
+    except Exception:
+        info.group, info.lone = True, False  # unsure: take the general path, which checks
+    return info
 
 
 def _class_probes(cls: type) -> frozenset[str]:
@@ -254,6 +280,7 @@ class Node:
     flag: bool | None = None
     delay: float | None = None
     linked = False  # whether library link attributes (reason, orig, cause) may be set
+    link_names: tuple[str, ...] = ()  # those that may be set (empty: all of LINK_ATTRIBUTES)
 
     def __init__(self, info: TypeInfo, message: str) -> None:
         self.info = info
@@ -289,6 +316,8 @@ _DEFAULT_RETRYABLE = {category.value: value for category, value in rules.DEFAULT
 _HTTP_STATUS = dict(rules.HTTP_STATUS)
 _GRPC_STATUS = dict(rules.GRPC_STATUS)
 _NO_VERDICT: Verdict = (0, _UNCLASSIFIED, _NONE, None, None, None)
+_NO_OVERRIDES: Final = Overrides()  # never registered to: `decide` skips it
+_new_failure: Final = Failure.make
 
 
 def as_status(value: Any) -> int | None:
@@ -332,17 +361,25 @@ def message_of(exc: Any) -> str:
 
 def read_node(exc: Any) -> Node:
     """Return the evidence on `exc`; attributes that raise when read count as absent."""
-    info = type_info(type(exc))
-    node = Node(info, message_of(exc))
+    return _read_node(exc, type_info(type(exc)), message_of(exc))
+
+
+def _read_node(exc: Any, info: TypeInfo, message: str) -> Node:
+    """Return the evidence on `exc`, whose TypeInfo and message are already known."""
+    node = Node(info, message)
     present = _present(exc, info)
     if not present:
         return node  # nothing we read exists: most exceptions carry just a type and a message
-    node.linked = not LINK_ATTRIBUTES.isdisjoint(present)
+    if not LINK_ATTRIBUTES.isdisjoint(present):
+        node.linked = True
+        # Only these can exist: probing the others would only fail (through a __getattr__).
+        node.link_names = tuple(name for name in LINK_ATTRIBUTES if name in present)
     try:
         _read_attributes(node, exc, getattr, present)
     except Exception:
-        node = Node(info, node.message)
+        node = Node(info, message)
         node.linked = True
+        node.link_names = tuple(name for name in LINK_ATTRIBUTES if name in present)
         try:
             _read_attributes(node, exc, _safe_getattr, present)
         except Exception:
@@ -458,7 +495,7 @@ def links(exc: Any, node: Node) -> list[BaseException]:
     except Exception:
         candidates = [_safe_getattr(exc, "__cause__"), _safe_getattr(exc, "__context__")]
     if node.linked:
-        for name in LINK_ATTRIBUTES:
+        for name in node.link_names or LINK_ATTRIBUTES:
             candidates.append(_safe_getattr(exc, name))
     for candidate in candidates:
         if isinstance(candidate, BaseException):
@@ -468,12 +505,14 @@ def links(exc: Any, node: Node) -> list[BaseException]:
     return found
 
 
-def read_chain(root: Any) -> list[Node]:
+def read_chain(root: Any, root_node: Node | None = None) -> list[Node]:
     """Return the nodes of `root` and the exceptions linked to it, breadth first, each once.
 
     Cycles are cut by identity; the walk stops at MAX_CHAIN exceptions or MAX_DEPTH links deep.
+    `root_node` is the node of `root` when it has been read already.
     """
-    root_node = read_node(root)
+    if root_node is None:
+        root_node = read_node(root)
     if not root_node.linked:  # fast path: a lone exception with nothing linked to it
         try:
             if (
@@ -599,11 +638,9 @@ class Classifier:
 
         Falls back to UNCLASSIFIED with signal "none" if anything about `exc` defeats reading it.
         """
+        if not self.overrides.count:
+            return _classify_core(exc)
         try:
-            if not self.overrides.count:
-                failure = classify_lone(exc)
-                if failure is not None:
-                    return failure
             nodes = read_chain(exc)
             verdict = decide(nodes, self.overrides, provider or self.provider)
             return build_failure(nodes, verdict)
@@ -615,6 +652,31 @@ class Classifier:
         return build_failure(nodes, decide(nodes, self.overrides, provider or self.provider))
 
 
+def _classify_core(exc: Any) -> Failure:
+    """Return the Failure of `exc` under the core rules alone (no overrides); never raises.
+
+    One TypeInfo lookup and one str(exc) per exception: the lone case (see `classify_lone`) is
+    answered from the TypeInfo's constants; any other is read into a node and handed on.
+    """
+    try:
+        cls = type(exc)
+        try:
+            info = _TYPE_CACHE_GET(cls)
+        except Exception:  # a metaclass with a broken __hash__: type_info copes
+            info = None
+        if info is None:
+            info = type_info(cls)
+        message = message_of(exc)
+        if info.lone:
+            failure = _lone_failure(exc, info, message)
+            if failure is not None:
+                return failure
+        nodes = read_chain(exc, _read_node(exc, info, message))
+        return build_failure(nodes, decide(nodes, _NO_OVERRIDES, None))
+    except Exception:
+        return fallback_failure(exc)
+
+
 def classify_lone(exc: Any) -> Failure | None:
     """Return the Failure of an exception with no attribute we read and nothing linked to it.
 
@@ -623,8 +685,13 @@ def classify_lone(exc: Any) -> Failure | None:
     so it skips building a node and a verdict.
     """
     info = type_info(type(exc))
-    if info.dynamic or info.class_probes:
+    if not info.lone:
         return None
+    return _lone_failure(exc, info, message_of(exc))
+
+
+def _lone_failure(exc: Any, info: TypeInfo, message: str) -> Failure | None:
+    """Return `classify_lone`'s answer for `exc`, whose TypeInfo says `lone` (else None)."""
     try:
         if exc.__cause__ is not None or exc.__context__ is not None:
             return None
@@ -632,11 +699,10 @@ def classify_lone(exc: Any) -> Failure | None:
             return None
     except Exception:
         return None
-    message = message_of(exc)
-    if info.category is not None:
-        category, signal = info.category, _TYPE
-    elif info.name_category is not None:
-        category, signal = info.name_category, _TYPE
+    category = info.lone_category
+    if category is not None:
+        signal = _TYPE
+        retryable = info.lone_retryable
     else:
         category = rules.message_category(message)
         if category is not None:
@@ -645,16 +711,17 @@ def classify_lone(exc: Any) -> Failure | None:
             category, signal = info.fallback, _TYPE
         else:
             category, signal = _UNCLASSIFIED, _NONE
-    return Failure.make(
+        retryable = _DEFAULT_RETRYABLE[category._value_]
+    return _new_failure(
         category,
-        _DEFAULT_RETRYABLE[category._value_],
+        retryable,
         None,
         None,
         None,
         info.name,
         signal,
-        (f"{info.name}: {message}",),
-        f"{info.short_name}: {message}" if message else info.short_name,
+        (info.prefix + message,),
+        info.short_prefix + message if message else info.short_name,
     )
 
 
@@ -672,10 +739,10 @@ def build_failure(nodes: list[Node], verdict: Verdict) -> Failure:
     if code is None and rule is None:
         code = decider.first_code()
     if len(nodes) == 1:
-        chain: tuple[str, ...] = (f"{outer.info.name}: {outer.message}",)
+        chain: tuple[str, ...] = (outer.info.prefix + outer.message,)
     else:
-        chain = tuple([f"{n.info.name}: {n.message}" for n in nodes])
-    return Failure.make(
+        chain = tuple([n.info.prefix + n.message for n in nodes])
+    return _new_failure(
         category,
         retryable,
         _delay(decider, nodes, found) if retryable else None,
@@ -733,7 +800,7 @@ def _delay(decider: Node, nodes: list[Node], found: dict[str, Any]) -> float | N
 
 def _detail(outer: Node, decider: Node) -> str:
     """Return "Name: message" of the outer exception, and of the decider when it is another one."""
-    text = f"{outer.info.short_name}: {outer.message}" if outer.message else outer.info.short_name
+    text = outer.info.short_prefix + outer.message if outer.message else outer.info.short_name
     if decider is not outer:
         inner = decider.info.short_name
         text += f" (caused by {inner}: {decider.message})" if decider.message else f" ({inner})"
@@ -762,4 +829,6 @@ DEFAULT_CLASSIFIER: Final = Classifier()
 
 def classify(exc: BaseException) -> Failure:
     """Return the Failure `exc` represents under the core rules (no overrides); never raises."""
-    return DEFAULT_CLASSIFIER.classify(exc)
+    if DEFAULT_CLASSIFIER.overrides.count:  # someone registered rules on the default classifier
+        return DEFAULT_CLASSIFIER.classify(exc)
+    return _classify_core(exc)

@@ -90,11 +90,15 @@ def header_values(headers: Any) -> dict[str, Any]:
     try:
         if type(headers) is dict:
             _scan_pairs(headers.items(), found)
+        elif _scan_known_map(headers, found):
+            pass
         elif callable(getattr(headers, "keys", None)) and hasattr(headers, "__getitem__"):
             for count, key in enumerate(headers.keys()):
                 if count >= MAX_HEADERS:
                     break
-                name = _name(key)
+                # Each name is lowercased once (inline for str, the common case), and only the
+                # values of known names are fetched.
+                name = key.lower() if type(key) is str else _name(key)
                 if name in KNOWN_HEADERS and name not in found:
                     found[name] = headers[key]
         else:
@@ -104,12 +108,66 @@ def header_values(headers: Any) -> dict[str, Any]:
     return found
 
 
+# Header maps of the common client libraries whose `.keys()` is slow (a generator, or a dict of
+# decoded names built per call), read here through their own storage with the same result as
+# the generic `.keys()` scan. Keyed by exact class; the value says which reader, or None.
+_MAP_KINDS: dict[type, str | None] = {}
+_KNOWN_MAPS: Final = {
+    ("httpx", "Headers"): "httpx",
+    ("requests.structures", "CaseInsensitiveDict"): "requests",
+}
+_KNOWN_BYTES: Final = {name.encode("ascii"): name for name in KNOWN_HEADERS}
+
+
+def _map_kind(cls: type) -> str | None:
+    """Return which reader of `_scan_known_map` fits header maps of class `cls`, if any."""
+    kind = _MAP_KINDS.get(cls, False)
+    if kind is False:
+        module, qualname = getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)
+        kind = _KNOWN_MAPS.get((module, qualname)) if isinstance(module, str) else None
+        if len(_MAP_KINDS) >= 256:
+            _MAP_KINDS.clear()
+        _MAP_KINDS[cls] = kind
+    return kind  # type: ignore[return-value]
+
+
+def _scan_known_map(headers: Any, found: dict[str, Any]) -> bool:
+    """Scan an httpx.Headers or a requests CaseInsensitiveDict into `found`; False if not one.
+
+    httpx.Headers keeps (raw name, lowercased name, value) byte triples in `_list`: the known
+    names are matched as bytes and their values fetched through `headers[name]`, as the generic
+    scan does. CaseInsensitiveDict keeps {lowercased: (name, value)} in `_store` (an OrderedDict),
+    which is what its `.keys()` and `[]` read. Any other shape, or more than MAX_HEADERS names,
+    returns False (the generic scan reads it).
+    """
+    kind = _map_kind(type(headers))
+    if kind == "httpx":
+        items = getattr(headers, "_list", None)
+        if type(items) is not list or len(items) > MAX_HEADERS:
+            return False
+        for item in items:
+            name = _KNOWN_BYTES.get(item[1])
+            if name is not None and name not in found:
+                found[name] = headers[name]
+        return True
+    if kind == "requests":
+        store = getattr(headers, "_store", None)
+        if not isinstance(store, dict) or len(store) > MAX_HEADERS:
+            return False
+        for key, value in store.values():
+            name = key.lower() if type(key) is str else _name(key)
+            if name in KNOWN_HEADERS and name not in found:
+                found[name] = value
+        return True
+    return False
+
+
 def _scan_pairs(pairs: Any, found: dict[str, Any]) -> None:
     """Add the known headers among (name, value) `pairs` to `found`."""
     for count, (key, value) in enumerate(pairs):
         if count >= MAX_HEADERS:
             break
-        name = _name(key)
+        name = key.lower() if type(key) is str else _name(key)
         if name in KNOWN_HEADERS and name not in found:
             found[name] = value
 

@@ -20,7 +20,9 @@ def test_the_classify_benchmark_prints_its_figures(capsys: pytest.CaptureFixture
 
     out = capsys.readouterr().out
     assert "classify µs" in out and "ratio" in out
-    assert "builtins ConnectionResetError" in out
+    assert "builtins ConnectionRefusedError" in out
+    assert "requests HTTPError 404" in out and "botocore DynamoDB ThrottlingException" in out
     assert "classifications per second over the corpus:" in out
     assert "plain HTTP status error:" in out
     assert "median ratio classify / failure path:" in out
+    assert "median ratio, library only" in out and "median ratio, builtins only" in out
