@@ -252,6 +252,14 @@ CELERY_BEAT_SCHEDULE: dict = {
         "options": {"expires": 60},
     },
 }
+# The dashboard folds the last hours of runs into hourly rollups (the tiles' and /metrics'
+# counts) and fires webhook alerts whose threshold is crossed, once a minute each.
+CELERY_BEAT_SCHEDULE |= {
+    "dashboard-refresh-rollups": {"task": "dashboard.tasks.refresh_rollups", "schedule": 60.0},
+    "dashboard-evaluate-alerts": {"task": "dashboard.tasks.evaluate_alerts", "schedule": 60.0},
+}
+DASHBOARD_POLL_SECONDS = env_int("DASHBOARD_POLL_SECONDS", 10, minimum=1)
+DASHBOARD_ROLLUP_LOOKBACK_HOURS = env_int("DASHBOARD_ROLLUP_LOOKBACK_HOURS", 3, minimum=2)
 # Modules whose `register(registry)` fills the source registry (capability -> ordered sources).
 FAILSIGHT_SOURCE_MODULES = env_list("FAILSIGHT_SOURCE_MODULES", ["orchestrator.demo"])
 VAR_DIR.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,26 @@
-"""Dashboard pages (placeholder until the dashboard lands)."""
+"""Dashboard pages, mounted at the site root."""
+
+from django.urls import path
+
+from dashboard import metrics, views
 
 app_name = "dashboard"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("runs/", views.runs, name="runs"),
+    path("runs/retrying/", views.retrying, name="retrying"),
+    path("runs/actions/", views.run_actions, name="run_actions"),
+    path("runs/<int:pk>/", views.run_detail, name="run_detail"),
+    path("workflows/", views.workflows, name="workflows"),
+    path("workflows/<int:pk>/", views.workflow_detail, name="workflow_detail"),
+    path("review/", views.review_queue, name="review_queue"),
+    path("review/<int:pk>/claim/", views.review_claim, name="review_claim"),
+    path("review/<int:pk>/resolve/", views.review_resolve, name="review_resolve"),
+    path("policies/", views.policies, name="policies"),
+    path("policies/<int:pk>/", views.policy_row, name="policy_row"),
+    path("policies/<int:pk>/edit/", views.policy_edit, name="policy_edit"),
+    path("policies/overrides/new/", views.override_edit, name="override_new"),
+    path("policies/overrides/<int:pk>/edit/", views.override_edit, name="override_edit"),
+    path("policies/overrides/<int:pk>/delete/", views.override_delete, name="override_delete"),
+    path("metrics", metrics.metrics, name="metrics"),
+]

@@ -1,0 +1,324 @@
+"""Dashboard benchmark: the overview, a filtered runs page and a run detail over 1,000,000 runs.
+
+    .venv/bin/python benchmarks/dashboard.py [--rows 1000000] [--repeat 9] [--database-url …]
+
+Against PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/failsight_dash_bench):
+creates the database if missing, migrates it, loads the runs with COPY (30 days of a realistic mix:
+successes, valid empties, failures of every type with partial results, retries, switches,
+escalations), folds the hourly rollups, then times each page through Django's test client (median
+of --repeat, after one warm-up) and prints it beside the time of that page's bare SQL: the queries
+captured with CaptureQueriesContext, re-executed on their own. The target is < 100 ms per page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/failsight_dash_bench"
+DAYS = 30
+SOURCES = ["web_search", "news_api", "scholar_api", "internal_db", "archive_api", "wiki_api"]
+TOPICS = ["film", "music", "games", "publishing", "advertising", "education"]
+FAILURES = {
+    "transient": 20,
+    "rate_limited": 20,
+    "timeout": 20,
+    "server_fault": 15,
+    "resource_missing": 8,
+    "auth_failure": 7,
+    "invalid_input": 5,
+    "unclassified": 5,
+}
+DECISIONS = {"retry": 50, "switch_source": 25, "accept_partial": 10, "escalate": 10, "abort": 5}
+TARGET_MS = 100.0
+
+
+def ensure_database(url: str) -> None:
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def setup_django(url: str) -> None:
+    os.environ["DATABASE_URL"] = url
+    # Production-like: DEBUG off (no debug toolbar-ish overhead), a throwaway secret.
+    os.environ.setdefault("DEBUG", "0")
+    os.environ.setdefault("SECRET_KEY", "benchmark-only-" + "x" * 40)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading with COPY
+
+
+def _pick(rng: random.Random, weights: dict[str, int]) -> str:
+    return rng.choices(list(weights), weights=list(weights.values()))[0]
+
+
+def copy_rows(model, rows) -> int:
+    """COPY dicts into the model's table; a column a row leaves out gets the model's default."""
+    from django.db import connection
+
+    fields = list(model._meta.concrete_fields)
+    defaults = {f.column: f.get_db_prep_save(f.get_default(), connection) for f in fields}
+    columns = [f.column for f in fields]
+    stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(model._meta.db_table), sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
+    n = 0
+    with connection.cursor() as cursor, cursor.connection.cursor().copy(stmt) as copy:
+        for row in rows:
+            copy.write_row([row[c] if c in row else defaults[c] for c in columns])
+            n += 1
+    return n
+
+
+def workflow_rows(count: int, now: datetime):
+    rng = random.Random(7)
+    for i in range(1, count + 1):
+        created = now - timedelta(days=DAYS) * (1 - i / count)
+        status = rng.choices(["succeeded", "degraded", "failed", "running"], [70, 20, 5, 5])[0]
+        yield {
+            "id": i,
+            "name": f"research #{i}",
+            "goal": "AI impact on creative industries",
+            "input": "{}",
+            "status": status,
+            "created_at": created,
+            "updated_at": created,
+            "coverage": "{}",
+            "coverage_summary": "",
+            "topics": json.dumps(TOPICS[:3]),
+        }
+
+
+def run_rows(count: int, workflows: int, now: datetime):
+    rng = random.Random(42)
+    span = timedelta(days=DAYS)
+    attempts: dict[int, int] = {}  # first attempt id → attempts so far (unique per task)
+    retries: set[int] = set()
+    for i in range(1, count + 1):
+        created = now - span * (1 - i / count) - timedelta(seconds=rng.random() * 5)
+        row = _run(rng, i, created, now)
+        if i > 200 and rng.random() < 0.15:
+            root = _root(rng, i, retries)
+            retries.add(i)
+            attempts[root] = attempts.get(root, 1) + 1
+            early = rng.random() < 0.005  # a few retries jump the provider's Retry-After
+            row.update(retry_of_id=root, attempt=attempts[root], due_at=created)
+            if row["started_at"]:
+                row["started_at"] = created + timedelta(seconds=-1 if early else 0.2)
+        row["workflow_id"] = min(workflows, 1 + i * workflows // count)
+        yield row
+
+
+def _root(rng: random.Random, i: int, retries: set[int]) -> int:
+    """A recent first attempt (retries point at the first attempt of their task)."""
+    while True:
+        candidate = i - rng.randint(1, 200)
+        if candidate not in retries:
+            return candidate
+
+
+def _run(rng: random.Random, i: int, created: datetime, now: datetime) -> dict:
+    topic = rng.choice(TOPICS)
+    row = {
+        "id": i,
+        "agent": f"agent-{i % 12}",
+        "source": rng.choice(SOURCES),
+        "topic": topic,
+        "operation": "search",
+        "attempted": json.dumps({"operation": "search", "query": f"AI impact on {topic} {i}"}),
+        "attempt": 1,
+        "created_at": created,
+        "started_at": created,
+        "finished_at": created + timedelta(seconds=1.2),
+        "duration_ms": 1200.0,
+    }
+    roll = rng.random()
+    if roll < 0.68:
+        results = 0 if rng.random() < 0.12 else rng.randint(1, 5)
+        row.update(status="succeeded", result_count=results)
+        row["results"] = json.dumps([{"url": f"https://e.org/{i}/{j}"} for j in range(results)])
+    elif roll < 0.97 or created < now - timedelta(hours=1):
+        row.update(_failure(rng, i, escalated=roll < 0.70))
+    else:
+        row.update(status="queued", started_at=None, finished_at=None, due_at=now + timedelta(60))
+    return row
+
+
+def _failure(rng: random.Random, i: int, escalated: bool) -> dict:
+    ftype = _pick(rng, FAILURES)
+    partial = rng.randint(1, 3) if rng.random() < 0.3 else 0
+    decision = "escalate" if escalated else _pick(rng, DECISIONS)
+    return {
+        "status": "escalated" if escalated else "failed",
+        "failure_type": ftype,
+        "retryable": ftype not in ("auth_failure", "invalid_input", "resource_missing"),
+        "detail": f"{ftype}: upstream said no (run {i})",
+        "partial_count": partial,
+        "partial_results": json.dumps([{"excerpt": f"part {j}"} for j in range(partial)]),
+        "decision": decision,
+        "decision_reason": f"{ftype} → {decision}",
+        "policy_version": 1,
+    }
+
+
+def load(rows: int) -> None:
+    from django.db import connection
+
+    from orchestrator.models import ReviewItem, Run, Workflow
+
+    now = datetime.now(UTC)
+    workflows = max(10, rows // 50)  # 50 runs per workflow: 6 topics, a few sources each, retries
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE orchestrator_reviewitem, orchestrator_run, orchestrator_workflow, "
+            "dashboard_runrollup RESTART IDENTITY CASCADE"
+        )
+    started = time.perf_counter()
+    copy_rows(Workflow, workflow_rows(workflows, now))
+    n = copy_rows(Run, run_rows(rows, workflows, now))
+    seconds = time.perf_counter() - started
+    print(f"COPY {n:,} runs + {workflows:,} workflows: {seconds:.1f} s ({n / seconds:,.0f} rows/s)")
+    with connection.cursor() as cursor:
+        for table in ("orchestrator_run", "orchestrator_workflow"):
+            top = f"(SELECT max(id) FROM {table})"
+            cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), {top})")
+    escalated = Run.objects.filter(status="escalated").order_by("-id")[:300]
+    ReviewItem.objects.bulk_create(
+        ReviewItem(
+            run=r, workflow_id=r.workflow_id, reason="escalated", failure_type=r.failure_type
+        )
+        for r in escalated
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE orchestrator_run")
+        cursor.execute("ANALYZE orchestrator_workflow")
+
+
+def fold() -> None:
+    """Fold the rollups of the whole loaded range (the beat task then keeps the last hours)."""
+    from dashboard.models import RunRollup
+    from dashboard.stats import refresh_rollups
+
+    started = time.perf_counter()
+    written = refresh_rollups(datetime.now(UTC) - timedelta(days=DAYS + 1))
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE dashboard_runrollup")  # what autovacuum does after a big fold
+    print(
+        f"rollups: {written:,} rows for {DAYS} days in {time.perf_counter() - started:.1f} s "
+        f"({RunRollup.objects.count():,} stored)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+def time_page(client, path: str, repeat: int) -> tuple[float, float, int]:
+    """(median page ms, median bare-SQL ms, queries) for one page."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    response = client.get(path)  # warm-up (and a sanity check)
+    assert response.status_code == 200, (path, response.status_code)
+    page_ms = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        client.get(path)
+        page_ms.append((time.perf_counter() - started) * 1000)
+    with CaptureQueriesContext(connection) as captured:
+        client.get(path)
+    statements = [q["sql"] for q in captured.captured_queries]
+    sql_ms = []
+    with connection.cursor() as cursor:
+        for _ in range(repeat):
+            started = time.perf_counter()
+            for statement in statements:
+                cursor.execute(statement)
+                if cursor.description:
+                    cursor.fetchall()
+            sql_ms.append((time.perf_counter() - started) * 1000)
+    return statistics.median(page_ms), statistics.median(sql_ms), len(statements)
+
+
+def pages() -> list[tuple[str, str]]:
+    from orchestrator.models import Run
+
+    retry = Run.objects.filter(retry_of__isnull=False, status="failed").order_by("-id").first()
+    return [
+        ("overview (24 h)", "/?window=24h"),
+        ("overview (7 d)", "/?window=7d"),
+        ("overview (1 h, live)", "/?window=1h"),
+        ("runs: failed timeouts, 24 h", "/runs/?status=failed&failure_type=timeout&range=24h"),
+        ("runs: source + agent, all time", "/runs/?source=news_api&agent=agent-3"),
+        ("runs: search, 24 h", "/runs/?q=upstream&range=24h"),
+        ("run detail (a retry)", f"/runs/{retry.pk}/"),
+    ]
+
+
+def measure(repeat: int) -> bool:
+    from django.contrib.auth.models import Group, User
+    from django.test import Client
+
+    user, _ = User.objects.get_or_create(username="bench-operator")
+    user.groups.add(Group.objects.get(name="operators"))
+    client = Client()
+    client.force_login(user)
+    ok = True
+    print(f"\n{'page':34} {'median':>9} {'bare SQL':>9} {'queries':>8}   (median of {repeat})")
+    for label, path in pages():
+        page_ms, sql_ms, queries = time_page(client, path, repeat)
+        flag = "" if page_ms < TARGET_MS else f"  ← over {TARGET_MS:.0f} ms"
+        ok = ok and page_ms < TARGET_MS
+        print(f"{label:34} {page_ms:7.1f} ms {sql_ms:6.1f} ms {queries:8}{flag}")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_URL))
+    parser.add_argument("--skip-load", action="store_true", help="Reuse the loaded data")
+    args = parser.parse_args(argv)
+    if not args.database_url.startswith(("postgres://", "postgresql://")):
+        parser.error("the dashboard benchmark needs PostgreSQL (COPY)")
+    ensure_database(args.database_url)
+    setup_django(args.database_url)
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+    if not args.skip_load:
+        load(args.rows)
+    fold()
+    ok = measure(args.repeat)
+    print("\nall pages under the 100 ms target" if ok else "\nSOME PAGES MISSED THE TARGET")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""The runs page's filters, read from the query string, and its keyset pagination.
+
+Every filter lives in the URL, so a filtered view is shareable and the back button works. Each
+filter maps onto an indexed column (see the indexes on Run); the free-text search is the one
+that cannot use an index, so it is bounded to a time window (24 h by default, 7 days at most).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import F, Q, QuerySet, TextField
+from django.db.models.functions import Cast
+from django.http import QueryDict
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from dashboard.stats import WINDOWS, switched_condition
+from orchestrator import keyset
+from orchestrator.models import FailureType, Run, RunQuerySet
+
+PAGE_SIZE = 50
+SEARCH_DEFAULT = timedelta(hours=24)
+SEARCH_MAX = timedelta(days=7)
+RANGES = {"1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days", "30d": "last 30 days"}
+FLAGS = {
+    "retry": ("retries only", Q(retry_of__isnull=False)),
+    "wasted": (
+        "wasted retries (retries that still failed)",
+        Q(retry_of__isnull=False, status__in=["failed", "escalated"]),
+    ),
+    "early": (
+        "retries started before their due time",
+        Q(retry_of__isnull=False, started_at__lt=F("due_at")),
+    ),
+    "switched": ("runs on a source switched to", switched_condition),
+    "partial": ("failures with partial results", Q(partial_count__gt=0)),
+    "empty": ("valid empty results", Q(status="succeeded", result_count=0)),
+    "avoided": (
+        "failures not blindly retried",
+        Q(
+            status__in=["failed", "escalated"],
+            decision__in=["switch_source", "escalate", "abort", "accept_partial"],
+        ),
+    ),
+}
+
+
+def _values(params: QueryDict, key: str) -> list[str]:
+    """A multi-valued filter: repeated keys and comma-separated values both work."""
+    return [v.strip() for raw in params.getlist(key) for v in raw.split(",") if v.strip()]
+
+
+def _parse_time(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        value = parse_datetime(raw)
+    except ValueError:
+        return None
+    if value is not None and timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+@dataclass
+class RunFilter:
+    status: list[str] = field(default_factory=list)
+    failure_type: list[str] = field(default_factory=list)
+    source: list[str] = field(default_factory=list)
+    agent: list[str] = field(default_factory=list)
+    workflow: int | None = None
+    range: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+    q: str = ""
+    flags: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_query(cls, params: QueryDict, now: datetime | None = None) -> RunFilter:
+        now = now or timezone.now()
+        statuses = set(Run.Status.values)
+        types = set(FailureType.values)
+        workflow = params.get("workflow", "")
+        f = cls(
+            status=[s for s in _values(params, "status") if s in statuses],
+            failure_type=[t for t in _values(params, "failure_type") if t in types],
+            source=_values(params, "source")[:20],
+            agent=_values(params, "agent")[:20],
+            workflow=int(workflow) if workflow.isdigit() else None,
+            range=params.get("range", "") if params.get("range") in RANGES else "",
+            since=_parse_time(params.get("since")),
+            until=_parse_time(params.get("until")),
+            q=params.get("q", "").strip()[:200],
+            flags=[x for x in _values(params, "flag") if x in FLAGS],
+        )
+        f._apply_range(now)
+        return f
+
+    def _apply_range(self, now: datetime) -> None:
+        # A tile window aligns to whole steps exactly as the tile counted, so the numbers match.
+        if self.range in WINDOWS:
+            self.since = WINDOWS[self.range].bounds(now)[1]
+        elif self.range == "30d":
+            self.since = now - timedelta(days=30)
+        if not self.q:
+            return
+        until = self.until or now
+        if self.since is None:
+            self.since = until - SEARCH_DEFAULT
+            self.notices.append("Search looks at the last 24 hours unless you pick a range.")
+        elif until - self.since > SEARCH_MAX:
+            self.since = until - SEARCH_MAX
+            self.notices.append("Search covers at most 7 days: the range was shortened.")
+
+    def apply(self, qs: RunQuerySet) -> RunQuerySet:
+        # The shared filters take one value each; a tile's drill-down may need several.
+        many = {"status": self.status, "failure_type": self.failure_type}
+        many |= {"source": self.source, "agent": self.agent}
+        qs = qs.filtered(
+            **{name: values[0] for name, values in many.items() if len(values) == 1},
+            workflow=self.workflow,
+            since=self.since,
+            until=self.until,
+        )
+        qs = qs.filter(**{f"{n}__in": v for n, v in many.items() if len(v) > 1})
+        for flag in self.flags:
+            condition = FLAGS[flag][1]
+            qs = qs.filter(condition() if callable(condition) else condition)
+        if self.q:
+            qs = qs.annotate(attempted_text=Cast("attempted", TextField())).filter(
+                Q(detail__icontains=self.q) | Q(attempted_text__icontains=self.q)
+            )
+        return qs
+
+    @property
+    def active(self) -> bool:
+        return bool(
+            self.status
+            or self.failure_type
+            or self.source
+            or self.agent
+            or self.workflow
+            or self.since
+            or self.until
+            or self.q
+            or self.flags
+        )
+
+    @property
+    def status_value(self) -> str:
+        return ",".join(self.status)
+
+    @property
+    def failure_type_value(self) -> str:
+        return ",".join(self.failure_type)
+
+    @property
+    def flag_labels(self) -> list[str]:
+        return [FLAGS[x][0] for x in self.flags]
+
+
+# ---------------------------------------------------------------------------------------------
+# Keyset pagination on (created_at, id), newest first, with the API's cursors: served by the
+# created_at indexes and constant-time at any depth, unlike OFFSET.
+
+
+def decode(cursor: str | None) -> tuple[datetime, int] | None:
+    """The key a cursor encodes; None for no cursor or a mangled one (the first page, not a 500)."""
+    if not cursor:
+        return None
+    try:
+        return keyset.decode_cursor(cursor)
+    except ValueError:
+        return None
+
+
+def run_page(qs: RunQuerySet, cursor: str | None, size: int = PAGE_SIZE) -> tuple[list, str | None]:
+    rows, key = qs.keyset_page(size, decode(cursor))
+    return rows, keyset.encode_cursor(key) if key else None
+
+
+def page(qs: QuerySet, cursor: str | None, size: int) -> tuple[list, str | None]:
+    """The same keyset page for other models with created_at (the workflows list)."""
+    key = decode(cursor)
+    if key:
+        when, pk = key
+        qs = qs.filter(created_at__lte=when).filter(Q(created_at__lt=when) | Q(pk__lt=pk))
+    rows = list(qs.order_by("-created_at", "-id")[: size + 1])
+    if len(rows) <= size:
+        return rows, None
+    last = rows[size - 1]
+    return rows[:size], keyset.encode_cursor((last.created_at, last.pk))

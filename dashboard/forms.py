@@ -1,0 +1,127 @@
+"""Forms of the dashboard's actions. Model forms run the model's clean() (and full_clean) so the
+policies page shows the same validation errors as the admin, inline."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from orchestrator.models import FailureType, ProviderOverride, ReviewItem, RoutingPolicy
+
+MAX_BULK = 500
+
+
+class RoutingPolicyForm(forms.ModelForm):
+    class Meta:
+        model = RoutingPolicy
+        fields = [
+            "max_attempts",
+            "base_delay",
+            "max_delay",
+            "multiplier",
+            "jitter",
+            "action_when_exhausted",
+            "hard_fail",
+            "review_deadline",
+            "review_fallback",
+        ]
+        widgets = {
+            "base_delay": forms.NumberInput(attrs={"step": "any"}),
+            "max_delay": forms.NumberInput(attrs={"step": "any"}),
+            "multiplier": forms.NumberInput(attrs={"step": "any"}),
+        }
+
+    note = forms.CharField(required=False, max_length=300, help_text="Why (kept in the history)")
+
+
+class ProviderOverrideForm(forms.ModelForm):
+    class Meta:
+        model = ProviderOverride
+        fields = [
+            "provider",
+            "match_on",
+            "match_value",
+            "failure_type",
+            "retryable",
+            "note",
+            "enabled",
+        ]
+        widgets = {
+            "retryable": forms.Select(
+                choices=[("", "type default"), ("true", "retryable"), ("false", "not retryable")]
+            )
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["retryable"] = forms.NullBooleanField(
+            required=False, widget=self.Meta.widgets["retryable"]
+        )
+
+
+class IdListField(forms.Field):
+    """Repeated `run=<id>` values; the view scopes them to what the user may see."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> list[int]:
+        try:
+            ids = sorted({int(v) for v in value or []})
+        except (TypeError, ValueError):
+            raise forms.ValidationError("Run ids are numbers.") from None
+        if len(ids) > MAX_BULK:
+            raise forms.ValidationError(f"At most {MAX_BULK} runs at a time.")
+        return ids
+
+    def validate(self, value: list[int]) -> None:
+        if not value:
+            raise forms.ValidationError("Select at least one run.")
+
+
+class BulkActionForm(forms.Form):
+    ACTIONS = [("retry", "Retry"), ("cancel", "Cancel"), ("escalate", "Escalate")]
+
+    action = forms.ChoiceField(choices=ACTIONS)
+    run = IdListField()
+    reason = forms.CharField(required=False, max_length=500)
+
+
+class ResolveForm(forms.Form):
+    resolution = forms.ChoiceField(choices=ReviewItem.Resolution.choices)
+    note = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), max_length=2000)
+    edited_input = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text="JSON object sent instead of the original input (retry with edited input)",
+    )
+    failure_type = forms.ChoiceField(
+        required=False,
+        choices=[("", "— keep unclassified —"), *FailureType.choices],
+        help_text="What this failure really was",
+    )
+    save_override = forms.BooleanField(
+        required=False, label="Save as a provider override for this signal"
+    )
+    apply_to_group = forms.BooleanField(required=False)
+
+    def clean_edited_input(self) -> dict | None:
+        raw = self.cleaned_data["edited_input"].strip()
+        if not raw:
+            return None
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc.msg} (line {exc.lineno}).") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("The edited input must be a JSON object.")
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("resolution") == "retry_edited" and not data.get("edited_input"):
+            self.add_error("edited_input", "Retry with edited input needs the edited input.")
+        if data.get("save_override") and not data.get("failure_type"):
+            self.add_error("failure_type", "Choose the failure type the override maps to.")
+        return data

@@ -1,0 +1,197 @@
+"""Template helpers: failure-type badges (one colour and icon per type, everywhere), server-drawn
+SVG sparklines, pretty JSON for <pre> blocks, ages and deltas.
+
+Nothing here marks agent-sent text safe: badges and sparklines are built with format_html from
+our own vocabulary and numbers only; JSON is returned as a plain string and autoescaped.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from orchestrator.models import FailureType, ReviewItem
+
+register = template.Library()
+
+# Icon symbol ids live in templates/_icons.html; one per failure type plus the run outcomes.
+FAILURE_ICONS = {
+    "transient": "i-zap",
+    "rate_limited": "i-hourglass",
+    "auth_failure": "i-lock",
+    "resource_missing": "i-missing",
+    "invalid_input": "i-brackets",
+    "timeout": "i-clock",
+    "server_fault": "i-server",
+    "unclassified": "i-question",
+}
+STATUS_ICONS = {
+    "succeeded": "i-check",
+    "failed": "i-x",
+    "escalated": "i-flag",
+    "queued": "i-dots",
+    "running": "i-dots",
+    "cancelled": "i-slash",
+    "skipped": "i-slash",
+}
+PRETTY_JSON_LIMIT = 50_000
+
+
+def _badge(css: str, icon: str, label: str, title: str = "") -> SafeString:
+    return format_html(
+        '<span class="badge {}" title="{}"><svg class="icon" aria-hidden="true">'
+        '<use href="#{}"></use></svg>{}</span>',
+        css,
+        title or label,
+        icon,
+        label,
+    )
+
+
+@register.simple_tag
+def failure_badge(failure_type: str | None) -> SafeString:
+    """The coloured badge of a failure type (unknown values fall back to 'unclassified')."""
+    value = failure_type if failure_type in FAILURE_ICONS else "unclassified"
+    label = str(FailureType(value).label) if failure_type in FAILURE_ICONS else str(failure_type)
+    return _badge(f"ft ft-{value}", FAILURE_ICONS[value], label)
+
+
+@register.simple_tag
+def run_badge(run: Any) -> SafeString:
+    """A run's outcome: 'empty (valid)' and failure types must never look alike."""
+    if run.status == "succeeded" and run.result_count == 0:
+        return _badge("st-empty", "i-empty", "empty (valid)", "The query ran and found nothing")
+    if run.failure_type:
+        return failure_badge(run.failure_type)
+    return _badge(f"st-{run.status}", STATUS_ICONS.get(run.status, "i-dots"), run.status)
+
+
+@register.simple_tag
+def failure_icon(failure_type: str) -> SafeString:
+    return format_html(
+        '<svg class="icon ft-icon ft-{}" aria-hidden="true"><use href="#{}"></use></svg>',
+        failure_type,
+        FAILURE_ICONS.get(failure_type, "i-question"),
+    )
+
+
+@register.simple_tag
+def sparkline(values: list[int], width: int = 120, height: int = 28) -> SafeString:
+    """An inline SVG polyline of `values`, scaled to the box; numbers only, drawn on the server."""
+    values = [float(v) for v in values] or [0.0]
+    top = max(values) or 1.0
+    step = width / max(len(values) - 1, 1)
+    points = [
+        (round(i * step, 1), round(height - 2 - (v / top) * (height - 4), 1))
+        for i, v in enumerate(values)
+    ]
+    coords = format_html_join(" ", "{},{}", points)
+    last_x, last_y = points[-1]
+    return format_html(
+        '<svg class="spark" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        'aria-label="trend"><polyline fill="none" stroke="currentColor" stroke-width="1.5" '
+        'points="{pts}"></polyline><circle cx="{x}" cy="{y}" r="2" fill="currentColor">'
+        "</circle></svg>",
+        w=width,
+        h=height,
+        pts=coords,
+        x=last_x,
+        y=last_y,
+    )
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """Indented JSON as a plain (autoescaped) string, cut short past a size no one reads."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    if len(text) > PRETTY_JSON_LIMIT:
+        return text[:PRETTY_JSON_LIMIT] + f"\n… ({len(text) - PRETTY_JSON_LIMIT} more characters)"
+    return text
+
+
+@register.filter
+def clip(value: Any, limit: int = 100) -> str:
+    """A plain slice with an ellipsis: truncatechars walks every character, this is O(1)."""
+    text = str(value or "")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@register.filter
+def as_text(value: Any) -> str:
+    """A string as it is, anything else as compact JSON (both autoescaped by the template)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+@register.filter
+def brief_json(value: Any, limit: int = 90) -> str:
+    """One line summarising what was attempted (the query if there is one)."""
+    if isinstance(value, dict):
+        for key in ("query", "q", "url", "path", "operation"):
+            if isinstance(value.get(key), str):
+                value = value[key]
+                break
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@register.filter
+def age(value: datetime | float | None) -> str:
+    """'3 m', '2 h 5 m', '4 d' since a datetime, or for a number of seconds."""
+    if value is None:
+        return "—"
+    seconds = (
+        (timezone.now() - value).total_seconds() if isinstance(value, datetime) else float(value)
+    )
+    return duration(seconds)
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = max(0.0, float(seconds))
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s".replace(".0 s", " s")
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} m" if minutes else f"{hours} h"
+    return f"{hours // 24} d"
+
+
+@register.simple_tag
+def delta(current: float, previous: float, lower_is_better: bool = True) -> SafeString:
+    """The change against the previous window, coloured by whether it is good news."""
+    diff = current - previous
+    if previous == 0 and current == 0:
+        return mark_safe('<span class="delta flat">±0</span>')  # a constant, nothing interpolated
+    pct = "new" if previous == 0 else f"{diff / previous:+.0%}"
+    good = (diff < 0) if lower_is_better else (diff > 0)
+    css = "flat" if diff == 0 else ("good" if good else "bad")
+    return format_html(
+        '<span class="delta {}" title="previous window: {}">{}</span>', css, previous, pct
+    )
+
+
+@register.filter
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}".replace(".0%", "%")
+
+
+@register.simple_tag(takes_context=True)
+def open_review_count(context: template.Context) -> int | None:
+    """For the nav bar; None when the user may not see the review queue."""
+    request = context.get("request")
+    if request is None or not request.user.has_perm("orchestrator.view_reviewitem"):
+        return None
+    return ReviewItem.objects.open().count()

@@ -1,0 +1,206 @@
+"""The overview's tiles: numbers from `stats`, each with the link to the runs behind it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.urls import reverse
+from django.utils import timezone
+
+from dashboard.sources import source_states
+from dashboard.stats import FAILURE_STATUSES, Window, WindowStats, window_stats
+from dashboard.templatetags.dashboard import duration
+from orchestrator.models import FailureType, ReviewItem, Workflow
+
+
+@dataclass
+class Tile:
+    key: str
+    title: str
+    value: str
+    href: str
+    sub: str = ""
+    current: float | None = None
+    previous: float | None = None
+    lower_is_better: bool = True
+    spark: list[int] | None = None
+    failure_type: str = ""
+    tone: str = ""  # "ok" | "warn" | "bad" | ""
+    rows: list[tuple[str, Any]] = field(default_factory=list)
+
+
+def runs_url(window: Window | None = None, **params: Any) -> str:
+    query = {"range": window.name} if window else {}
+    query |= {k: ",".join(v) if isinstance(v, list | tuple) else v for k, v in params.items()}
+    return reverse("dashboard:runs") + ("?" + urlencode(query) if query else "")
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}".replace(".0%", "%")
+
+
+def traffic_tiles(s: WindowStats) -> list[Tile]:
+    cur, prev, w = s.current, s.previous, s.window
+    rate, prev_rate = (
+        _rate(cur.by_status["succeeded"], cur.finished),
+        _rate(prev.by_status["succeeded"], prev.finished),
+    )
+    failures = list(FAILURE_STATUSES)
+    return [
+        Tile(
+            "runs",
+            "Runs",
+            f"{cur.runs:,}",
+            runs_url(w),
+            spark=s.series[""],
+            sub=f"{cur.metric['empty_runs']:,} valid empty",
+            current=cur.runs,
+            previous=prev.runs,
+            lower_is_better=False,
+        ),
+        Tile(
+            "success",
+            "Success rate",
+            _pct(rate),
+            runs_url(w, status="succeeded"),
+            sub=f"{cur.by_status['succeeded']:,} of {cur.finished:,} finished",
+            current=round((rate or 0) * 100, 1),
+            previous=round((prev_rate or 0) * 100, 1),
+            lower_is_better=False,
+            tone=""
+            if rate is None
+            else ("ok" if rate >= 0.95 else "warn" if rate >= 0.8 else "bad"),
+        ),
+        Tile(
+            "retries",
+            "Retries spent / avoided",
+            f"{cur.metric['retries']:,} / {cur.metric['avoided_retries']:,}",
+            runs_url(w, flag="retry"),
+            current=cur.metric["retries"],
+            previous=prev.metric["retries"],
+            sub="avoided: failures routed elsewhere instead of a blind retry",
+        ),
+        Tile(
+            "partial",
+            "Partial results preserved",
+            f"{cur.metric['partial_items']:,}",
+            runs_url(w, status=failures, flag="partial"),
+            sub=f"in {cur.metric['partial_runs']:,} failed runs",
+            current=cur.metric["partial_items"],
+            previous=prev.metric["partial_items"],
+            lower_is_better=False,
+        ),
+    ]
+
+
+def failure_tiles(s: WindowStats) -> list[Tile]:
+    return [
+        Tile(
+            f"ft-{ftype}",
+            label.capitalize(),
+            f"{s.current.by_type[ftype]:,}",
+            runs_url(s.window, failure_type=ftype),
+            failure_type=ftype,
+            current=s.current.by_type[ftype],
+            previous=s.previous.by_type[ftype],
+            spark=s.series[ftype],
+        )
+        for ftype, label in FailureType.choices
+    ]
+
+
+def recovery_tiles(s: WindowStats) -> list[Tile]:
+    cur, w = s.current, s.window
+    wasted = sorted(cur.wasted.items(), key=lambda kv: -kv[1])[:4]
+    early = cur.metric["early_retries"]
+    unclassified = _rate(cur.by_type["unclassified"], cur.failures)
+    switched = _rate(cur.switched_ok, cur.switched_done)
+    return [
+        Tile(
+            "wasted",
+            "Wasted retries",
+            f"{cur.wasted_total:,}",
+            runs_url(w, flag="wasted"),
+            sub="retries that still failed",
+            rows=[(f"{ft} · {src}", n) for (ft, src), n in wasted],
+            tone="warn" if cur.wasted_total else "ok",
+        ),
+        Tile(
+            "early",
+            "Retry-after compliance",
+            f"{early:,} early",
+            runs_url(w, flag="early"),
+            sub="retries before their due time (should be 0)",
+            tone="bad" if early else "ok",
+        ),
+        Tile(
+            "unclassified",
+            "Unclassified share",
+            _pct(unclassified),
+            runs_url(w, failure_type="unclassified"),
+            sub=f"{cur.by_type['unclassified']:,} of {cur.failures:,} failures",
+            tone="warn" if (unclassified or 0) > 0.1 else "",
+        ),
+        Tile(
+            "switched",
+            "Switched sources succeed",
+            _pct(switched),
+            runs_url(w, flag="switched"),
+            sub=f"{cur.switched_ok:,} of {cur.switched_done:,} finished switches",
+        ),
+    ]
+
+
+def attention_tiles(window: Window, start: datetime) -> list[Tile]:
+    oldest = ReviewItem.objects.open().values_list("created_at", flat=True).first()
+    open_count = ReviewItem.objects.open().count()
+    degraded = Workflow.objects.filter(status=Workflow.Status.DEGRADED, created_at__gte=start)
+    troubled = [s for s in source_states() if s["state"] != "closed" or s["empty"]]
+    names = [s["source"] for s in troubled]
+    age = (timezone.now() - oldest).total_seconds() if oldest else None
+    return [
+        Tile(
+            "review",
+            "Open review items",
+            f"{open_count:,}",
+            reverse("dashboard:review_queue"),
+            sub=f"oldest waiting {duration(age)}" if open_count else "queue empty",
+            tone="warn" if open_count else "ok",
+        ),
+        Tile(
+            "degraded",
+            "Workflows degraded",
+            f"{degraded.count():,}",
+            reverse("dashboard:workflows") + f"?status=degraded&range={window.name}",
+            sub="finished with gaps in coverage",
+        ),
+        Tile(
+            "sources",
+            "Sources in trouble",
+            f"{len(troubled)}",
+            runs_url(window, source=names, status=list(FAILURE_STATUSES))
+            if names
+            else runs_url(window, status=list(FAILURE_STATUSES)),
+            sub="open breaker or empty retry budget" if names else "all breakers closed",
+            rows=[(s["source"], s["label"]) for s in troubled[:4]],
+            tone="bad" if troubled else "ok",
+        ),
+    ]
+
+
+def overview_tiles(window: Window) -> dict[str, Any]:
+    stats = window_stats(window)
+    return {
+        "stats": stats,
+        "traffic": traffic_tiles(stats),
+        "failures": failure_tiles(stats),
+        "recovery": recovery_tiles(stats),
+        "attention": attention_tiles(window, stats.start),
+    }

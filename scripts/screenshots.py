@@ -1,0 +1,124 @@
+"""Take the README's screenshots (overview, a run detail, the review queue) from demonstration data.
+
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
+
+Builds a throwaway SQLite database under var/, runs the demonstration workflows through the real
+coordinator driven in-process (orchestrator.simulation: no worker needed), folds the rollups,
+serves the dashboard on a free local port and photographs it with Debian's headless Chromium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DB = ROOT / "var" / "screenshots.sqlite3"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+USER, PASSWORD = "operator", "screenshots-only-password"
+
+
+def setup() -> None:
+    DB.parent.mkdir(parents=True, exist_ok=True)
+    DB.unlink(missing_ok=True)
+    os.environ["DATABASE_URL"] = f"sqlite:///{DB}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's loop shares this thread
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+
+
+def seed() -> None:
+    from django.contrib.auth.models import Group, User
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from dashboard.stats import refresh_rollups
+    from orchestrator.simulation import drive, simulated
+
+    with simulated(timezone.now() - timedelta(hours=3)) as (clock, disp):
+        call_command("demo", workflows=8, seed=11, stdout=open(os.devnull, "w"))  # noqa: SIM115
+        drive(clock, disp)
+    refresh_rollups(timezone.now() - timedelta(days=2))
+    user = User.objects.create_user(USER, password=PASSWORD)
+    user.groups.add(*Group.objects.filter(name__in=["operators", "policy editors"]))
+
+
+def serve() -> str:
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadedWSGIServer(("127.0.0.1", 0), Quiet)
+    server.set_app(WSGIHandler())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def pick_run() -> int:
+    from orchestrator.models import Run
+
+    run = (
+        Run.objects.filter(retry_of__isnull=False, partial_count__gt=0).first()
+        or Run.objects.filter(retry_of__isnull=False, status="failed").first()
+        or Run.objects.filter(status="failed").first()
+    )
+    return run.pk
+
+
+def shoot(base: str, out: Path) -> list[Path]:
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    shots = [("overview.png", "/"), ("run-detail.png", f"/runs/{pick_run()}/")]
+    shots.append(("review-queue.png", "/review/"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(base_url=base, viewport={"width": 1440, "height": 1000})
+        page.goto("/accounts/login/")
+        page.fill("#id_username", USER)
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_load_state("networkidle")
+        taken = []
+        for name, path in shots:
+            page.goto(path)
+            page.wait_for_load_state("networkidle")
+            page.screenshot(path=str(out / name), full_page=True)
+            taken.append(out / name)
+        browser.close()
+    return taken
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    args = parser.parse_args()
+    setup()
+    seed()
+    for path in shoot(serve(), args.out):
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

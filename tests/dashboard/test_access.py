@@ -1,0 +1,129 @@
+"""Every page and action: anonymous → login, outsider → 403, operators and editors as allowed."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from orchestrator.models import ProviderOverride, RoutingPolicy
+
+from .conftest import make_failure, make_review, make_workflow, signed_in
+
+
+@pytest.fixture
+def objects(db):
+    workflow = make_workflow()
+    run = make_failure("timeout", workflow=workflow)
+    item = make_review(run)
+    return {
+        "run": run.pk,
+        "workflow": workflow.pk,
+        "item": item.pk,
+        "policy": RoutingPolicy.objects.get(failure_type="timeout").pk,
+        "override": ProviderOverride.objects.first().pk,
+    }
+
+
+PAGES = [
+    ("dashboard:overview", None),
+    ("dashboard:runs", None),
+    ("dashboard:retrying", None),
+    ("dashboard:run_detail", "run"),
+    ("dashboard:workflows", None),
+    ("dashboard:workflow_detail", "workflow"),
+    ("dashboard:review_queue", None),
+    ("dashboard:policies", None),
+]
+EDITOR_PAGES = [
+    ("dashboard:policy_edit", "policy"),
+    ("dashboard:override_new", None),
+    ("dashboard:override_edit", "override"),
+]
+REVIEW_POSTS = [
+    ("dashboard:run_actions", None, {"action": "retry", "run": ["run"]}),
+    ("dashboard:review_claim", "item", {}),
+    ("dashboard:review_resolve", "item", {"resolution": "abort", "note": "n"}),
+]
+EDITOR_POSTS = [
+    ("dashboard:policy_edit", "policy", {"max_attempts": "2"}),
+    ("dashboard:override_new", None, {"match_on": "status_code", "match_value": "499"}),
+    ("dashboard:override_delete", "override", {}),
+]
+
+
+def url(objects, name, key):
+    return reverse(name, args=[objects[key]] if key else [])
+
+
+def form(objects, data):
+    return {k: [objects[x] for x in v] if isinstance(v, list) else v for k, v in data.items()}
+
+
+ALL_GETS = PAGES + EDITOR_PAGES
+ALL_POSTS = REVIEW_POSTS + EDITOR_POSTS
+
+
+@pytest.mark.parametrize(("name", "key"), ALL_GETS)
+def test_anonymous_is_sent_to_the_login_page(client, objects, name, key):
+    response = client.get(url(objects, name, key))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+@pytest.mark.parametrize(("name", "key", "data"), ALL_POSTS)
+def test_anonymous_posts_are_sent_to_the_login_page(client, objects, name, key, data):
+    response = client.post(url(objects, name, key), form(objects, data))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+@pytest.mark.parametrize(("name", "key"), ALL_GETS)
+def test_the_outsider_is_refused_every_page(outsider, objects, name, key):
+    assert signed_in(outsider).get(url(objects, name, key)).status_code == 403
+
+
+@pytest.mark.parametrize(("name", "key", "data"), ALL_POSTS)
+def test_the_outsider_is_refused_every_action(outsider, objects, name, key, data):
+    response = signed_in(outsider).post(url(objects, name, key), form(objects, data))
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize(("name", "key"), PAGES)
+def test_operators_and_policy_editors_see_every_page(operator, policy_editor, objects, name, key):
+    for user in (operator, policy_editor):
+        response = signed_in(user).get(url(objects, name, key))
+        assert response.status_code == 200, (user, name)
+
+
+@pytest.mark.parametrize(("name", "key"), EDITOR_PAGES)
+def test_only_policy_editors_open_edit_forms(operator, policy_editor, objects, name, key):
+    assert signed_in(operator).get(url(objects, name, key)).status_code == 403
+    assert signed_in(policy_editor).get(url(objects, name, key)).status_code == 200
+
+
+@pytest.mark.parametrize(("name", "key", "data"), EDITOR_POSTS)
+def test_operators_cannot_change_policies(operator, objects, name, key, data):
+    versions_before = RoutingPolicy.objects.get(pk=objects["policy"]).max_attempts
+    response = signed_in(operator).post(url(objects, name, key), form(objects, data))
+    assert response.status_code == 403
+    assert RoutingPolicy.objects.get(pk=objects["policy"]).max_attempts == versions_before
+    assert ProviderOverride.objects.filter(pk=objects["override"]).exists()
+
+
+def test_get_is_refused_on_actions(operator, objects):
+    assert signed_in(operator).get(reverse("dashboard:run_actions")).status_code == 405
+    claim = reverse("dashboard:review_claim", args=[objects["item"]])
+    assert signed_in(operator).get(claim).status_code == 405
+
+
+def test_unknown_objects_are_404_not_500(operator, objects):
+    client = signed_in(operator)
+    assert client.get(reverse("dashboard:run_detail", args=[999999])).status_code == 404
+    assert client.get(reverse("dashboard:workflow_detail", args=[999999])).status_code == 404
+    assert client.post(reverse("dashboard:review_claim", args=[999999])).status_code == 404
+
+
+def test_a_signed_in_user_in_no_group_sees_no_review_count(outsider, operator, objects):
+    # The nav bar's count is computed only for users who may see the queue.
+    page = signed_in(operator).get(reverse("dashboard:overview")).content.decode()
+    assert 'id="nav-review-count"' in page

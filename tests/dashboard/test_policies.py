@@ -1,0 +1,158 @@
+"""Policies: the routing table edited in place, validation inline, overrides, the history."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+
+from orchestrator.models import AuditEntry, PolicyState, ProviderOverride, RoutingPolicy
+
+POLICIES = reverse("dashboard:policies")
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+def timeout_policy() -> RoutingPolicy:
+    return RoutingPolicy.objects.get(failure_type="timeout")
+
+
+def form_of(policy: RoutingPolicy, **changes) -> dict:
+    data = {
+        "max_attempts": policy.max_attempts,
+        "base_delay": policy.base_delay,
+        "max_delay": policy.max_delay,
+        "multiplier": policy.multiplier,
+        "jitter": policy.jitter,
+        "action_when_exhausted": policy.action_when_exhausted,
+        "review_deadline": policy.review_deadline,
+        "review_fallback": policy.review_fallback,
+        "note": "",
+    }
+    if policy.hard_fail:
+        data["hard_fail"] = "on"
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def test_the_routing_table_has_one_row_per_failure_type_with_delay_previews(operator_client):
+    html = operator_client.get(POLICIES).content.decode()
+    for policy in RoutingPolicy.objects.all():
+        assert f'id="policy-{policy.pk}"' in html
+    assert 'class="delay"' in html  # the preview of retry delays
+    assert "Read-only" in html and "/edit/" not in html
+
+
+def test_an_editor_opens_the_row_form_in_place(editor_client):
+    policy = timeout_policy()
+    url = reverse("dashboard:policy_edit", args=[policy.pk])
+    fragment = editor_client.get(url, **HX).content.decode()
+    assert fragment.lstrip().startswith(f'<tr id="policy-{policy.pk}" class="editing">')
+    assert "<html" not in fragment
+    page = editor_client.get(url).content.decode()  # the href works without htmx
+    assert "<html" in page and 'class="editing"' in page
+
+
+def test_saving_a_row_audits_bumps_the_version_and_returns_the_row(policy_editor, editor_client):
+    policy = timeout_policy()
+    version = PolicyState.current_version()
+    response = editor_client.post(
+        reverse("dashboard:policy_edit", args=[policy.pk]),
+        form_of(policy, max_attempts=5, note="flaky provider"),
+        **HX,
+    )
+    html = response.content.decode()
+    assert response.status_code == 200 and html.lstrip().startswith(f'<tr id="policy-{policy.pk}"')
+    assert "policy-changed" in response["HX-Trigger"]
+    assert timeout_policy().max_attempts == 5
+    assert PolicyState.current_version() == version + 1
+    entry = AuditEntry.objects.get(object_type="routingpolicy", object_id=str(policy.pk))
+    assert entry.actor == policy_editor and entry.note == "flaky provider"
+    assert entry.before["max_attempts"] == 3 and entry.after["max_attempts"] == 5
+
+
+def test_validation_errors_show_inline(editor_client):
+    policy = timeout_policy()
+    url = reverse("dashboard:policy_edit", args=[policy.pk])
+    response = editor_client.post(url, form_of(policy, base_delay=50, max_delay=5), **HX)
+    html = response.content.decode()
+    assert response.status_code == 200  # htmx swaps only 2xx: the errors must arrive
+    assert "The maximum delay must be ≥ the base delay." in html and 'class="editing"' in html
+    assert timeout_policy().max_delay == 60
+    response = editor_client.post(url, form_of(policy, max_attempts=99), **HX)
+    assert "less than or equal to 20" in response.content.decode()
+    hard = RoutingPolicy.objects.get(failure_type="auth_failure")
+    url = reverse("dashboard:policy_edit", args=[hard.pk])
+    response = editor_client.post(url, form_of(hard, max_attempts=3), **HX)
+    assert "A hard-fail type is never retried" in response.content.decode()
+
+
+def test_cancel_returns_the_read_only_row(editor_client):
+    policy = timeout_policy()
+    response = editor_client.get(reverse("dashboard:policy_row", args=[policy.pk]), **HX)
+    assert 'class="editing"' not in response.content.decode()
+
+
+def test_history_shows_who_when_and_before_after(editor_client):
+    policy = timeout_policy()
+    editor_client.post(
+        reverse("dashboard:policy_edit", args=[policy.pk]), form_of(policy, max_attempts=2)
+    )
+    fragment = editor_client.get(POLICIES + "?part=history", **HX).content.decode()
+    assert fragment.lstrip().startswith('<section class="card" id="history"')
+    assert "paul" in fragment and "<del>3</del> → <ins>2</ins>" in fragment
+
+
+def test_overrides_can_be_added_edited_and_deleted(editor_client):
+    response = editor_client.post(
+        reverse("dashboard:override_new"),
+        {
+            "provider": "esri",
+            "match_on": "status_code",
+            "match_value": "499",
+            "failure_type": "auth_failure",
+            "retryable": "false",
+            "note": "token",
+            "enabled": "on",
+        },
+        follow=True,
+    )
+    assert "Override saved" in response.content.decode()
+    override = ProviderOverride.objects.get(provider="esri")
+    assert override.retryable is False
+    editor_client.post(
+        reverse("dashboard:override_edit", args=[override.pk]),
+        {
+            "provider": "esri",
+            "match_on": "status_code",
+            "match_value": "499",
+            "failure_type": "rate_limited",
+            "retryable": "",
+            "note": "",
+            "enabled": "on",
+        },
+    )
+    override.refresh_from_db()
+    assert override.failure_type == "rate_limited" and override.retryable is None
+    editor_client.post(reverse("dashboard:override_delete", args=[override.pk]))
+    assert not ProviderOverride.objects.filter(pk=override.pk).exists()
+    actions = list(
+        AuditEntry.objects.filter(object_type="provideroverride").values_list("action", flat=True)
+    )
+    assert sorted(actions) == [
+        "provideroverride.create",
+        "provideroverride.delete",
+        "provideroverride.update",
+    ]
+
+
+def test_override_validation_errors_show_on_the_page(editor_client):
+    response = editor_client.post(
+        reverse("dashboard:override_new"),
+        {
+            "provider": "",
+            "match_on": "status_code",
+            "match_value": "abc",
+            "failure_type": "auth_failure",
+            "enabled": "on",
+        },
+    )
+    assert response.status_code == 200
+    assert "A status code is a number." in response.content.decode()

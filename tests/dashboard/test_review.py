@@ -1,0 +1,161 @@
+"""Review queue: oldest first with the run inline, claim then resolve, exactly one resolution."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from orchestrator.models import AuditEntry, ProviderOverride, ReviewItem
+
+from .conftest import HOSTILE_SCRIPT, ago, make_failure, make_review, signed_in
+
+QUEUE = reverse("dashboard:review_queue")
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+def claim(client, item, **extra):
+    return client.post(reverse("dashboard:review_claim", args=[item.pk]), **extra)
+
+
+def resolve(client, item, **data):
+    data.setdefault("resolution", "accept_partial")
+    data.setdefault("note", "good enough")
+    return client.post(reverse("dashboard:review_resolve", args=[item.pk]), data, **HX)
+
+
+def test_open_items_oldest_first_with_the_run_inline(operator_client):
+    newer = make_review(make_failure("auth_failure", detail="401 from news_api"))
+    older = make_review(
+        make_failure("unclassified", detail=HOSTILE_SCRIPT), created_at=ago(hours=5)
+    )
+    response = operator_client.get(QUEUE)
+    assert [i.pk for i in response.context["items"]] == [older.pk, newer.pk]
+    html = response.content.decode()
+    assert "401 from news_api" in html and "&lt;script&gt;" in html and "<script>alert" not in html
+    assert "waiting 5 h" in html
+
+
+def test_claim_then_resolve_feeds_the_coordinator(operator, operator_client):
+    item = make_review()
+    response = claim(operator_client, item, **HX)
+    html = response.content.decode()
+    assert "<html" not in html and "Claimed" in html and 'name="resolution"' in html
+    item.refresh_from_db()
+    assert item.state == "claimed" and item.assignee == operator
+    response = resolve(operator_client, item, resolution="abort", note="source is dead")
+    assert "Resolved" in response.content.decode()
+    item.refresh_from_db()
+    assert (item.state, item.resolution, item.note, item.resolved_by) == (
+        "resolved",
+        "abort",
+        "source is dead",
+        operator,
+    )
+    assert AuditEntry.objects.filter(action="review.resolve", object_id=str(item.pk)).exists()
+
+
+def test_a_second_resolution_shows_a_message_not_an_error(operator, policy_editor):
+    item = make_review()
+    first, second = signed_in(operator), signed_in(policy_editor)
+    claim(first, item)
+    resolve(first, item, resolution="abort")
+    # A stale form from a second operator (who also had it open) arrives late.
+    response = resolve(second, item, resolution="retry")
+    assert response.status_code == 200
+    assert "Already resolved by olga" in response.content.decode()
+    item.refresh_from_db()
+    assert item.resolution == "abort"
+
+
+def test_the_same_operator_double_submitting_resolves_once(operator_client):
+    item = make_review()
+    claim(operator_client, item)
+    resolve(operator_client, item)
+    again = resolve(operator_client, item)
+    assert "Already resolved" in again.content.decode()
+    assert AuditEntry.objects.filter(action="review.resolve").count() == 1
+
+
+def test_an_item_claimed_by_someone_else_cannot_be_resolved_by_me(operator, policy_editor):
+    item = make_review()
+    claim(signed_in(policy_editor), item)
+    response = resolve(signed_in(operator), item)
+    assert "Already claimed by paul" in response.content.decode()
+    item.refresh_from_db()
+    assert item.state == "claimed"
+    response = claim(signed_in(operator), item, **HX)
+    assert "Already claimed by paul" in response.content.decode()
+
+
+def test_retry_with_edited_input_needs_valid_json(operator_client):
+    item = make_review()
+    claim(operator_client, item)
+    response = resolve(operator_client, item, resolution="retry_edited", edited_input="{oops")
+    assert "Not valid JSON" in response.content.decode()
+    assert ReviewItem.objects.get(pk=item.pk).state == "claimed"
+    resolve(operator_client, item, resolution="retry_edited", edited_input='{"query": "narrower"}')
+    item.refresh_from_db()
+    assert item.edited_input == {"query": "narrower"}
+
+
+def test_unclassified_items_can_be_reclassified_and_saved_as_override(operator_client):
+    run = make_failure("unclassified", provider_code="WeirdThrottle", source="news_api")
+    item = make_review(run)
+    claim(operator_client, item)
+    html = operator_client.get(QUEUE).content.decode()
+    assert "Save as a provider override" in html
+    resolve(
+        operator_client, item, resolution="retry", failure_type="rate_limited", save_override="on"
+    )
+    item.refresh_from_db()
+    assert item.failure_type == "rate_limited"
+    override = ProviderOverride.objects.get(match_value="WeirdThrottle")
+    assert override.failure_type == "rate_limited" and override.provider == "news_api"
+
+
+def test_apply_to_all_with_the_same_signature(operator_client):
+    items = [make_review(signature="sig-1") for _ in range(3)]
+    other = make_review(signature="sig-2")
+    claim(operator_client, items[0])
+    html = operator_client.get(QUEUE).content.decode()
+    assert "Apply to all 3 open items with the same signature" in html
+    response = resolve(operator_client, items[0], apply_to_group="on")
+    assert "and 2 more" in response.content.decode()
+    assert ReviewItem.objects.filter(signature="sig-1", state="resolved").count() == 3
+    assert ReviewItem.objects.get(pk=other.pk).state == "open"
+
+
+def test_resolved_items_keep_who_when_why(operator_client):
+    item = make_review()
+    claim(operator_client, item)
+    resolve(operator_client, item, note="provider confirmed outage")
+    html = operator_client.get(QUEUE + "?show=resolved").content.decode()
+    assert "provider confirmed outage" in html and "olga" in html
+
+
+def test_plain_form_posts_work_without_htmx(operator_client):
+    item = make_review()
+    response = claim(operator_client, item, follow=True)
+    assert response.redirect_chain[-1][0].startswith(QUEUE)
+    assert "Claimed" in response.content.decode()
+
+
+def test_readers_without_review_permission_see_no_buttons(outsider, db):
+    from django.contrib.auth.models import Permission
+
+    outsider.user_permissions.add(Permission.objects.get(codename="view_reviewitem"))
+    make_review()
+    html = signed_in(outsider).get(QUEUE).content.decode()
+    assert "Claim</button>" not in html and "resolving needs the review permission" in html
+
+
+def test_empty_queue_explains_itself(operator_client):
+    assert "Nothing is waiting for a human" in operator_client.get(QUEUE).content.decode()
+
+
+@pytest.mark.parametrize("user", ["operator", "policy_editor"])
+def test_nav_bar_shows_the_open_review_count(db, request, user):
+    make_review()
+    make_review()
+    html = signed_in(request.getfixturevalue(user)).get(QUEUE).content.decode()
+    assert 'id="nav-review-count">2<' in html

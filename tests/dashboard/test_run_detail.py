@@ -1,0 +1,151 @@
+"""Run and workflow detail: the envelope in full, escaped; attempts; decisions; coverage."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.urls import reverse
+
+from orchestrator.models import Action, Run
+
+from .conftest import HOSTILE_IMG, HOSTILE_SCRIPT, make_failure, make_run, make_workflow
+
+
+def detail(client, run: Run) -> str:
+    return client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+
+
+def test_the_envelope_is_shown_in_full(operator_client):
+    run = make_failure(
+        "rate_limited",
+        retryable=True,
+        retry_after=2.5,
+        status_code=429,
+        provider_code="SlowDown",
+        exception_type="botocore.exceptions.ClientError",
+        attempted={"operation": "web_search", "query": "AI film"},
+        partial_results=[{"url": "https://a.example", "excerpt": "three of five"}],
+        partial_count=1,
+        alternatives=["use news_api instead"],
+        detail="429 Too Many Requests",
+        exception_chain=[{"type": "ClientError", "message": "SlowDown"}],
+        decision=Action.RETRY,
+        decision_reason="rate limited: wait for Retry-After",
+        policy_version=7,
+    )
+    html = detail(operator_client, run)
+    for text in (
+        "429",
+        "SlowDown",
+        "botocore.exceptions.ClientError",
+        "2.5 s",
+        "three of five",
+        "use news_api instead",
+        "429 Too Many Requests",
+        "&quot;ClientError&quot;",
+        "rate limited: wait for Retry-After",
+        "v7",
+    ):
+        assert text in html, text
+
+
+def test_hostile_agent_content_is_escaped_everywhere(operator_client):
+    run = make_failure(
+        "unclassified",
+        detail=HOSTILE_SCRIPT + HOSTILE_IMG,
+        attempted={"query": HOSTILE_IMG},
+        partial_results=[{"excerpt": HOSTILE_SCRIPT}],
+        alternatives=[HOSTILE_IMG],
+        exception_chain=[{"message": HOSTILE_SCRIPT}],
+        agent="<b>agent</b>",
+        source="<i>src</i>",
+        decision_reason=HOSTILE_IMG,
+        workflow=make_workflow(name=HOSTILE_SCRIPT),
+    )
+    for url in (
+        reverse("dashboard:run_detail", args=[run.pk]),
+        reverse("dashboard:runs"),
+        reverse("dashboard:workflow_detail", args=[run.workflow_id]),
+    ):
+        html = operator_client.get(url).content.decode()
+        assert "<script>alert" not in html, url
+        assert "<img src=x" not in html, url
+        assert "<b>agent</b>" not in html and "<i>src</i>" not in html, url
+        assert "&lt;script&gt;" in html or "&lt;img" in html, url
+
+
+def test_pages_send_a_csp_without_unsafe_inline(operator_client):
+    make_run()
+    response = operator_client.get(reverse("dashboard:runs"))
+    csp = response["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    html = response.content.decode()
+    assert "<script>" not in html and " onclick=" not in html and " style=" not in html
+
+
+def test_the_body_carries_the_csrf_token_for_htmx(operator_client):
+    html = operator_client.get(reverse("dashboard:runs")).content.decode()
+    assert 'hx-headers=\'{"X-CSRFToken": "' in html
+
+
+def test_the_attempts_timeline_shows_each_retry_its_wait_and_decision(operator_client):
+    first = make_failure(
+        "timeout", decision=Action.RETRY, decision_reason="timeout: retry", policy_version=3
+    )
+    first.finished_at = first.created_at
+    first.save()
+    second = make_failure(
+        "timeout",
+        retry_of=first,
+        attempt=2,
+        started_at=first.created_at + timedelta(seconds=4),
+        decision=Action.SWITCH_SOURCE,
+        decision_reason="attempts exhausted",
+        policy_version=4,
+    )
+    html = detail(operator_client, second)
+    assert f"#{first.pk}" in html and f"#{second.pk}" in html
+    assert "waited 4 s" in html
+    assert "timeout: retry" in html and "attempts exhausted" in html
+    assert "policy v3" in html and "policy v4" in html
+
+
+def test_actions_are_shown_only_to_reviewers(operator_client, outsider, db):
+    from django.contrib.auth.models import Permission
+
+    from .conftest import signed_in
+
+    run = make_failure("timeout")
+    assert 'value="retry"' in detail(operator_client, run)
+    outsider.user_permissions.add(Permission.objects.get(codename="view_run"))
+    assert 'value="retry"' not in detail(signed_in(outsider), run)
+
+
+def test_workflow_detail_shows_its_coverage_and_timeline(operator_client):
+    wf = make_workflow(
+        status="degraded",
+        coverage={
+            "film": {
+                "verdict": "well_supported",
+                "why": "film is well supported by 2 sources",
+                "sources": [{"source": "web_search", "state": "supported", "results": 3}],
+                "runs": [1],
+            },
+            "music": {"verdict": "gap", "why": "music could not be assessed: news_api (timeout)"},
+            "games": {"verdict": "empty", "why": "No results on games were found"},
+            "odd": "something unexpected",
+        },
+    )
+    run = make_run(workflow=wf, topic="film")
+    html = operator_client.get(reverse("dashboard:workflow_detail", args=[wf.pk])).content.decode()
+    assert "well supported" in html and "cov-gap" in html and "cov-empty" in html
+    assert "music could not be assessed: news_api (timeout)" in html
+    assert "cov-unknown" in html  # unexpected shapes render, they do not crash
+    assert f"#{run.pk}" in html and "Degraded" in html
+
+
+def test_workflows_list_filters_by_status(operator_client):
+    make_workflow(name="ok one", status="succeeded")
+    make_workflow(name="bad one", status="degraded")
+    html = operator_client.get(reverse("dashboard:workflows") + "?status=degraded").content.decode()
+    assert "bad one" in html and "ok one" not in html

@@ -1,0 +1,199 @@
+"""Runs page: filters in the query string, keyset pages, bounded search, htmx fragment, retrying."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from dashboard.filters import PAGE_SIZE, RunFilter
+from orchestrator.models import Run
+
+from .conftest import ago, make_failure, make_run, make_workflow
+
+RUNS = reverse("dashboard:runs")
+
+
+def ids(response) -> list[int]:
+    return [r.pk for r in response.context["runs"]]
+
+
+def test_filters_narrow_the_list(operator_client):
+    wf = make_workflow()
+    a = make_failure("timeout", source="news_api", agent="a1", workflow=wf)
+    b = make_failure("auth_failure", source="web_search", agent="a2")
+    c = make_run(source="news_api")
+    assert ids(operator_client.get(RUNS + "?failure_type=timeout")) == [a.pk]
+    assert ids(operator_client.get(RUNS + "?status=succeeded")) == [c.pk]
+    assert ids(operator_client.get(RUNS + "?source=news_api")) == [c.pk, a.pk]
+    assert ids(operator_client.get(RUNS + "?agent=a2")) == [b.pk]
+    assert ids(operator_client.get(RUNS + f"?workflow={wf.pk}")) == [a.pk]
+    assert ids(operator_client.get(RUNS + "?status=failed,escalated&source=news_api")) == [a.pk]
+    assert ids(operator_client.get(RUNS + "?source=news_api,web_search&status=failed")) == [
+        b.pk,
+        a.pk,
+    ]
+
+
+def test_time_range_filters(operator_client):
+    old = make_run(created_at=ago(days=3))
+    new = make_run(created_at=ago(minutes=5))
+    assert ids(operator_client.get(RUNS + "?range=24h")) == [new.pk]
+    assert ids(operator_client.get(RUNS + "?range=7d")) == [new.pk, old.pk]
+    since = (timezone.now() - timedelta(days=4)).strftime("%Y-%m-%dT%H:%M")
+    until = (timezone.now() - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    assert ids(operator_client.get(RUNS + f"?since={since}&until={until}")) == [old.pk]
+
+
+def test_flags_select_retries_partials_and_valid_empties(operator_client):
+    first = make_failure("timeout")
+    retry = make_failure("timeout", retry_of=first, attempt=2, partial_count=1)
+    empty = make_run(result_count=0)
+    assert ids(operator_client.get(RUNS + "?flag=retry")) == [retry.pk]
+    assert ids(operator_client.get(RUNS + "?flag=wasted")) == [retry.pk]
+    assert ids(operator_client.get(RUNS + "?flag=partial")) == [retry.pk]
+    assert ids(operator_client.get(RUNS + "?flag=empty")) == [empty.pk]
+
+
+def test_the_switched_flag_lists_runs_started_after_a_switch(operator_client):
+    wf = make_workflow()
+    make_failure(
+        "auth_failure",
+        workflow=wf,
+        topic="film",
+        decision="switch_source",
+        finished_at=ago(minutes=10),
+        created_at=ago(minutes=11),
+    )
+    switched = make_run(workflow=wf, topic="film", source="news_wire", created_at=ago(minutes=9))
+    assert ids(operator_client.get(RUNS + "?flag=switched")) == [switched.pk]
+
+
+def test_search_looks_in_attempted_and_detail(operator_client):
+    a = make_failure("timeout", detail="ReadTimeout talking to films.example")
+    b = make_run(attempted={"query": "music royalties 2024"})
+    make_run(attempted={"query": "games"})
+    assert ids(operator_client.get(RUNS + "?q=films.example")) == [a.pk]
+    assert ids(operator_client.get(RUNS + "?q=ROYALTIES")) == [b.pk]
+
+
+def test_search_is_bounded_to_a_window(operator_client):
+    make_failure("timeout", detail="needle", created_at=ago(days=2))
+    response = operator_client.get(RUNS + "?q=needle")
+    assert ids(response) == []
+    assert "last 24 hours" in response.content.decode()
+    assert len(ids(operator_client.get(RUNS + "?q=needle&range=7d"))) == 1
+    f = RunFilter.from_query(_query("q=needle&since=2020-01-01T00:00"), now=timezone.now())
+    assert timezone.now() - f.since <= timedelta(days=7, seconds=1)
+    assert "at most 7 days" in f.notices[0]
+
+
+def _query(raw: str):
+    from django.http import QueryDict
+
+    return QueryDict(raw)
+
+
+def test_keyset_pages_neither_skip_nor_repeat(operator_client):
+    same_time = timezone.now() - timedelta(minutes=1)
+    created = [make_run(created_at=same_time) for _ in range(PAGE_SIZE + 5)]
+    first = operator_client.get(RUNS)
+    cursor = first.context["next_cursor"]
+    assert cursor and len(ids(first)) == PAGE_SIZE
+    second = operator_client.get(RUNS + f"?after={cursor}")
+    assert second.context["next_cursor"] is None
+    seen = ids(first) + ids(second)
+    assert sorted(seen) == sorted(r.pk for r in created) and len(set(seen)) == len(seen)
+
+
+def test_a_mangled_cursor_shows_the_first_page(operator_client):
+    make_run()
+    assert operator_client.get(RUNS + "?after=%00garbage").status_code == 200
+
+
+def test_htmx_gets_the_table_fragment_with_filters_kept(operator_client):
+    make_failure("timeout")
+    response = operator_client.get(RUNS + "?failure_type=timeout", HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert "<html" not in html and html.lstrip().startswith('<div id="results"')
+    page = operator_client.get(RUNS).content.decode()
+    assert 'hx-push-url="true"' in page and 'action="/runs/"' in page
+
+
+def test_valid_empty_runs_look_different_from_failures(operator_client):
+    make_run(result_count=0)
+    make_failure("resource_missing")
+    html = operator_client.get(RUNS).content.decode()
+    assert "empty (valid)" in html and 'class="row-empty"' in html
+    assert "ft-resource_missing" in html and 'class="row-failed"' in html
+
+
+def test_empty_states(operator_client):
+    assert "No runs yet" in operator_client.get(RUNS).content.decode()
+    make_run()
+    html = operator_client.get(RUNS + "?failure_type=timeout").content.decode()
+    assert "No runs match these filters" in html
+
+
+def test_bulk_controls_only_for_reviewers(operator_client, outsider, db):
+    make_failure("timeout")
+    html = operator_client.get(RUNS).content.decode()
+    assert 'name="action" value="retry"' in html
+    from django.contrib.auth.models import Permission
+
+    viewer = outsider
+    viewer.user_permissions.add(Permission.objects.get(codename="view_run"))
+    from .conftest import signed_in
+
+    html = signed_in(viewer).get(RUNS).content.decode()
+    assert 'name="action"' not in html
+
+
+def test_still_retrying_lists_scheduled_retries_and_stops_polling_when_none(operator_client):
+    first = make_failure("rate_limited")
+    retry = make_run(
+        status=Run.Status.QUEUED, retry_of=first, attempt=3, due_at=timezone.now() + timedelta(60)
+    )
+    url = reverse("dashboard:retrying")
+    response = operator_client.get(url)
+    assert [r.pk for r in response.context["runs"]] == [retry.pk]
+    assert "every 10s" in response.content.decode()
+    assert operator_client.get(url, HTTP_HX_REQUEST="true").status_code == 200
+    Run.objects.filter(pk=retry.pk).update(status=Run.Status.RUNNING)
+    stopped = operator_client.get(url, HTTP_HX_REQUEST="true")
+    assert stopped.status_code == 286
+    assert "Nothing is waiting for a retry" in stopped.content.decode()
+
+
+@pytest.mark.parametrize("action", ["retry", "cancel", "escalate"])
+def test_bulk_actions_go_to_the_coordinator(operator_client, action):
+    pytest.importorskip("orchestrator.coordinator")
+    failed = make_failure("timeout")
+    queued = make_run(status=Run.Status.QUEUED)
+    target = queued if action == "cancel" else failed
+    response = operator_client.post(
+        reverse("dashboard:run_actions"),
+        {"action": action, "run": [target.pk], "next": RUNS + "?status=failed", "reason": "why"},
+        follow=True,
+    )
+    assert response.redirect_chain[-1][0] == RUNS + "?status=failed"
+    assert f"{action.capitalize()}: 1 run done" in response.content.decode()
+    target.refresh_from_db()
+    if action == "cancel":
+        assert target.status == Run.Status.CANCELLED
+    elif action == "escalate":
+        assert target.review_items.count() == 1
+    else:
+        assert Run.objects.attempts_of(target).count() == 2
+
+
+def test_bulk_actions_refuse_bad_input_and_foreign_redirects(operator_client):
+    response = operator_client.post(
+        reverse("dashboard:run_actions"),
+        {"action": "retry", "run": ["x"], "next": "https://evil.example/"},
+    )
+    assert response.status_code == 302 and response["Location"] == RUNS
+    response = operator_client.post(reverse("dashboard:run_actions"), {"action": "explode"})
+    assert response.status_code == 302
