@@ -75,6 +75,7 @@ class TypeInfo:
 
     __slots__ = (
         "category",
+        "ceiling",
         "class_probes",
         "dynamic",
         "fallback",
@@ -127,6 +128,15 @@ class TypeInfo:
         self.lone_retryable = (
             None if self.lone_category is None else rules.DEFAULT_RETRYABLE[self.lone_category]
         )
+        # The strongest verdict a node of this class can get when it carries nothing but its
+        # type and message (no status, code or SQLSTATE): `decide` skips judging such a node
+        # when that cannot beat the verdict it holds (a message scan is the costly part).
+        if category is not None:
+            self.ceiling = _RANK_TYPE
+        elif name_category is not None:
+            self.ceiling = _RANK_CLASS_NAME
+        else:
+            self.ceiling = _RANK_MESSAGE  # the message, else the fallback type (weaker)
         # Set by `_build_type_info` for real classes: whether an instance may be read as a lone
         # exception (no attribute we read can exist on the class), and whether it is a group.
         self.lone = False
@@ -318,6 +328,8 @@ _GRPC_STATUS = dict(rules.GRPC_STATUS)
 _NO_VERDICT: Verdict = (0, _UNCLASSIFIED, _NONE, None, None, None)
 _NO_OVERRIDES: Final = Overrides()  # never registered to: `decide` skips it
 _new_failure: Final = Failure.make
+_new_instance: Final = object.__new__
+_UNPRINTABLE: Final = "<unprintable message>"
 
 
 def as_status(value: Any) -> int | None:
@@ -370,10 +382,18 @@ def _read_node(exc: Any, info: TypeInfo, message: str) -> Node:
     present = _present(exc, info)
     if not present:
         return node  # nothing we read exists: most exceptions carry just a type and a message
+    if present == _RESPONSE_ONLY:  # a status error of httpx, requests, botocore ...
+        try:
+            _read_response_only(node, exc)
+            return node
+        except Exception:
+            node = Node(info, message)  # read it again the general way, which copes
     if not LINK_ATTRIBUTES.isdisjoint(present):
         node.linked = True
         # Only these can exist: probing the others would only fail (through a __getattr__).
         node.link_names = tuple(name for name in LINK_ATTRIBUTES if name in present)
+        if present <= LINK_ATTRIBUTES:
+            return node  # links only (urllib's URLError.reason): nothing else to read
     try:
         _read_attributes(node, exc, getattr, present)
     except Exception:
@@ -396,6 +416,28 @@ def _present(exc: Any, info: TypeInfo) -> frozenset[str]:
     except Exception:  # no __dict__: only class-level attributes (slots) exist
         present = frozenset()
     return present | info.class_probes if info.class_probes else present
+
+
+_RESPONSE_ONLY: Final = frozenset({"response"})
+
+
+def _read_response_only(node: Node, exc: Any) -> None:
+    """Fill `node` as `_read_attributes` does when `response` is the only attribute present."""
+    response = getattr(exc, "response", None)
+    if type(response) is dict:
+        codes: list[str] = []
+        status, headers = _read_botocore_response(response, codes, None, None)
+        if codes:
+            node.codes = codes
+    elif response is not None:
+        status = as_status(getattr(response, "status_code", None))
+        if status is None:
+            status = as_status(getattr(response, "status", None))
+        headers = getattr(response, "headers", None)
+    else:
+        status = headers = None
+    node.status = status
+    node.headers = headers
 
 
 def _read_attributes(
@@ -529,11 +571,32 @@ def read_chain(root: Any, root_node: Node | None = None) -> list[Node]:
     for _ in range(MAX_DEPTH):
         next_frontier = []
         for exc, node in frontier:
-            for linked in links(exc, node):
-                if id(linked) in seen:
+            if node.linked or isinstance(exc, BaseExceptionGroup):
+                candidates: Any = links(exc, node)
+            else:
+                try:  # links, inlined for the common case: a cause and a context only
+                    candidates = (exc.__cause__, exc.__context__)
+                except Exception:
+                    candidates = links(exc, node)
+            for linked in candidates:
+                if not isinstance(linked, BaseException) or id(linked) in seen:
                     continue
                 seen.add(id(linked))
-                linked_node = read_node(linked)
+                # read_node, inlined: most members of a chain are of a `lone` class and carry
+                # none of the attributes we read, so their node is their type and message.
+                cls = type(linked)
+                try:
+                    info = _TYPE_CACHE_GET(cls)
+                except Exception:  # a metaclass with a broken __hash__: type_info copes
+                    info = None
+                if info is None:
+                    info = type_info(cls)
+                message = message_of(linked)
+                try:
+                    plain = info.lone and PROBED_ATTRIBUTES.isdisjoint(linked.__dict__)
+                except Exception:
+                    plain = False
+                linked_node = Node(info, message) if plain else _read_node(linked, info, message)
                 nodes.append(linked_node)
                 next_frontier.append((linked, linked_node))
                 if len(nodes) >= MAX_CHAIN:
@@ -608,13 +671,30 @@ def decide(nodes: list[Node], overrides: Overrides, provider: str | None) -> Ver
     if len(nodes) == 1:
         return judge(nodes[0])
     best = _NO_VERDICT
+    best_rank = 0
+    best_transient = False  # whether best[1] is TRANSIENT
     for node in nodes:
-        verdict = judge(node)
-        if verdict[0] > best[0] or (
-            verdict[0] == best[0] and best[1] is _TRANSIENT and verdict[1] is not _TRANSIENT
+        if node.status is None and not node.codes and not node.grpc and not node.sqlstate:
+            # Only the type and message can speak: skip the node if even its best cannot win,
+            # else take judge's verdict from the class where the class decides.
+            info = node.info
+            ceiling = info.ceiling
+            if ceiling < best_rank or (ceiling == best_rank and not best_transient):
+                continue
+            if ceiling == _RANK_TYPE:
+                verdict: Verdict = (_RANK_TYPE, info.category, _TYPE, None, node, None)
+            elif ceiling == _RANK_CLASS_NAME:
+                verdict = (_RANK_CLASS_NAME, info.name_category, _TYPE, None, node, None)
+            else:
+                verdict = judge(node)
+        else:
+            verdict = judge(node)
+        rank = verdict[0]
+        if rank > best_rank or (
+            rank == best_rank and best_transient and verdict[1] is not _TRANSIENT
         ):
-            best = verdict
-            if best[0] == _RANK_STATUS and best[1] is not _TRANSIENT:
+            best, best_rank, best_transient = verdict, rank, verdict[1] is _TRANSIENT
+            if rank == _RANK_STATUS and not best_transient:
                 break
     return best
 
@@ -666,12 +746,69 @@ def _classify_core(exc: Any) -> Failure:
             info = None
         if info is None:
             info = type_info(cls)
-        message = message_of(exc)
+        try:  # message_of, inlined
+            message = str(exc)
+        except Exception:
+            message = _UNPRINTABLE
+        else:
+            if type(message) is not str:
+                message = _UNPRINTABLE
+            elif len(message) > MESSAGE_LIMIT:
+                message = message[: MESSAGE_LIMIT - 1] + "…"
         if info.lone:
-            failure = _lone_failure(exc, info, message)
-            if failure is not None:
-                return failure
-        nodes = read_chain(exc, _read_node(exc, info, message))
+            # No attribute we read can exist on the class: the instance's __dict__ says which
+            # do. Read once, with the links: a single exception is answered here.
+            try:
+                present = PROBED_ATTRIBUTES.intersection(exc.__dict__)
+                alone = (
+                    exc.__cause__ is None
+                    and exc.__context__ is None
+                    and not isinstance(exc, BaseExceptionGroup)
+                )
+            except Exception:
+                present, alone = None, False  # the general path below copes
+            if alone and not present:
+                # _lone_failure, inlined: the commonest case (a builtin or a transport error).
+                if info.lone_category is not None:
+                    failure = _new_instance(Failure)
+                    failure.__dict__.update(
+                        {
+                            "category": info.lone_category,
+                            "retryable": info.lone_retryable,
+                            "retry_after": None,
+                            "status_code": None,
+                            "provider_code": None,
+                            "exception_type": info.name,
+                            "signal": _TYPE,
+                            "chain": (info.prefix + message,),
+                            "detail": info.short_prefix + message if message else info.short_name,
+                        }
+                    )
+                    return failure
+                failure = _lone_failure(exc, info, message)
+                if failure is not None:
+                    return failure
+            elif alone and present == _RESPONSE_ONLY:  # a status error on its own
+                node = Node(info, message)
+                try:
+                    _read_response_only(node, exc)
+                except Exception:
+                    node = _read_node(exc, info, message)  # the general reader copes
+                if not node.linked:
+                    return _single_failure(node, judge(node))
+        node = _read_node(exc, info, message)
+        if not node.linked:
+            try:
+                alone = (
+                    exc.__cause__ is None
+                    and exc.__context__ is None
+                    and not isinstance(exc, BaseExceptionGroup)
+                )
+            except Exception:
+                alone = False
+            if alone:  # what read_chain and decide answer for a single node
+                return _single_failure(node, judge(node))
+        nodes = read_chain(exc, node)
         return build_failure(nodes, decide(nodes, _NO_OVERRIDES, None))
     except Exception:
         return fallback_failure(exc)
@@ -735,7 +872,10 @@ def build_failure(nodes: list[Node], verdict: Verdict) -> Failure:
     retryable = _retryable(verdict, decider, found)
     status = decider.status
     if status is None and len(nodes) > 1:
-        status = next((n.status for n in nodes if n.status is not None), None)
+        for node in nodes:
+            if node.status is not None:
+                status = node.status
+                break
     if code is None and rule is None:
         code = decider.first_code()
     if len(nodes) == 1:
@@ -756,6 +896,38 @@ def build_failure(nodes: list[Node], verdict: Verdict) -> Failure:
 
 
 _EMPTY: dict[str, Any] = {}
+
+
+def _single_failure(node: Node, verdict: Verdict) -> Failure:
+    """Return `build_failure([node], verdict)`, for a chain of one exception."""
+    category, signal, code, rule = verdict[1], verdict[2], verdict[3], verdict[5]
+    headers = node.headers
+    found = header_values(headers) if headers is not None else _EMPTY
+    retryable = _retryable(verdict, node, found)
+    if retryable:
+        delay = node.delay
+        if delay is None and found:
+            delay = delay_from_values(found)
+    else:
+        delay = None
+    if code is None and rule is None:
+        code = node.codes[0] if node.codes else node.grpc or node.sqlstate
+    info, message = node.info, node.message
+    failure = _new_instance(Failure)
+    failure.__dict__.update(
+        {
+            "category": category,
+            "retryable": retryable,
+            "retry_after": delay,
+            "status_code": node.status,
+            "provider_code": code[:128] if code else None,
+            "exception_type": info.name,
+            "signal": signal,
+            "chain": (info.prefix + message,),
+            "detail": info.short_prefix + message if message else info.short_name,
+        }
+    )
+    return failure
 
 
 def _retryable(verdict: Verdict, decider: Node, found: dict[str, Any]) -> bool:

@@ -9,6 +9,8 @@ from typing import Any
 from classifier.rules import DEFAULT_RETRYABLE
 from classifier.taxonomy import TAXONOMY_VERSION, FailureCategory
 
+_new = object.__new__
+
 
 class Signal(StrEnum):
     """Which kind of evidence decided the category, strongest first."""
@@ -56,18 +58,24 @@ class Failure:
         chain: tuple[str, ...],
         detail: str,
     ) -> Failure:
-        """Return a Failure built without the frozen __init__'s per-field overhead."""
-        failure = object.__new__(cls)
+        """Return a Failure built without the frozen __init__'s per-field overhead.
+
+        One dict display handed to `update`: keyword arguments would build the same dict
+        through the slower calling convention.
+        """
+        failure = _new(cls)
         failure.__dict__.update(
-            category=category,
-            retryable=retryable,
-            retry_after=retry_after,
-            status_code=status_code,
-            provider_code=provider_code,
-            exception_type=exception_type,
-            signal=signal,
-            chain=chain,
-            detail=detail,
+            {
+                "category": category,
+                "retryable": retryable,
+                "retry_after": retry_after,
+                "status_code": status_code,
+                "provider_code": provider_code,
+                "exception_type": exception_type,
+                "signal": signal,
+                "chain": chain,
+                "detail": detail,
+            }
         )
         return failure
 

@@ -89,7 +89,13 @@ def header_values(headers: Any) -> dict[str, Any]:
         return found
     try:
         if type(headers) is dict:
-            _scan_pairs(headers.items(), found)
+            if len(headers) > MAX_HEADERS:
+                _scan_pairs(headers.items(), found)
+            else:  # _scan_pairs without its counter (botocore's HTTPHeaders, plain dicts)
+                for key, value in headers.items():
+                    name = key.lower() if type(key) is str else _name(key)
+                    if name in KNOWN_HEADERS and name not in found:
+                        found[name] = value
         elif _scan_known_map(headers, found):
             pass
         elif callable(getattr(headers, "keys", None)) and hasattr(headers, "__getitem__"):
