@@ -11,10 +11,8 @@ Definitions (the issue leaves them open; the README repeats them):
   accept_partial: a blind policy that retries every failure would have spent a retry on each;
 - an *early* retry started before its due time (`started_at < due_at`), i.e. before the
   provider's Retry-After had passed;
-- a *switched* run is the first attempt on another source for a workflow topic whose earlier run
-  (finished before this one was created) ended in a switch_source decision, or a retry on another
-  source than its first attempt. The coordinator records no link for a switch, so this is an
-  EXISTS over (workflow, topic); a `switched_from` field on Run would make it a column test.
+- a *switched* run is one the coordinator started on the next source after a switch_source
+  decision (`switched_from` set).
 """
 
 from __future__ import annotations
@@ -28,11 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
     Count,
-    DateTimeField,
-    Exists,
-    ExpressionWrapper,
     F,
-    OuterRef,
     Q,
     QuerySet,
     Sum,
@@ -57,7 +51,6 @@ METRICS = (
     "avoided_retries",
 )
 HOUR = timedelta(hours=1)
-SWITCH_LOOKBACK = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
 
 
@@ -67,19 +60,7 @@ MINUTE = timedelta(minutes=1)
 
 def switched_condition() -> Q:
     """Runs the coordinator started on another source after a switch_source decision."""
-    created = OuterRef("created_at")
-    switched_away = Run.objects.filter(
-        workflow_id=OuterRef("workflow_id"),
-        topic=OuterRef("topic"),
-        decision=Action.SWITCH_SOURCE,
-        finished_at__lte=created,
-        # The coordinator starts the next source as it routes the failure, so the failed run
-        # began shortly before: a bounded range on the (workflow, created_at) index.
-        created_at__gte=ExpressionWrapper(created - SWITCH_LOOKBACK, output_field=DateTimeField()),
-        created_at__lt=created,
-    ).exclude(source=OuterRef("source"))
-    after_switch = Q(workflow__isnull=False, attempt=1) & Q(Exists(switched_away))
-    return after_switch | (Q(retry_of__isnull=False) & ~Q(source=F("retry_of__source")))
+    return Q(switched_from__isnull=False)
 
 
 def _metric_aggregates() -> dict[str, Any]:

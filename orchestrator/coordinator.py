@@ -282,9 +282,16 @@ def _query(wf: Workflow, topic: str) -> dict[str, Any]:
     return {"operation": wf.capability, "query": f"{wf.goal or wf.name}: {topic}", "topic": topic}
 
 
-def _first_attempt(wf: Workflow, topic: str, source: str, attempted: dict | None = None) -> None:
+def _first_attempt(
+    wf: Workflow,
+    topic: str,
+    source: str,
+    attempted: dict | None = None,
+    switched_from: Run | None = None,
+) -> None:
     """Create the first attempt of a (topic, source) slot; a second create is a no-op."""
     run = Run(
+        switched_from=switched_from,
         workflow=wf,
         topic=topic,
         capability=wf.capability,
@@ -371,7 +378,7 @@ def _switch(wf: Workflow, run: Run) -> bool:
     if nxt is None:
         return False
     attempted = {k: v for k, v in run.attempted.items() if k != "source"}
-    _first_attempt(wf, run.topic, nxt, attempted or None)
+    _first_attempt(wf, run.topic, nxt, attempted or None, switched_from=run)
     return True
 
 

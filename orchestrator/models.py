@@ -361,6 +361,16 @@ class Run(models.Model):
     # Coordinator bookkeeping. `slot` names a first attempt (workflow:topic:source) so a
     # redelivered step never fans out twice; `deliveries` counts task starts to park poison tasks.
     slot = models.CharField(max_length=300, blank=True)
+    # The failed run whose switch_source decision started this one: "did switching help?" on the
+    # overview becomes a column test instead of a correlated subquery per run.
+    switched_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+    )
     deliveries = models.PositiveSmallIntegerField(default=0)
     calls = models.PositiveSmallIntegerField(default=0, help_text="Source calls, local retries too")
     dispatched_at = models.DateTimeField(null=True, blank=True)

@@ -92,7 +92,7 @@ def test_recovery_health_definitions(db, clock):
     first = fail_at(0.5, "rate_limited", source="news_api", decision=Action.RETRY)
     due = NOW - timedelta(minutes=10)
     # A retry that started before its due time, failed again: early and wasted.
-    fail_at(
+    gave_up = fail_at(
         0.4,
         "rate_limited",
         source="news_api",
@@ -103,11 +103,11 @@ def test_recovery_health_definitions(db, clock):
         decision=Action.SWITCH_SOURCE,
     )
     # A switch to another source that succeeded.
-    at(0.3, source="scholar_api", retry_of=first, attempt=3)
+    at(0.3, source="scholar_api", switched_from=gave_up)
     fail_at(0.2, "auth_failure", decision=Action.ESCALATE)
     fail_at(0.1, "unclassified")
     cur = window_stats(WINDOWS["24h"]).current
-    assert cur.metric["retries"] == 2
+    assert cur.metric["retries"] == 1
     assert cur.wasted_total == 1
     assert cur.wasted[("rate_limited", "news_api")] == 1
     assert cur.metric["early_retries"] == 1
@@ -193,7 +193,7 @@ def test_a_run_on_the_next_source_after_a_switch_counts_as_switched(db, clock):
         decision=Action.SWITCH_SOURCE,
         finished_at=NOW - timedelta(minutes=29),
     )
-    at(0.4, workflow=wf, topic="film", source="news_wire")  # created after the switch
+    at(0.4, workflow=wf, topic="film", source="news_wire", switched_from=failed)
     at(0.6, workflow=wf, topic="film", source="news_archive")  # the initial fan-out: not a switch
     at(0.4, workflow=wf, topic="music", source="news_wire")  # another topic
     cur = window_stats(WINDOWS["24h"]).current

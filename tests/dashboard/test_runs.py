@@ -59,7 +59,7 @@ def test_flags_select_retries_partials_and_valid_empties(operator_client):
 
 def test_the_switched_flag_lists_runs_started_after_a_switch(operator_client):
     wf = make_workflow()
-    make_failure(
+    failed = make_failure(
         "auth_failure",
         workflow=wf,
         topic="film",
@@ -67,7 +67,14 @@ def test_the_switched_flag_lists_runs_started_after_a_switch(operator_client):
         finished_at=ago(minutes=10),
         created_at=ago(minutes=11),
     )
-    switched = make_run(workflow=wf, topic="film", source="news_wire", created_at=ago(minutes=9))
+    switched = make_run(
+        workflow=wf,
+        topic="film",
+        source="news_wire",
+        created_at=ago(minutes=9),
+        switched_from=failed,
+    )
+    make_run(workflow=wf, topic="film", source="news_archive", created_at=ago(minutes=9))
     assert ids(operator_client.get(RUNS + "?flag=switched")) == [switched.pk]
 
 

@@ -126,7 +126,10 @@ def test_every_source_failing_fails_the_workflow(sim):
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.FAILED
     assert wf.coverage["film"]["verdict"] == "gap"
-    assert [r.source for r in runs_of(wf, "film")] == ["news_api", "news_wire", "news_archive"]
+    runs = runs_of(wf, "film")
+    assert [r.source for r in runs] == ["news_api", "news_wire", "news_archive"]
+    # Each switch records the failed run it came from (the overview's "switched" tiles).
+    assert [r.switched_from_id for r in runs] == [None, runs[0].pk, runs[1].pk]
 
 
 def test_a_valid_empty_result_is_a_success_not_a_gap(sim):
