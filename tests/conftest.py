@@ -7,7 +7,7 @@ import os
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.db import connection
+from django.db import connection, connections
 
 from orchestrator.models import ApiToken
 
@@ -21,6 +21,20 @@ def require_service(available: bool, what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is required in CI but is not available")
     pytest.skip(f"{what} not available (set DATABASE_URL / CELERY_BROKER_URL to run this test)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_pooled_connections(django_db_setup, django_db_blocker):
+    """Close psycopg's pool before pytest-django drops the test database.
+
+    A pooled connection left open makes DROP DATABASE fail ("being accessed by other users").
+    """
+    yield
+    with django_db_blocker.unblock():
+        for conn in connections.all():
+            if conn.vendor == "postgresql" and hasattr(conn, "close_pool"):
+                conn.close_pool()
+            conn.close()
 
 
 @pytest.fixture
