@@ -185,15 +185,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
         if change:
             obj.save()
             return
-        token, secret = ApiToken.issue(obj.name, created_by=request.user)
+        token, secret = ApiToken.issue_audited(obj.name, actor=request.user, note="admin")
         obj.pk, obj.hashed, obj.hint = token.pk, token.hashed, token.hint
-        AuditEntry.record(
-            actor=request.user,
-            action="apitoken.create",
-            obj=token,
-            before=None,
-            after={"name": token.name, "hint": token.hint},
-        )
         messages.warning(
             request,
             f"Token “{token.name}” created. Copy its secret now, it will not be shown again: "
@@ -202,17 +195,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: Any) -> None:
-        revoked = 0
-        for token in queryset:
-            if token.revoke():
-                revoked += 1
-                AuditEntry.record(
-                    actor=request.user,
-                    action="apitoken.revoke",
-                    obj=token,
-                    before={"revoked_at": None},
-                    after={"revoked_at": token.revoked_at.isoformat()},
-                )
+        revoked = sum(token.revoke_audited(actor=request.user) for token in queryset)
         messages.info(request, f"Revoked {revoked} token(s).")
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -89,6 +89,22 @@ class ApiToken(models.Model):
         )
         return token, secret
 
+    @classmethod
+    def issue_audited(cls, name: str, actor: Any = None, note: str = "") -> tuple[ApiToken, str]:
+        """Issue a token (see `issue`) and record its creation in the audit trail."""
+        user = actor if getattr(actor, "is_authenticated", False) else None
+        with transaction.atomic():
+            token, secret = cls.issue(name, created_by=user)
+            AuditEntry.record(
+                actor=actor,
+                action="apitoken.create",
+                obj=token,
+                before=None,
+                after={"name": token.name, "hint": token.hint},
+                note=note,
+            )
+        return token, secret
+
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
@@ -100,6 +116,21 @@ class ApiToken(models.Model):
         )
         self.refresh_from_db(fields=["revoked_at"])
         return bool(changed)
+
+    def revoke_audited(self, actor: Any = None, note: str = "") -> bool:
+        """Revoke the token with an audit row; return False if it was already revoked."""
+        with transaction.atomic():
+            if not self.revoke():
+                return False
+            AuditEntry.record(
+                actor=actor,
+                action="apitoken.revoke",
+                obj=self,
+                before={"revoked_at": None},
+                after={"revoked_at": self.revoked_at.isoformat()},
+                note=note,
+            )
+        return True
 
     def touch(self, now: datetime | None = None) -> None:
         now = now or timezone.now()

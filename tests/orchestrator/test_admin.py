@@ -34,6 +34,8 @@ def test_createtoken_prints_only_a_secret_that_authenticates():
     token = ApiToken.objects.authenticate(secret)
     assert token is not None and token.name == "nightly-coordinator"
     assert secret not in token.hashed and token.hashed == ApiToken.hash_secret(secret)
+    entry = AuditEntry.objects.get(action="apitoken.create", object_id=str(token.pk))
+    assert entry.actor_label == "system" and secret not in str(entry.after)
 
 
 def test_an_admin_edit_of_a_policy_bumps_the_version_and_is_audited(admin_client, admin_user):

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from orchestrator.models import ApiToken, AuditEntry
+from orchestrator.models import ApiToken
 
 
 class Command(BaseCommand):
@@ -16,13 +16,5 @@ class Command(BaseCommand):
         parser.add_argument("name", help="Who uses the token, e.g. 'research-coordinator'")
 
     def handle(self, *args: Any, name: str, **options: Any) -> None:
-        token, secret = ApiToken.issue(name)
-        AuditEntry.record(
-            actor=None,
-            action="apitoken.create",
-            obj=token,
-            before=None,
-            after={"name": token.name, "hint": token.hint},
-            note="createtoken command",
-        )
+        _, secret = ApiToken.issue_audited(name, note="createtoken command")
         self.stdout.write(secret)

@@ -20,7 +20,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandParser
 
-from orchestrator.models import ApiToken, AuditEntry, Workflow
+from orchestrator.models import ApiToken, Workflow
 
 ADMIN_USERNAME = "admin"
 LAUNCH_TOKEN_NAME = "local-agent (make run)"
@@ -79,24 +79,8 @@ class Command(BaseCommand):
     def _issue_launch_token(self) -> None:
         # One live launch token at a time: each launch revokes the previous one (audited).
         for old in ApiToken.objects.active().filter(name=LAUNCH_TOKEN_NAME):
-            if old.revoke():
-                AuditEntry.record(
-                    actor=None,
-                    action="apitoken.revoke",
-                    obj=old,
-                    before={"revoked_at": None},
-                    after={"revoked": True},
-                    note="replaced by a new launch",
-                )
-        token, secret = ApiToken.issue(LAUNCH_TOKEN_NAME)
-        AuditEntry.record(
-            actor=None,
-            action="apitoken.create",
-            obj=token,
-            before=None,
-            after={"name": token.name, "hint": token.hint},
-            note="launch",
-        )
+            old.revoke_audited(note="replaced by a new launch")
+        _, secret = ApiToken.issue_audited(LAUNCH_TOKEN_NAME, note="launch")
         self.stdout.write(self.style.WARNING(f"API token for local agents: {secret}"))
 
     def _start_worker(self) -> subprocess.Popen:
