@@ -1,7 +1,8 @@
 """Smoke test of benchmarks/dashboard.py: a tiny load and every page timed, on PostgreSQL.
 
 Skipped on SQLite locally, failed in CI without PostgreSQL (require_service). The benchmark uses
-its own database, failsight_dash_bench, on the server of DATABASE_URL.
+its own database, failsight_dash_smoke (not the full run's failsight_dash_bench), on the server
+of DATABASE_URL.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def bench_database_url() -> str | None:
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
         return None
-    return urlunsplit(urlsplit(url)._replace(path="/failsight_dash_bench"))
+    return urlunsplit(urlsplit(url)._replace(path="/failsight_dash_smoke"))
 
 
 @pytest.mark.slow

@@ -199,3 +199,21 @@ def test_a_run_on_the_next_source_after_a_switch_counts_as_switched(db, clock):
     cur = window_stats(WINDOWS["24h"]).current
     assert cur.metric["switched"] == 1 and cur.switched_ok == 1
     assert failed.decision == "switch_source"
+
+
+def test_the_seven_day_window_sums_rollups_into_six_hour_buckets(db, clock):
+    # NOW is 14:30, so the window's hours run from 15:00 seven days ago to the live hour 14:00,
+    # in 28 buckets of 6 hours: the last bucket starts at 09:00 today, the one before at 03:00.
+    fail_at(0.2)  # the live hour: last bucket
+    fail_at(1.5)  # 13:00: last bucket
+    fail_at(5.5)  # 09:00: first hour of the last bucket
+    fail_at(6.5)  # 08:00: last hour of the bucket before
+    fail_at(100)  # 10:00 four days ago: 67 hours after the start, bucket 11
+    fail_at(200)  # the previous window
+    refresh_rollups(NOW - timedelta(days=15))
+    stats = window_stats(WINDOWS["7d"])
+    series = stats.series["timeout"]
+    assert len(series) == 28
+    assert {i: n for i, n in enumerate(series) if n} == {11: 1, 26: 1, 27: 3}
+    assert stats.current.by_type["timeout"] == 5
+    assert stats.previous.by_type["timeout"] == 1
