@@ -133,11 +133,15 @@ class ApiToken(models.Model):
         return True
 
     def touch(self, now: datetime | None = None) -> None:
+        """Record use, at most once per LAST_USED_RESOLUTION (no query at all in between)."""
         now = now or timezone.now()
         stale = now - self.LAST_USED_RESOLUTION
+        if self.last_used_at is not None and self.last_used_at >= stale:
+            return  # the row we just loaded is fresh: skip a query on every API request
         ApiToken.objects.filter(pk=self.pk).filter(
             Q(last_used_at__isnull=True) | Q(last_used_at__lt=stale)
         ).update(last_used_at=now)
+        self.last_used_at = now
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,3 +13,21 @@ def test_a_token_authenticates_by_secret_and_stops_when_revoked(db):
     assert token.revoke() is True
     assert token.revoke() is False
     assert ApiToken.objects.authenticate(secret) is None
+
+
+def test_touching_a_token_writes_at_most_once_a_minute(db, django_assert_num_queries):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    token, _ = ApiToken.issue("agent")
+    now = timezone.now()
+    token.touch(now)
+    token.refresh_from_db()
+    assert token.last_used_at == now
+    with django_assert_num_queries(0):  # fresh: no query on the request path
+        token.touch(now + timedelta(seconds=30))
+    later = now + timedelta(seconds=90)
+    token.touch(later)
+    token.refresh_from_db()
+    assert token.last_used_at == later
