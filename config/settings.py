@@ -216,6 +216,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         # Fan-out (worker control, pidbox) would otherwise write ./control in the working folder.
         "control_folder": str(_broker_dir / "control"),
+        # kombu polls the folder; at its default of 1 s a worker with prefetch 1 takes only
+        # about one task per second per process, and the sweeper's tasks expire in the queue.
+        "polling_interval": 0.05,
     }
     for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
@@ -271,5 +274,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # One line per HTTP call the subagents make would drown the worker's own log.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        # "No hostname was supplied" is what the filesystem broker's URL always looks like.
+        "kombu.connection": {"level": "ERROR"},
+    },
 }

@@ -1,108 +1,313 @@
-"""`python manage.py launch` (what `make run` calls): the whole product on one machine.
+"""`python manage.py launch` (what `make run` calls): the whole product, live, on one machine.
 
-Migrates, creates a local admin (its password printed once, on creation) and a fresh API token
-for local agents, starts a real Celery worker with an embedded beat (on kombu's filesystem broker
-by default, so no server is needed), seeds the demonstration workflows on first launch, and serves
-the dashboard and the API until Ctrl-C.
+1. Migrates (SQLite unless DATABASE_URL says otherwise), creates a local admin (its password printed
+   once, on creation) and a fresh API token for local agents (printed; the previous one is revoked).
+2. Starts the fault-injecting provider (`demo.provider`) on a free port of 127.0.0.1, a real Celery
+   worker with an embedded beat (kombu's filesystem broker unless CELERY_BROKER_URL says otherwise)
+   whose subagents call that provider over HTTP (`demo.sources`), and the web server.
+3. Runs a stream of research workflows (`demo.workload`: a short tour that shows every failure type,
+   then a seeded random stream), printing a one-line live summary.
+4. Stops cleanly on Ctrl-C, SIGTERM or after `--duration` seconds: no new workflows, then the web
+   server, the worker (a warm shutdown: running tasks finish) and the provider, in that order.
+
+Each child runs in its own session (a terminal's Ctrl-C reaches only us, so we choose the order)
+and is told by the kernel to stop if we die without cleaning up. Logs go to var/log/.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import random
 import secrets
 import signal
+import socket
 import subprocess
 import sys
-from typing import Any
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
 
+import httpx
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.core.management import call_command, get_commands
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from orchestrator.models import ApiToken, Workflow
+from orchestrator import sources
+from orchestrator.models import ApiToken
 
 ADMIN_USERNAME = "admin"
 LAUNCH_TOKEN_NAME = "local-agent (make run)"
+DEMO_SOURCES = "demo.sources"
+STOP_GRACE_SECONDS = 20
+
+
+try:
+    _LIBC: Any = ctypes.CDLL(None)
+except OSError:  # pragma: no cover - not Linux
+    _LIBC = None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGTERM this child if the launcher dies without stopping it (no orphans)."""
+    if _LIBC is not None and hasattr(_LIBC, "prctl"):
+        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    log: Path
+    out: IO[Any] = field(repr=False)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        # The worker's pool children share its process group: make sure none outlived it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.out.close()
+
+    def tail(self, lines: int = 15) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
 
 
 class Command(BaseCommand):
-    help = "Migrate, bootstrap an admin and a token, start a worker and serve on 127.0.0.1:8000."
+    help = "Bring up the provider, a worker, the web server and a live workload on 127.0.0.1."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--addr", default=os.environ.get("LAUNCH_ADDR", "127.0.0.1:8000"))
-        parser.add_argument("--no-worker", action="store_true", help="Serve only")
-        parser.add_argument("--no-demo", action="store_true", help="Do not seed demo workflows")
+        env = os.environ.get
+        parser.add_argument("--addr", default=env("LAUNCH_ADDR", "127.0.0.1:8000"))
+        parser.add_argument(
+            "--duration",
+            type=float,
+            default=float(env("LAUNCH_DURATION", "0")),
+            help="Stop by itself after this many seconds (0: run until Ctrl-C).",
+        )
+        parser.add_argument(
+            "--seed",
+            type=int,
+            default=int(env("FAILSIGHT_DEMO_SEED", "1")),
+            help="Seed of the workload and of the provider's fault mix.",
+        )
+        parser.add_argument(
+            "--every",
+            type=float,
+            default=float(env("FAILSIGHT_DEMO_EVERY", "5")),
+            help="Seconds between two workflows of the stream (0: the tour only).",
+        )
+        parser.add_argument("--no-worker", action="store_true", help="Do not start a worker")
+        parser.add_argument(
+            "--no-demo", action="store_true", help="No provider and no workload: serve only"
+        )
 
-    def handle(self, *args: Any, addr: str, no_worker: bool, no_demo: bool, **opts: Any) -> None:
+    def handle(self, *args: Any, **opts: Any) -> None:
+        self.stop = threading.Event()
+        self.children: list[Child] = []
+        self.failed = ""
+        self.log_dir = Path(settings.VAR_DIR) / "log"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        demo = not opts["no_demo"]
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write(self.style.SUCCESS("Database migrated: " + _db_label()))
-        self._bootstrap_admin()
-        self._issue_launch_token()
-        worker = None if no_worker else self._start_worker()
-        # `timeout`, systemd and CI stop us with SIGTERM: unwind so the worker is stopped too.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        password = self._bootstrap_admin()
+        token = self._issue_launch_token()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: self.stop.set())
+        env = os.environ.copy()
         try:
-            if not no_demo and "demo" in get_commands() and not Workflow.objects.exists():
-                call_command("demo")
-            self.stdout.write(
-                self.style.SUCCESS(
-                    f"Dashboard http://{addr}/  ·  API docs http://{addr}/api/v1/docs  ·  "
-                    f"admin http://{addr}/admin/"
-                )
-            )
-            call_command("runserver", addr, use_reloader=False, use_threading=True)
+            if demo:
+                env |= self._start_provider(opts["seed"])
+            if not opts["no_worker"]:
+                self._start_worker(env)
+            self._start_web(opts["addr"], env)
+            self._banner(opts["addr"], password, token, demo)
+            self._run(opts, demo)
         finally:
-            if worker is not None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    worker.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
+            self._shutdown()
+        if self.failed:
+            raise CommandError(self.failed)
 
-    def _bootstrap_admin(self) -> None:
+    # -----------------------------------------------------------------------------------------
+    # Bootstrap
+
+    def _bootstrap_admin(self) -> str | None:
         if User.objects.filter(username=ADMIN_USERNAME).exists():
-            self.stdout.write(
-                f"Admin user '{ADMIN_USERNAME}' exists (its password was printed "
-                "at first launch; `manage.py changepassword admin` resets it)."
-            )
-            return
+            return None
         password = secrets.token_urlsafe(12)
         user = User.objects.create_superuser(ADMIN_USERNAME, password=password)
         user.groups.add(*Group.objects.filter(name__in=["operators", "policy editors"]))
-        self.stdout.write(
-            self.style.WARNING(
-                f"Created admin user '{ADMIN_USERNAME}' with password: {password}  (shown once)"
-            )
-        )
+        return password
 
-    def _issue_launch_token(self) -> None:
+    def _issue_launch_token(self) -> str:
         # One live launch token at a time: each launch revokes the previous one (audited).
         for old in ApiToken.objects.active().filter(name=LAUNCH_TOKEN_NAME):
             old.revoke_audited(note="replaced by a new launch")
         _, secret = ApiToken.issue_audited(LAUNCH_TOKEN_NAME, note="launch")
-        self.stdout.write(self.style.WARNING(f"API token for local agents: {secret}"))
+        return secret
 
-    def _start_worker(self) -> subprocess.Popen:
-        cmd = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "-B",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            "2",
-            "--schedule",
-            settings.CELERY_BEAT_SCHEDULE_FILENAME,
-        ]
-        self.stdout.write(f"Starting a Celery worker with beat on {settings.CELERY_BROKER_URL}")
-        return subprocess.Popen(cmd, env=os.environ.copy())
+    # -----------------------------------------------------------------------------------------
+    # Children
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> Child:
+        log = self.log_dir / f"{name}.log"
+        out = log.open("a", encoding="utf-8")
+        out.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if name == "provider" else out,
+            stderr=out,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        child = Child(name, proc, log, out)
+        self.children.append(child)
+        return child
+
+    def _start_provider(self, seed: int) -> dict[str, str]:
+        log = str(self.log_dir / "provider-requests.jsonl")
+        cmd = [sys.executable, "-m", "demo.provider", "--seed", str(seed), "--log", log]
+        child = self._spawn("provider", cmd, os.environ.copy())
+        line = child.proc.stdout.readline().decode().strip() if child.proc.stdout else ""
+        if not line.startswith("listening on "):
+            raise CommandError(f"The demo provider did not start:\n{child.tail()}")
+        url = line.removeprefix("listening on ")
+        self.provider_url = url
+        # This process starts workflows and asks the registry which sources a capability has.
+        settings.FAILSIGHT_SOURCE_MODULES = [DEMO_SOURCES]
+        sources.use_registry(None)
+        self.stdout.write(f"Fault-injecting provider on {url} (seed {seed})")
+        return {"FAILSIGHT_PROVIDER_URL": url, "FAILSIGHT_SOURCE_MODULES": DEMO_SOURCES}
+
+    def _start_worker(self, env: dict[str, str]) -> None:
+        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-B"]
+        cmd += ["--loglevel", "INFO", "--concurrency", "2"]
+        cmd += ["--schedule", settings.CELERY_BEAT_SCHEDULE_FILENAME]
+        self._spawn("worker", cmd, env)
+        self.stdout.write(f"Celery worker with beat on {_broker_label()}")
+
+    def _start_web(self, addr: str, env: dict[str, str]) -> None:
+        manage = str(Path(settings.BASE_DIR) / "manage.py")
+        child = self._spawn("web", [sys.executable, manage, "runserver", addr, "--noreload"], env)
+        host, _, port = addr.rpartition(":")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and child.alive() and not self.stop.is_set():
+            with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 0.5):
+                return
+            time.sleep(0.2)
+        if not self.stop.is_set():
+            raise CommandError(f"The web server did not start on {addr}:\n{child.tail()}")
+
+    def _banner(self, addr: str, password: str | None, token: str, demo: bool) -> None:
+        w, ok = self.stdout.write, self.style.SUCCESS
+        w(ok(f"\nDashboard   http://{addr}/"))
+        if password:
+            w(ok(f"Log in as   {ADMIN_USERNAME} / {password}   (shown once)"))
+        else:
+            w(
+                f"Log in as   {ADMIN_USERNAME} (password printed at first launch; "
+                "`manage.py changepassword admin` resets it)"
+            )
+        w(ok(f"API token   {token}   (for agents: Authorization: Bearer …)"))
+        w(f"API docs    http://{addr}/api/v1/docs   ·   admin http://{addr}/admin/")
+        w(f"Logs        {self.log_dir}/")
+        if demo:
+            w(
+                "Workload    a tour of every failure type, then a seeded stream of research "
+                "workflows. Ctrl-C stops everything.\n"
+            )
+
+    # -----------------------------------------------------------------------------------------
+    # The live loop
+
+    def _run(self, opts: dict[str, Any], demo: bool) -> None:
+        from demo import workload
+
+        rng = random.Random(opts["seed"])
+        started = time.monotonic()
+        next_flow = started
+        next_line = started
+        tty = self.stdout.isatty()
+        if demo:
+            workload.start_tour()
+            next_flow = started + opts["every"]
+        while not self.stop.is_set():
+            now = time.monotonic()
+            if opts["duration"] and now - started >= opts["duration"]:
+                break
+            if dead := [c for c in self.children if not c.alive()]:
+                self.failed = f"The {dead[0].name} stopped unexpectedly:\n{dead[0].tail()}"
+                break
+            if demo and opts["every"] > 0 and now >= next_flow:
+                workload.start_random(rng)
+                next_flow = now + opts["every"]
+            if now >= next_line:
+                self._live_line(tty, workload.summary() if demo else "")
+                next_line = now + (2 if tty else 10)
+            self.stop.wait(0.25)
+        if tty:
+            self.stdout.write("")
+
+    def _live_line(self, tty: bool, text: str) -> None:
+        if not text:
+            return
+        text += self._provider_stats()
+        if tty:
+            self.stdout.write("\r\033[K" + text, ending="")
+            self.stdout.flush()
+        else:
+            self.stdout.write(time.strftime("%H:%M:%S ") + text)
+
+    def _provider_stats(self) -> str:
+        url = getattr(self, "provider_url", "")
+        if not url:
+            return ""
+        try:
+            stats = httpx.get(f"{url}/v1/stats", timeout=1).json()
+        except (httpx.HTTPError, ValueError):
+            return ""
+        return (
+            f" · provider {stats.get('requests', 0)} calls, "
+            f"{stats.get('status:429', 0)} rate limits, "
+            f"{stats.get('early_repeats', 0)} repeats before Retry-After"
+        )
+
+    def _shutdown(self) -> None:
+        from demo import workload
+
+        order = {"web": 0, "worker": 1, "provider": 2}
+        for child in sorted(self.children, key=lambda c: order.get(c.name, 9)):
+            child.stop()
+        with contextlib.suppress(Exception):
+            self.stdout.write("Final: " + workload.summary())
+        self.stdout.write(self.style.SUCCESS("Stopped: web server, worker and provider are down."))
 
 
 def _db_label() -> str:
     db = settings.DATABASES["default"]
     return f"{db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}"
+
+
+def _broker_label() -> str:
+    url = settings.CELERY_BROKER_URL
+    return "kombu's filesystem broker (var/broker)" if url.startswith("filesystem") else url

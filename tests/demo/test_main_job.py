@@ -1,0 +1,355 @@
+"""The main job (`make run` → `manage.py launch`), end to end, as a newcomer runs it.
+
+It runs on the embedded defaults on purpose, even in CI: a fresh SQLite file and kombu's filesystem
+broker in a temporary folder, a real Celery worker process, the fault-injecting provider over real
+HTTP and the web server. The checks read what the job left behind independently of its own
+reporting: the SQLite database with `sqlite3`, and the provider's own request log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+TAXONOMY = {
+    "transient",
+    "rate_limited",
+    "auth_failure",
+    "resource_missing",
+    "invalid_input",
+    "timeout",
+    "server_fault",
+    "unclassified",
+}
+# Settings that point a test session at PostgreSQL and Redis: the main job must not see them.
+SERVICE_ENV = (
+    "DATABASE_URL",
+    "CELERY_BROKER_URL",
+    "CACHE_URL",
+    "CELERY_TASK_DEFAULT_QUEUE",
+    "FAILSIGHT_SOURCE_MODULES",
+    "FAILSIGHT_DEMO_CALL_LOG",
+    "LAUNCH_DURATION",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Launch:
+    var: Path
+    port: int
+    proc: subprocess.Popen
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_line(self, pattern: str, timeout: float) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if m := re.search(pattern, line):
+                    return m
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        pytest.fail(f"no line matching {pattern!r}:\n{self.output}\n{self.logs()}")
+
+    def logs(self) -> str:
+        parts = []
+        for name in ("worker", "web", "provider"):
+            log = self.var / "log" / f"{name}.log"
+            if log.exists():
+                parts.append(f"--- {name}.log\n" + log.read_text(errors="replace")[-3000:])
+        return "\n".join(parts)
+
+    def db(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.var / "db.sqlite3")
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def processes(self) -> list[int]:
+        """Pids of live processes started for this launch (they carry its var folder)."""
+        marker = f"FAILSIGHT_VAR_DIR={self.var}".encode()
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                if marker in (proc / "environ").read_bytes().split(b"\0"):
+                    stat = (proc / "stat").read_text()
+                    if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                        pids.append(int(proc.name))
+        return pids
+
+
+def launch(tmp_path: Path, *args: str) -> Launch:
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_ENV}
+    port = free_port()
+    env |= {
+        "FAILSIGHT_VAR_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "LAUNCH_ADDR": f"127.0.0.1:{port}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    cmd = [sys.executable, "manage.py", "launch", *args]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    handle = Launch(var=tmp_path, port=port, proc=proc)
+
+    def read() -> None:
+        for line in proc.stdout:
+            handle.lines.append(line.rstrip("\n"))
+
+    threading.Thread(target=read, daemon=True).start()
+    return handle
+
+
+def finish(handle: Launch, timeout: float) -> int:
+    try:
+        return handle.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        handle.proc.kill()
+        pytest.fail(f"the main job did not stop within {timeout} s:\n{handle.output}")
+
+
+def assert_no_orphans(handle: Launch, within: float = 20) -> None:
+    deadline = time.monotonic() + within
+    while handle.processes() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert handle.processes() == [], "processes outlived the main job"
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+@pytest.fixture(scope="module")
+def finished_job(tmp_path_factory) -> tuple[Launch, dict]:
+    """One run of the main job for 50 s; what it printed and what was probed while it ran."""
+    handle = launch(tmp_path_factory.mktemp("main-job"), "--duration", "50", "--seed", "3")
+    probes: dict = {}
+    try:
+        match = handle.wait_for_line(r"Log in as\s+admin / (\S+)", 120)
+        token = handle.wait_for_line(r"API token\s+(\S+)", 5)[1]
+        handle.wait_for_line(r"Dashboard\s+http://", 5)
+        probes["password"] = match[1]
+        with httpx.Client(base_url=handle.base, timeout=10) as web:
+            web.get("/accounts/login/")
+            login = web.post(
+                "/accounts/login/",
+                data={
+                    "username": "admin",
+                    "password": match[1],
+                    "csrfmiddlewaretoken": web.cookies["csrftoken"],
+                },
+                headers={"Referer": f"{handle.base}/accounts/login/"},
+            )
+            probes["login"] = login.status_code
+            probes["overview"] = web.get("/").status_code
+        probes["api_with_token"] = httpx.get(
+            f"{handle.base}/api/v1/runs", headers={"Authorization": f"Bearer {token}"}
+        ).status_code
+        probes["api_without_token"] = httpx.get(f"{handle.base}/api/v1/runs").status_code
+        probes["rc"] = finish(handle, 120)
+    finally:
+        if handle.proc.poll() is None:
+            handle.proc.kill()
+    return handle, probes
+
+
+def test_it_prints_credentials_that_work_and_serves_the_dashboard_and_the_api(finished_job):
+    handle, probes = finished_job
+    assert probes["login"] == 302, "the printed admin password did not log in"
+    assert probes["overview"] == 200
+    assert probes["api_with_token"] == 200
+    assert probes["api_without_token"] == 401
+    assert re.search(r"runs \d+ \(ok \d+", handle.output), "no live summary line"
+
+
+def test_it_stops_by_itself_cleanly_after_its_duration(finished_job):
+    handle, probes = finished_job
+    assert probes["rc"] == 0, handle.output + handle.logs()
+    assert "Stopped: web server, worker and provider are down." in handle.output
+    assert_no_orphans(handle)
+    with handle.db() as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_every_failure_type_happened_through_real_http_calls(finished_job):
+    handle, _ = finished_job
+    with handle.db() as conn:
+        seen = {r[0] for r in conn.execute("SELECT DISTINCT failure_type FROM orchestrator_run")}
+        details = [r[0] for r in conn.execute("SELECT detail FROM orchestrator_run LIMIT 500")]
+    assert seen >= TAXONOMY, f"missing: {TAXONOMY - seen}"
+    assert any("HTTPStatusError" in d or "httpx" in d for d in details)
+    requests = provider_requests(handle)
+    statuses = {r["status"] for r in requests}
+    assert {200, 401, 403, 404, 422, 429, 503, 529, 0} <= statuses  # 0: a dropped connection
+
+
+def provider_requests(handle: Launch) -> list[dict]:
+    log = handle.var / "log" / "provider-requests.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def test_retries_honour_retry_after_as_the_provider_saw_them(finished_job):
+    handle, _ = finished_job
+    by_query: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in provider_requests(handle):
+        by_query[(r["source"], r["q"])].append(r)
+    honoured = 0
+    for calls in by_query.values():
+        calls.sort(key=lambda r: r["t"])
+        for before, after in itertools.pairwise(calls):
+            if before["status"] == 429 and before["retry_after"]:
+                waited = after["t"] - before["t"]
+                assert waited >= before["retry_after"], (before, after)
+                honoured += 1
+    assert honoured >= 1, "no rate-limited query was retried"
+
+
+def test_retry_after_is_honoured_in_the_run_history(finished_job):
+    handle, _ = finished_job
+    with handle.db() as conn:
+        pairs = conn.execute(
+            """SELECT f.finished_at, f.retry_after, n.started_at FROM orchestrator_run f
+               JOIN orchestrator_run n ON n.retry_of_id = COALESCE(f.retry_of_id, f.id)
+                                      AND n.attempt = f.attempt + 1
+               WHERE f.failure_type = 'rate_limited' AND f.retry_after IS NOT NULL
+                 AND n.started_at IS NOT NULL"""
+        ).fetchall()
+    assert pairs, "no rate-limited run was retried"
+    for finished, retry_after, started in pairs:
+        gap = (parse_time(started) - parse_time(finished)).total_seconds()
+        assert gap >= retry_after
+
+
+def test_an_expired_key_was_refreshed_and_the_retry_succeeded(finished_job):
+    handle, _ = finished_job
+    with handle.db() as conn:
+        rows = conn.execute(
+            """SELECT n.status FROM orchestrator_run f
+               JOIN orchestrator_run n ON n.retry_of_id = COALESCE(f.retry_of_id, f.id)
+                                      AND n.attempt = f.attempt + 1
+               WHERE f.failure_type = 'auth_failure' AND f.status_code = 401"""
+        ).fetchall()
+    assert "succeeded" in {r[0] for r in rows}
+
+
+def test_a_source_was_switched_and_partial_and_empty_results_were_kept(finished_job):
+    handle, _ = finished_job
+    with handle.db() as conn:
+        switched = conn.execute(
+            """SELECT n.source, f.source, n.status FROM orchestrator_run n
+               JOIN orchestrator_run f ON f.id = n.switched_from_id"""
+        ).fetchall()
+        partial = conn.execute(
+            "SELECT count(*) FROM orchestrator_run WHERE partial_count > 0"
+        ).fetchone()[0]
+        empty = conn.execute(
+            "SELECT count(*) FROM orchestrator_run WHERE status='succeeded' AND result_count=0"
+        ).fetchone()[0]
+    assert switched and all(new != old for new, old, _ in switched)
+    assert "succeeded" in {s for _, _, s in switched}
+    assert partial >= 1
+    assert empty >= 1
+
+
+def test_runs_were_escalated_to_the_review_queue(finished_job):
+    handle, _ = finished_job
+    with handle.db() as conn:
+        items = conn.execute(
+            """SELECT i.state, r.status, i.failure_type FROM orchestrator_reviewitem i
+               JOIN orchestrator_run r ON r.id = i.run_id"""
+        ).fetchall()
+        waiting = conn.execute(
+            "SELECT count(*) FROM orchestrator_workflow WHERE status='awaiting_review'"
+        ).fetchone()[0]
+    assert items and all(status == "escalated" for _, status, _ in items)
+    assert {"auth_failure", "unclassified"} <= {ftype for _, _, ftype in items}
+    assert waiting >= 1
+
+
+def test_a_coverage_report_names_a_gap_and_why(finished_job):
+    handle, _ = finished_job
+    with handle.db() as conn:
+        reports = [
+            json.loads(r[0])
+            for r in conn.execute(
+                "SELECT coverage FROM orchestrator_workflow WHERE finished_at IS NOT NULL"
+            )
+        ]
+    gaps = [entry for report in reports for entry in report.values() if entry["verdict"] == "gap"]
+    assert gaps, "no finished workflow reported a gap"
+    assert all("could not be assessed" in g["why"] and g["failures"] for g in gaps)
+
+
+def test_ctrl_c_stops_everything_and_a_second_launch_reuses_the_database(tmp_path):
+    first = launch(tmp_path, "--every", "1")
+    try:
+        first.wait_for_line(r"runs [1-9]\d* \(ok", 120)
+        first.proc.send_signal(signal.SIGINT)
+        assert finish(first, 60) == 0, first.output + first.logs()
+    finally:
+        if first.proc.poll() is None:
+            first.proc.kill()
+    assert "Stopped:" in first.output
+    assert_no_orphans(first)
+    with first.db() as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        runs = conn.execute("SELECT count(*) FROM orchestrator_run").fetchone()[0]
+
+    second = launch(tmp_path, "--duration", "3", "--every", "0")
+    assert finish(second, 120) == 0, second.output + second.logs()
+    assert "Log in as   admin (password printed at first launch" in second.output
+    with second.db() as conn:
+        assert conn.execute("SELECT count(*) FROM orchestrator_run").fetchone()[0] >= runs
+        revoked = conn.execute(
+            "SELECT count(*) FROM orchestrator_apitoken WHERE revoked_at IS NOT NULL"
+        ).fetchone()[0]
+    assert revoked == 1  # the first launch's token
+
+
+def test_children_do_not_outlive_a_killed_launcher(tmp_path):
+    handle = launch(tmp_path, "--every", "0")
+    try:
+        handle.wait_for_line(r"Dashboard\s+http://", 120)
+        assert len(handle.processes()) >= 4  # provider, worker (+ its pool), web server
+        handle.proc.send_signal(signal.SIGKILL)
+        handle.proc.wait(timeout=10)
+    finally:
+        if handle.proc.poll() is None:
+            handle.proc.kill()
+    assert_no_orphans(handle, within=40)
