@@ -2,15 +2,18 @@
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 
-Builds a throwaway SQLite database under var/, runs the demonstration workflows through the real
-coordinator driven in-process (orchestrator.simulation: no worker needed), folds the rollups,
-serves the dashboard on a free local port and photographs it with Debian's headless Chromium.
+Builds a throwaway SQLite database under var/, runs the main job on it for a while (`manage.py
+launch --duration`: the fault-injecting provider, a real Celery worker and the workflow stream, as
+`make run` does), folds the rollups, serves the dashboard on a free local port and photographs it
+with Debian's headless Chromium.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
+import subprocess
 import sys
 import threading
 from datetime import timedelta
@@ -44,17 +47,22 @@ def setup() -> None:
     call_command("migrate", interactive=False, verbosity=0)
 
 
-def seed() -> None:
+def seed(seconds: float) -> None:
+    """Run the demonstration (`manage.py launch`) on the screenshots' database for `seconds`."""
     from django.contrib.auth.models import Group, User
-    from django.core.management import call_command
     from django.utils import timezone
 
     from dashboard.stats import refresh_rollups
-    from orchestrator.simulation import drive, simulated
 
-    with simulated(timezone.now() - timedelta(hours=3)) as (clock, disp):
-        call_command("demo", workflows=8, seed=11, stdout=open(os.devnull, "w"))  # noqa: SIM115
-        drive(clock, disp)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = os.environ | {
+        "FAILSIGHT_VAR_DIR": str(DB.parent / "screenshots"),
+        "LAUNCH_ADDR": f"127.0.0.1:{port}",
+    }
+    cmd = [sys.executable, "manage.py", "launch", "--duration", str(seconds), "--seed", "7"]
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     refresh_rollups(timezone.now() - timedelta(days=2))
     user = User.objects.create_user(USER, password=PASSWORD)
     user.groups.add(*Group.objects.filter(name__in=["operators", "policy editors"]))
@@ -85,12 +93,19 @@ def pick_run() -> int:
     return run.pk
 
 
+def pick_workflow() -> int:
+    from orchestrator.models import Workflow
+
+    return Workflow.objects.filter(name__startswith="Tour: AI in research").get().pk
+
+
 def shoot(base: str, out: Path) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     out.mkdir(parents=True, exist_ok=True)
     shots = [("overview.png", "/"), ("run-detail.png", f"/runs/{pick_run()}/")]
     shots.append(("review-queue.png", "/review/"))
+    shots.append(("workflow.png", f"/workflows/{pick_workflow()}/"))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(base_url=base, viewport={"width": 1440, "height": 1000})
@@ -112,9 +127,10 @@ def shoot(base: str, out: Path) -> list[Path]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument("--seconds", type=float, default=90, help="How long the demo runs first")
     args = parser.parse_args()
     setup()
-    seed()
+    seed(args.seconds)
     for path in shoot(serve(), args.out):
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
