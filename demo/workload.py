@@ -74,8 +74,10 @@ TOUR: list[dict[str, Any]] = [
         "capability": "internal",
         "topics": ["payroll", "incidents", "archives", "customers"],
         "faults": {
-            "internal_db:payroll": "http:403",  # forbidden, no refresher: escalated for review
-            "internal_db:incidents": "garbled",  # no signal: unclassified, retried once, review
+            # Forbidden, no refresher: escalated; an operator's "retry" (access granted) succeeds.
+            "internal_db:payroll": ["http:403", "ok:2"],
+            # No signal: unclassified, retried once, escalated; a "retry" from review succeeds.
+            "internal_db:incidents": ["garbled", "garbled", "ok:3"],
             "internal_db:archives": "http:404",  # nowhere else to look: a gap
             "internal_db:customers": "ok:3",
         },

@@ -178,6 +178,7 @@ def finished_job(tmp_path_factory) -> tuple[Launch, dict]:
             )
             probes["login"] = login.status_code
             probes["overview"] = web.get("/").status_code
+            probes["resolved"] = resolve_back_office_reviews(handle, web)
         probes["api_with_token"] = httpx.get(
             f"{handle.base}/api/v1/runs", headers={"Authorization": f"Bearer {token}"}
         ).status_code
@@ -187,6 +188,32 @@ def finished_job(tmp_path_factory) -> tuple[Launch, dict]:
         if handle.proc.poll() is None:
             handle.proc.kill()
     return handle, probes
+
+
+def resolve_back_office_reviews(handle: Launch, web: httpx.Client) -> dict[str, int]:
+    """As an operator would: claim and resolve with "retry" the tour's two escalations."""
+    wanted = {"payroll", "incidents"}
+    found: dict[str, int] = {}
+    deadline = time.monotonic() + 40
+    while set(found) != wanted and time.monotonic() < deadline:
+        with handle.db() as conn:
+            rows = conn.execute(
+                """SELECT i.id, r.topic FROM orchestrator_reviewitem i
+                   JOIN orchestrator_run r ON r.id = i.run_id WHERE i.state = 'open'"""
+            ).fetchall()
+        found = {topic: pk for pk, topic in rows if topic in wanted}
+        time.sleep(0.5)
+    headers = {"X-CSRFToken": web.cookies["csrftoken"], "Referer": f"{handle.base}/review/"}
+    for pk in found.values():
+        claim = web.post(f"/review/{pk}/claim/", headers=headers)
+        assert claim.status_code in (200, 302), claim.text[:500]
+        answer = web.post(
+            f"/review/{pk}/resolve/",
+            data={"resolution": "retry", "note": "access granted; try again"},
+            headers=headers,
+        )
+        assert answer.status_code in (200, 302), answer.text[:500]  # the queue, or a redirect to it
+    return found
 
 
 def test_it_prints_credentials_that_work_and_serves_the_dashboard_and_the_api(finished_job):
@@ -300,6 +327,38 @@ def test_runs_were_escalated_to_the_review_queue(finished_job):
     assert items and all(status == "escalated" for _, status, _ in items)
     assert {"auth_failure", "unclassified"} <= {ftype for _, _, ftype in items}
     assert waiting >= 1
+
+
+def test_resolving_a_review_item_continues_its_workflow(finished_job):
+    handle, probes = finished_job
+    assert set(probes["resolved"]) == {"payroll", "incidents"}, "the tour's escalations"
+    with handle.db() as conn:
+        items = conn.execute(
+            """SELECT i.state, i.resolution, u.username, i.continued_at
+               FROM orchestrator_reviewitem i JOIN auth_user u ON u.id = i.resolved_by_id
+               WHERE i.id IN (?, ?)""",
+            tuple(probes["resolved"].values()),
+        ).fetchall()
+        after = conn.execute(
+            """SELECT r.topic, r.status FROM orchestrator_run r
+               JOIN orchestrator_workflow w ON w.id = r.workflow_id
+               WHERE w.name = 'Tour: AI in the back office' AND r.topic IN ('payroll', 'incidents')
+               ORDER BY r.attempt DESC"""
+        ).fetchall()
+        flow = conn.execute(
+            "SELECT status, coverage FROM orchestrator_workflow WHERE name = ?",
+            ("Tour: AI in the back office",),
+        ).fetchone()
+    assert [(s, r, u) for s, r, u, _ in items] == [("resolved", "retry", "admin")] * 2
+    assert all(continued for *_, continued in items)
+    latest = {}
+    for topic, status in after:
+        latest.setdefault(topic, status)
+    assert latest == {"payroll": "succeeded", "incidents": "succeeded"}
+    assert flow["status"] in ("succeeded", "degraded")
+    coverage = json.loads(flow["coverage"])
+    assert coverage["archives"]["verdict"] == "gap"  # still named, with its reason
+    assert coverage["payroll"]["verdict"] != "gap"
 
 
 def test_a_coverage_report_names_a_gap_and_why(finished_job):
