@@ -45,12 +45,12 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
 _PHRASES = {
     "transient": "A transient network failure on {source}",
     "rate_limited": "Rate limited by {source}",
-    "auth_failure": "{source} rejected our credentials",
-    "resource_missing": "{source} does not have what we asked for",
-    "invalid_input": "{source} refused the request as invalid",
-    "timeout": "{source} timed out",
-    "server_fault": "{source} failed on its side",
-    "unclassified": "{source} failed with an error we could not classify",
+    "auth_failure": "Credentials rejected by {source}",
+    "resource_missing": "Not found on {source}",
+    "invalid_input": "Request refused as invalid by {source}",
+    "timeout": "Timed out waiting for {source}",
+    "server_fault": "Server fault at {source}",
+    "unclassified": "An error we could not classify from {source}",
 }
 
 
@@ -343,11 +343,12 @@ class _Sayer:
     version: int
 
     def decision(self, action: str, delay: float, why: str, cost: float = 0.0) -> Decision:
+        # Each phrase starts with a capital; the source's name is an identifier, kept as it is.
         what = _PHRASES.get(self.facts.failure_type, _PHRASES[UNCLASSIFIED])
         what = what.format(source=self.ctx.source)
         if self.facts.status_code:
             what += f" ({self.facts.status_code})"
-        reason = f"{what[0].upper()}{what[1:]}; {why}."
+        reason = f"{what}; {why}."
         return Decision(
             action=action,
             delay_seconds=round(max(0.0, delay), 3),

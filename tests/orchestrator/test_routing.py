@@ -103,7 +103,7 @@ def test_resource_missing_switches_source_or_records_a_gap():
     assert decide(f, 1, POLICY, Budget(), ctx(has_alternative=True)).action == SWITCH_SOURCE
     gap = decide(f, 1, POLICY, Budget(), ctx())
     assert gap.action == ACCEPT_PARTIAL and "recording a gap" in gap.reason
-    assert gap.reason.startswith("News_api does not have what we asked for (404)")
+    assert gap.reason.startswith("Not found on news_api (404)")
 
 
 def test_invalid_input_fails_with_its_reason():
