@@ -109,16 +109,17 @@ class Worker:
         wait_for(lambda: "ready." in self.log.read_text(), 60, "the worker to start", self)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
+        if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=15)
+        # Also reaches pool children whose main process has already exited (or was killed).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
     def calls(self, **match: Any) -> list[dict[str, Any]]:
         if not self.calls_log.exists():
