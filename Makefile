@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# `make run ARGS="--duration 60 --seed 7"` passes options to `manage.py launch`.
 run: $(STAMP)
-	$(PY) manage.py launch
+	$(PY) manage.py launch $(ARGS)
 
 test: $(STAMP) browser-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
