@@ -24,7 +24,12 @@ from typing import Any, Final
 from classifier import rules
 from classifier.failure import Failure, Signal
 from classifier.overrides import OverrideRule, Overrides
-from classifier.retry_after import MAX_RETRY_AFTER, delay_from_values, header_values
+from classifier.retry_after import (
+    MAX_RETRY_AFTER,
+    delay_from_values,
+    header_values,
+    no_known_headers,
+)
 from classifier.taxonomy import FailureCategory
 
 # Chain walking stops after this many exceptions or this many links deep, whichever comes first.
@@ -325,6 +330,10 @@ _SIGNAL_OF_MATCH = {
 _DEFAULT_RETRYABLE = {category.value: value for category, value in rules.DEFAULT_RETRYABLE.items()}
 _HTTP_STATUS = dict(rules.HTTP_STATUS)
 _GRPC_STATUS = dict(rules.GRPC_STATUS)
+_GENERIC_CODES = dict(rules.GENERIC_PROVIDER_CODES)
+_NON_RETRYABLE_STATUS: Final = rules.NON_RETRYABLE_STATUS
+_NON_RETRYABLE_CODES: Final = rules.NON_RETRYABLE_CODES
+_provider_code_category: Final = rules.provider_code_category
 _NO_VERDICT: Verdict = (0, _UNCLASSIFIED, _NONE, None, None, None)
 _NO_OVERRIDES: Final = Overrides()  # never registered to: `decide` skips it
 _new_failure: Final = Failure.make
@@ -789,13 +798,9 @@ def _classify_core(exc: Any) -> Failure:
                 if failure is not None:
                     return failure
             elif alone and present == _RESPONSE_ONLY:  # a status error on its own
-                node = Node(info, message)
-                try:
-                    _read_response_only(node, exc)
-                except Exception:
-                    node = _read_node(exc, info, message)  # the general reader copes
-                if not node.linked:
-                    return _single_failure(node, judge(node))
+                failure = _response_failure(exc, info, message)
+                if failure is not None:
+                    return failure
         node = _read_node(exc, info, message)
         if not node.linked:
             try:
@@ -812,6 +817,87 @@ def _classify_core(exc: Any) -> Failure:
         return build_failure(nodes, decide(nodes, _NO_OVERRIDES, None))
     except Exception:
         return fallback_failure(exc)
+
+
+def _response_failure(exc: Any, info: TypeInfo, message: str) -> Failure | None:
+    """Return the Failure of a lone exception whose only attribute we read is `response`.
+
+    `_read_response_only`, `judge` and `_single_failure` written out for the commonest status
+    error (httpx, requests, botocore's ClientError): a status, at most one provider code (AWS
+    Error.Code), headers, and no flag, delay, gRPC status or SQLSTATE. Return None where the
+    verdict would come from the class or the message, or where reading the response raised: the
+    general path answers those.
+    """
+    try:
+        response = exc.response  # in the instance's __dict__ (the class is `lone`)
+        code = None
+        if type(response) is dict:  # botocore's parsed response
+            error = response.get("Error")
+            if type(error) is dict:
+                code = error.get("Code")
+                if not isinstance(code, str) or not code:
+                    code = None
+            metadata = response.get("ResponseMetadata")
+            if type(metadata) is dict:
+                status = metadata.get("HTTPStatusCode")
+                if type(status) is not int or not 100 <= status <= 599:
+                    status = as_status(status)  # as_status, inlined for a plain int
+                headers = metadata.get("HTTPHeaders")
+            else:
+                status = headers = None
+        elif response is not None:
+            try:  # getattr(response, "status_code", None), without the call
+                status = response.status_code
+            except AttributeError:
+                status = None
+            if type(status) is not int or not 100 <= status <= 599:
+                status = as_status(status)
+                if status is None:
+                    status = as_status(getattr(response, "status", None))
+            try:
+                headers = response.headers
+            except AttributeError:
+                headers = None
+        else:
+            return None  # no evidence but the class and the message
+        category = _provider_code_category(code) if code is not None else None
+        if category is not None:
+            signal, decided = _PROVIDER_CODE, code
+        elif status is not None and (
+            category := _HTTP_STATUS.get(status) or rules.status_category(status)
+        ):
+            signal, decided = _STATUS, None
+        elif code is not None and (category := _GENERIC_CODES.get(code)) is not None:
+            signal, decided = _PROVIDER_CODE, code
+        else:
+            return None
+        none_known = headers is None or no_known_headers(headers)
+        found = _EMPTY if none_known else header_values(headers)
+    except Exception:
+        return None
+    retryable = _should_retry(found) if found else None
+    if retryable is None:
+        if signal is _STATUS and status in _NON_RETRYABLE_STATUS:
+            retryable = False  # 501, 505: the server says it never will
+        elif decided is not None and decided in _NON_RETRYABLE_CODES:
+            retryable = False
+        else:
+            retryable = _DEFAULT_RETRYABLE[category._value_]
+    failure = _new_instance(Failure)
+    failure.__dict__.update(
+        {
+            "category": category,
+            "retryable": retryable,
+            "retry_after": delay_from_values(found) if retryable and found else None,
+            "status_code": status,
+            "provider_code": code[:128] if code else None,
+            "exception_type": info.name,
+            "signal": signal,
+            "chain": (info.prefix + message,),
+            "detail": info.short_prefix + message if message else info.short_name,
+        }
+    )
+    return failure
 
 
 def classify_lone(exc: Any) -> Failure | None:
@@ -938,16 +1024,24 @@ def _retryable(verdict: Verdict, decider: Node, found: dict[str, Any]) -> bool:
     if decider.flag is not None:
         return decider.flag
     if found:
-        should_retry = found.get("x-should-retry")
-        if isinstance(should_retry, bytes):
-            should_retry = should_retry.decode("latin-1")
-        if isinstance(should_retry, str) and should_retry.strip().lower() in ("true", "false"):
-            return should_retry.strip().lower() == "true"
-    if signal is _STATUS and decider.status in rules.NON_RETRYABLE_STATUS:
+        flag = _should_retry(found)
+        if flag is not None:
+            return flag
+    if signal is _STATUS and decider.status in _NON_RETRYABLE_STATUS:
         return False
-    if code is not None and code in rules.NON_RETRYABLE_CODES:
+    if code is not None and code in _NON_RETRYABLE_CODES:
         return False
     return _DEFAULT_RETRYABLE[category._value_]
+
+
+def _should_retry(found: dict[str, Any]) -> bool | None:
+    """Return the server's own x-should-retry flag among the known header values, if it says."""
+    should_retry = found.get("x-should-retry")
+    if isinstance(should_retry, bytes):
+        should_retry = should_retry.decode("latin-1")
+    if isinstance(should_retry, str) and should_retry.strip().lower() in ("true", "false"):
+        return should_retry.strip().lower() == "true"
+    return None
 
 
 def _delay(decider: Node, nodes: list[Node], found: dict[str, Any]) -> float | None:

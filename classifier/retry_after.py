@@ -7,6 +7,7 @@ import re
 import time
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from operator import itemgetter
 from typing import Any, Final
 
 # A delay longer than a day is not a retry for an agent run; capping (rather than dropping) keeps
@@ -82,10 +83,11 @@ def header_values(headers: Any) -> dict[str, Any]:
 
     The first occurrence of a name wins. An unreadable map gives what was read before it failed.
     Names are scanned through `.keys()` where a map has one, and only known values are fetched:
-    fetching every value is what makes `email.message.Message.items()` slow.
+    fetching every value is what makes `email.message.Message.items()` slow. A map that surely
+    holds none of them (`no_known_headers`) is not scanned at all.
     """
     found: dict[str, Any] = {}
-    if headers is None:
+    if headers is None or no_known_headers(headers):
         return found
     try:
         if type(headers) is dict:
@@ -122,6 +124,7 @@ _KNOWN_MAPS: Final = {
     ("httpx", "Headers"): "httpx",
     ("requests.structures", "CaseInsensitiveDict"): "requests",
 }
+_MAP_KINDS_GET: Final = _MAP_KINDS.get  # the cache is cleared in place, never replaced
 _KNOWN_BYTES: Final = {name.encode("ascii"): name for name in KNOWN_HEADERS}
 
 
@@ -135,6 +138,41 @@ def _map_kind(cls: type) -> str | None:
             _MAP_KINDS.clear()
         _MAP_KINDS[cls] = kind
     return kind  # type: ignore[return-value]
+
+
+def no_known_headers(headers: Any) -> bool:
+    """Return True if `headers` surely holds none of the KNOWN_HEADERS; False if unsure.
+
+    True means that `header_values(headers)` is empty, found without a Python loop over the
+    names: the names of a dict, an httpx.Headers or a requests CaseInsensitiveDict, lowercased as
+    `header_values` lowercases them (`str.lower`; httpx keeps them lowercased already), are
+    tested against the known names in C. Most error responses carry none of them. A name that is
+    not a str (bytes), any other map, or anything unexpected gives False: the scan decides.
+    """
+    try:
+        cls = type(headers)
+        if cls is dict:
+            return KNOWN_HEADERS.isdisjoint(map(_lower, headers))
+        kind = _MAP_KINDS_GET(cls, False)
+        if kind is False:
+            kind = _map_kind(cls)
+        if kind == "httpx":
+            items = headers._list
+            return (
+                type(items) is list
+                and len(items) <= MAX_HEADERS
+                and _KNOWN_BYTE_NAMES.isdisjoint(map(_second, items))
+            )
+        if kind == "requests":
+            store = headers._store
+            return (
+                isinstance(store, dict)
+                and len(store) <= MAX_HEADERS
+                and KNOWN_HEADERS.isdisjoint(map(_lower, map(_first, store.values())))
+            )
+    except Exception:
+        pass
+    return False
 
 
 def _scan_known_map(headers: Any, found: dict[str, Any]) -> bool:
@@ -168,6 +206,12 @@ def _scan_known_map(headers: Any, found: dict[str, Any]) -> bool:
     return False
 
 
+_KNOWN_BYTE_NAMES: Final = frozenset(_KNOWN_BYTES)
+_lower: Final = str.lower
+_first: Final = itemgetter(0)
+_second: Final = itemgetter(1)
+
+
 def _scan_pairs(pairs: Any, found: dict[str, Any]) -> None:
     """Add the known headers among (name, value) `pairs` to `found`."""
     for count, (key, value) in enumerate(pairs):
@@ -191,7 +235,7 @@ def _items(headers: Any) -> Any:
 def _name(key: Any) -> str | None:
     """Return a header name lowercased, or None if it is neither str nor bytes."""
     if isinstance(key, str):
-        return key.lower()
+        return str.lower(key)  # a str subclass's own lower() is not ours to call
     if isinstance(key, bytes):
         return key.decode("latin-1").lower()
     return None

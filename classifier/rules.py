@@ -528,13 +528,21 @@ def provider_code_category(code: str) -> C | None:
     category = PROVIDER_CODES.get(code) or GRPC_STATUS.get(code)
     if category is not None or len(code) > 128:
         return category
-    for suffix, category in PROVIDER_CODE_SUFFIXES:
-        if code.endswith(suffix):
-            return category
-    for prefix, category in PROVIDER_CODE_PREFIXES:
-        if code.startswith(prefix):
-            return category
+    # One C-level test against all the suffixes (and one against all the prefixes) first: most
+    # codes match none, and the table order decides only among those that match.
+    if code.endswith(_SUFFIXES):
+        for suffix, category in PROVIDER_CODE_SUFFIXES:
+            if code.endswith(suffix):
+                return category
+    if code.startswith(_PREFIXES):
+        for prefix, category in PROVIDER_CODE_PREFIXES:
+            if code.startswith(prefix):
+                return category
     return None
+
+
+_SUFFIXES: Final = tuple(suffix for suffix, _ in PROVIDER_CODE_SUFFIXES)
+_PREFIXES: Final = tuple(prefix for prefix, _ in PROVIDER_CODE_PREFIXES)
 
 
 def sqlstate_category(sqlstate: str) -> C | None:

@@ -2,24 +2,30 @@
 
 `reference_classify` below is the general path written out plainly: read every exception of the
 chain with the general attribute reader, judge every node, keep the strongest verdict. The fast
-paths (the inlined lone case, the single-exception case, the `response`-only reader, the inlined
-chain walk, skipping nodes that cannot win) must give the same Failure on every exception of the
-benchmark corpus (real library exceptions), of the chain tests, and on arbitrary exceptions.
+paths (the inlined lone case, the single-exception case, the `response`-only status error answered
+whole by `_response_failure`, the inlined chain walk, skipping nodes that cannot win) must give the
+same Failure on every exception of the benchmark corpus (real library exceptions), of the chain
+tests, and on arbitrary exceptions. Below them, the shortcuts of the lookups they use: the C-level
+"no known header name" test against the plain header scan, and the one-call affix test of
+provider codes against the table walk.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from requests.structures import CaseInsensitiveDict
 
-from classifier import Failure, classify, engine
+from classifier import Failure, classify, engine, retry_after, rules
 from classifier.overrides import Overrides
-from classifier.retry_after import MAX_HEADERS, _scan_pairs, header_values
+from classifier.retry_after import MAX_HEADERS, _scan_pairs, header_values, no_known_headers
 from tests.classifier.test_properties import exceptions, header_maps
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "classify.py"
@@ -172,6 +178,74 @@ class Response:
         self.headers = headers
 
 
+class StatusResponse:
+    """aiohttp-style: `status` rather than `status_code`."""
+
+    def __init__(self, status: Any, headers: Any) -> None:
+        self.status = status
+        self.headers = headers
+
+
+class ExplodingResponse:
+    """A response whose status reads fine and whose headers raise."""
+
+    status_code = 503
+
+    @property
+    def headers(self) -> Any:
+        raise RuntimeError("headers exploded")
+
+
+# Statuses as libraries send them and as they should not: ints in and out of range, text, an
+# IntEnum, a bool, None.
+STATUSES = st.one_of(
+    st.integers(min_value=0, max_value=700),
+    st.sampled_from([HTTPStatus.NOT_FOUND, HTTPStatus.TOO_MANY_REQUESTS, True, "503", "4o4", 501]),
+    st.none(),
+    st.text(max_size=3),
+)
+# Provider codes: exact table entries, suffix and prefix families, generic codes (which never
+# beat a status), a non-retryable one, junk, and codes that are not strings.
+CODES = st.one_of(
+    st.sampled_from(
+        [
+            "Throttling",
+            "ThrottlingException",
+            "NoSuchKey",
+            "NoSuchBucket",
+            "ExpiredTokenException",
+            "InvalidParameterValue",
+            "DBInstanceNotFound",
+            "BandwidthLimitExceeded",
+            "MalformedXML",
+            "api_error",
+            "invalid_request_error",
+            "UNIMPLEMENTED",
+            "X",
+            "",
+        ]
+    ),
+    st.text(max_size=12),
+    st.integers(),
+    st.none(),
+)
+RESPONSE_HEADERS = st.one_of(
+    header_maps,
+    st.lists(
+        st.tuples(
+            st.sampled_from(["Retry-After", "x-should-retry", "X-Should-Retry", "Server"]),
+            st.sampled_from(["3", "true", "false", "soon", "0"]),
+        ),
+        max_size=3,
+    ).map(httpx.Headers),
+    st.dictionaries(
+        st.sampled_from(["Retry-After", "x-should-retry", "Server", "Date"]),
+        st.sampled_from(["3", "true", "false", "soon"]),
+        max_size=3,
+    ).map(CaseInsensitiveDict),
+)
+
+
 @st.composite
 def status_errors(draw: st.DrawFn) -> BaseException:
     """Exceptions whose only attribute read is `response` (an object, a dict or None)."""
@@ -181,24 +255,21 @@ def status_errors(draw: st.DrawFn) -> BaseException:
     response = draw(
         st.one_of(
             st.none(),
-            st.builds(
-                Response,
-                st.one_of(st.integers(min_value=0, max_value=700), st.none(), st.text(max_size=3)),
-                header_maps,
-            ),
+            st.builds(Response, STATUSES, RESPONSE_HEADERS),
+            st.builds(StatusResponse, STATUSES, RESPONSE_HEADERS),
+            st.builds(ExplodingResponse),
             st.fixed_dictionaries(
                 {
                     "Error": st.one_of(
                         st.none(),
-                        st.fixed_dictionaries(
-                            {"Code": st.sampled_from(["Throttling", "NoSuchKey", "X", ""])}
-                        ),
+                        st.fixed_dictionaries({"Code": CODES}),
+                        st.just("not a dict"),
                     ),
-                    "ResponseMetadata": st.fixed_dictionaries(
-                        {
-                            "HTTPStatusCode": st.integers(min_value=100, max_value=599),
-                            "HTTPHeaders": header_maps,
-                        }
+                    "ResponseMetadata": st.one_of(
+                        st.fixed_dictionaries(
+                            {"HTTPStatusCode": STATUSES, "HTTPHeaders": RESPONSE_HEADERS}
+                        ),
+                        st.none(),
                     ),
                 }
             ),
@@ -216,6 +287,20 @@ def test_the_response_only_reader_agrees_with_the_general_reader(exc: BaseExcept
     assert_same(exc)
 
 
+def test_the_status_errors_of_the_corpus_take_the_response_fast_path() -> None:
+    """httpx's, requests' and botocore's status errors are answered by `_response_failure`."""
+    answered = 0
+    for name, exc in CORPUS:
+        info = engine.type_info(type(exc))
+        if not name.startswith(("httpx HTTPStatusError", "requests HTTPError", "botocore S3 No")):
+            continue
+        assert engine._present(exc, info) == engine._RESPONSE_ONLY, name
+        fast = engine._response_failure(exc, info, engine.message_of(exc))
+        assert fast is not None and same(fast, reference_classify(exc)), name
+        answered += 1
+    assert answered >= 10
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.one_of(st.text(max_size=20), st.binary(max_size=8)), st.integers()))
 def test_a_dict_header_map_is_scanned_as_pairs_are(headers: dict[Any, Any]) -> None:
@@ -223,3 +308,87 @@ def test_a_dict_header_map_is_scanned_as_pairs_are(headers: dict[Any, Any]) -> N
     _scan_pairs(headers.items(), found)
     assert header_values(headers) == found
     assert len(headers) <= MAX_HEADERS
+
+
+class Name(str):
+    """A header name whose own lower() lies: the scan lowercases with str.lower regardless."""
+
+    def lower(self) -> str:
+        return "retry-after"
+
+
+def reference_header_values(headers: Any) -> dict[str, Any]:
+    """`header_values` with its C-level "no known name" test switched off: the plain scan."""
+    original = retry_after.no_known_headers
+    retry_after.no_known_headers = lambda headers: False
+    try:
+        return header_values(headers)
+    finally:
+        retry_after.no_known_headers = original
+
+
+NAMES = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(["Retry-After", "RETRY-AFTER-MS", "x-should-retry", "Server", "Date"]),
+    st.binary(max_size=8),
+    st.sampled_from([b"retry-after", b"Server"]),
+    st.sampled_from(["Retry-After", "Server"]).map(Name),
+)
+HEADER_TEXT = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=5)
+ANY_HEADER_MAP = st.one_of(
+    header_maps,
+    st.dictionaries(NAMES, st.text(max_size=5), max_size=6),
+    st.lists(
+        st.tuples(st.sampled_from(["Retry-After", "Server", "X-Should-Retry"]), HEADER_TEXT),
+        max_size=5,
+    ).map(httpx.Headers),
+    st.dictionaries(
+        st.sampled_from(["Retry-After", "Server", "retry-after-ms"]),
+        st.text(max_size=5),
+        max_size=4,
+    ).map(CaseInsensitiveDict),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(ANY_HEADER_MAP)
+def test_the_no_known_header_test_agrees_with_the_scan(headers: Any) -> None:
+    slow = reference_header_values(headers)
+    if no_known_headers(headers):
+        assert slow == {}
+    assert header_values(headers) == slow
+
+
+def test_the_no_known_header_test_is_sure_only_of_the_maps_it_knows() -> None:
+    assert no_known_headers({"Server": "x", "Content-Type": "y"})
+    assert not no_known_headers({"Server": "x", "Retry-After": "1"})
+    assert not no_known_headers({b"server": "x"})  # bytes names: the scan decides
+    assert no_known_headers(httpx.Headers({"Server": "x"}))
+    assert not no_known_headers(httpx.Headers({"Retry-After": "1"}))
+    assert no_known_headers(CaseInsensitiveDict({"Server": "x"}))
+    assert not no_known_headers(CaseInsensitiveDict({"RETRY-AFTER": "1"}))
+    assert not no_known_headers([("Server", "x")])  # any other shape: the scan decides
+    assert not no_known_headers(object())
+
+
+def reference_provider_code_category(code: str) -> Any:
+    """The provider-code tables walked one entry at a time, in their order."""
+    category = rules.PROVIDER_CODES.get(code) or rules.GRPC_STATUS.get(code)
+    if category is not None or len(code) > 128:
+        return category
+    for suffix, category in rules.PROVIDER_CODE_SUFFIXES:
+        if code.endswith(suffix):
+            return category
+    for prefix, category in rules.PROVIDER_CODE_PREFIXES:
+        if code.startswith(prefix):
+            return category
+    return None
+
+
+AFFIXES = [affix for affix, _ in (*rules.PROVIDER_CODE_SUFFIXES, *rules.PROVIDER_CODE_PREFIXES)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(AFFIXES), st.text(max_size=6)), max_size=3).map("".join))
+def test_provider_codes_match_the_tables_in_order(code: str) -> None:
+    assert rules.provider_code_category(code) is reference_provider_code_category(code)
