@@ -1,8 +1,12 @@
 """Counting runs for the tiles and /metrics without scanning the run table.
 
 Complete hours come from `RunRollup` (folded by a periodic task with one GROUP BY over the indexed
-`created_at` range); the current, partial hour is counted live with the same GROUP BY. The 1-hour
-window is small enough to be counted live entirely, at minute resolution.
+`created_at` range); the current, partial hour is counted live with the same GROUP BY. The same
+task sums the hourly rows into six-hour blocks, one per start hour (`SixHourRollup` per status and
+failure type, `SixHourWastedRetries` per failure type and source), so that the 24-hour and 7-day
+windows read 4 or 28 blocks per key and window instead of 24 or 168 hourly rows per source; only
+the last few complete hours after the last whole block are read hourly. The 1-hour window is
+small enough to be counted live entirely, at minute resolution.
 
 Definitions (the issue leaves them open; the README repeats them):
 - a *failure* is a run whose status is failed or escalated;
@@ -24,20 +28,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import (
-    Count,
-    DateTimeField,
-    F,
-    Func,
-    Q,
-    QuerySet,
-    Sum,
-    Value,
-)
+from django.db.models import Case, Count, DateTimeField, F, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
-from dashboard.models import RunRollup
+from dashboard.models import RunRollup, SixHourRollup, SixHourWastedRetries
 from orchestrator.models import Action, Run
 
 FAILURE_STATUSES = (Run.Status.FAILED, Run.Status.ESCALATED)
@@ -54,6 +49,8 @@ METRICS = (
 )
 HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
+BLOCK_HOURS = 6
+BLOCK = BLOCK_HOURS * HOUR
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,13 +93,15 @@ def floor_hour(t: datetime) -> datetime:
 
 
 def refresh_rollups(start: datetime, end: datetime | None = None) -> int:
-    """Recompute the rollups of the complete hours in [start, end); return the rows written.
+    """Recompute the rollups of the complete hours in [start, end); return the hourly rows written.
 
     The current hour is never stored (it is counted live), so a rollup row is final once written
     unless a run created in that hour changes status later: the periodic task therefore
-    recomputes the last few hours, not just the last one.
+    recomputes the last few hours, not just the last one. The six-hour blocks that contain any of
+    those hours are recomputed with them, in the same transaction.
     """
-    end = min(floor_hour(end or timezone.now()), floor_hour(timezone.now()))
+    current_hour = floor_hour(timezone.now())
+    end = min(floor_hour(end or current_hour), current_hour)
     start = floor_hour(start)
     if start >= end:
         return 0
@@ -116,6 +115,7 @@ def refresh_rollups(start: datetime, end: datetime | None = None) -> int:
         )
         for g in grouped_runs(start, end, "hour")
     ]
+    rows.sort(key=lambda r: (r.hour, r.status, r.failure_type, r.source))  # an hour's rows together
     with transaction.atomic():
         if connection.vendor == "postgresql":
             # Two overlapping refreshes would both delete, then collide on the unique key.
@@ -123,7 +123,74 @@ def refresh_rollups(start: datetime, end: datetime | None = None) -> int:
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtext('dashboard_rollups'))")
         RunRollup.objects.filter(hour__gte=start, hour__lt=end).delete()
         RunRollup.objects.bulk_create(rows, batch_size=2000)
+        _fold_six_hours(start, end, current_hour)
     return len(rows)
+
+
+def _fold_six_hours(start: datetime, end: datetime, current_hour: datetime) -> None:
+    """Recompute the six-hour blocks that overlap the hours [start, end), from the hourly rows.
+
+    A block is stored once its six hours are complete (it ends by `current_hour`); the hours of
+    a block after `end` are read from their stored rows, which the refresh did not change.
+    """
+    first = start - BLOCK + HOUR  # the earliest block that overlaps `start`
+    last = min(end, current_hour - BLOCK + HOUR)  # blocks from here on are not complete yet
+    hourly = RunRollup.objects.filter(
+        hour__gte=first, hour__lt=min(end + BLOCK - HOUR, current_hour)
+    ).values_list("hour", "status", "failure_type", "source", *METRICS)
+    sums: dict[tuple[datetime, str, str], list[int]] = defaultdict(lambda: [0] * len(METRICS))
+    wasted: dict[tuple[datetime, str, str], int] = defaultdict(int)
+    retries = METRICS.index("retries")
+    for hour, status, ftype, source, *values in hourly:
+        failed_retries = values[retries] if status in FAILURE_STATUSES else 0
+        for offset in range(BLOCK_HOURS):
+            block = hour - offset * HOUR
+            if first <= block < last:
+                acc = sums[(block, status, ftype)]
+                for i, value in enumerate(values):
+                    acc[i] += value
+                if failed_retries:
+                    wasted[(block, ftype, source)] += failed_retries
+    # Inserted in order, so that the rows of one block share a page (a week reads 28 blocks).
+    SixHourRollup.objects.filter(start__gte=first, start__lt=end).delete()
+    SixHourRollup.objects.bulk_create(
+        (
+            SixHourRollup(
+                start=block,
+                phase=block_phase(block),
+                status=status,
+                failure_type=ftype,
+                **dict(zip(METRICS, values, strict=True)),
+            )
+            for (block, status, ftype), values in sorted(sums.items())
+        ),
+        batch_size=2000,
+    )
+    SixHourWastedRetries.objects.filter(start__gte=first, start__lt=end).delete()
+    SixHourWastedRetries.objects.bulk_create(
+        (
+            SixHourWastedRetries(
+                start=block, phase=block_phase(block), failure_type=ftype, source=source, retries=n
+            )
+            for (block, ftype, source), n in sorted(wasted.items())
+        ),
+        batch_size=2000,
+    )
+
+
+def block_phase(start: datetime) -> int:
+    """Which of the six non-overlapping tilings of the time line the block from `start` is in."""
+    return start.astimezone(UTC).hour % BLOCK_HOURS
+
+
+def whole_blocks(start: datetime, end: datetime) -> tuple[Q, datetime]:
+    """The six-hour blocks that tile [start, end) from `start` on, and the start of the tail.
+
+    Return (a filter for those blocks, tail start); the tail [tail start, end) is under six
+    hours and has no block of its own.
+    """
+    tail = start + max(0, (end - start) // BLOCK) * BLOCK
+    return Q(phase=block_phase(start), start__gte=start, start__lt=tail), tail
 
 
 def rollup_lookback() -> timedelta:
@@ -219,78 +286,148 @@ class WindowStats:
     # per failure type (and "" for all runs), one count per bucket of the current window
     series: dict[str, list[int]]
 
+    def add_to_series(self, bucket_time: datetime, failure_type: str | None, n: int) -> None:
+        """Add n runs created from `bucket_time` on to the sparkline bucket holding that time."""
+        w = self.window
+        index = min(int((bucket_time - self.start) / w.unit) // w.per_bucket, w.buckets - 1)
+        self.series[""][index] += n
+        if failure_type:
+            self.series[failure_type][index] += n
+
 
 def window_stats(window: Window, now: datetime | None = None) -> WindowStats:
-    """Sum the rollups and the live partial step for the current and the previous window."""
+    """Sum the rollups and the live partial step for the current and the previous window.
+
+    Complete hours take four small queries, none of which returns a row per hour and key (that
+    cost more in Python than in SQL): totals per status and failure type from six-hour blocks,
+    counts per sparkline bucket, wasted retries from the blocks, and the hours after the last
+    whole block, which are also the last bucket of a week.
+    """
     now = now or timezone.now()
     prev_start, start, anchor = window.bounds(now)
     stats = WindowStats(
         window, start, Totals(), Totals(), defaultdict(lambda: [0] * window.buckets)
     )
     if window.unit == HOUR:
-        # The previous window only needs totals: grouping it by hour would double the work.
-        rows = [
-            *_rollup_rows(prev_start, start, by_hour=False),
-            *_rollup_rows(start, anchor, bucket_hours=window.per_bucket),
-        ]
-        for ftype, source, n in _rollup_wasted(start, anchor):
+        for row in _block_totals(prev_start, start, anchor):
+            (stats.previous if row["bucket"] < start else stats.current).add(row)
+        for bucket_time, ftype, n in _rollup_series(window, start, anchor):
+            stats.add_to_series(bucket_time, ftype, n)
+        for ftype, source, n in _block_wasted(start, anchor):
             stats.current.wasted[(ftype or "unknown", source)] += n
+        for row in _tail_rows(prev_start, start, anchor):
+            if row["bucket"] < start:
+                stats.previous.add(row)
+                continue
+            stats.current.add(row)  # keyed by source too: adds the tail's wasted retries
+            if window.per_bucket == BLOCK_HOURS:  # hourly buckets have them from the series
+                stats.add_to_series(row["bucket"], row["failure_type"], row["count"])
         live = grouped_runs(anchor, anchor + HOUR, "hour")
     else:
-        rows = []
-        live = grouped_runs(prev_start, anchor + MINUTE, "minute")
-    for row in [*rows, *live]:
-        bucket_time = row["bucket"]
-        if bucket_time < start:
+        # Both hours are live. Grouping them by minute, status, failure type and source returned
+        # over a thousand rows at a realistic rate, costlier in Python than in SQL: the totals
+        # come without a time bucket, the sparkline counts per minute and failure type only.
+        for row in _live_totals(prev_start, start, anchor + MINUTE):
+            (stats.previous if row["bucket"] < start else stats.current).add(row)
+        for bucket_time, ftype, n in _live_series(start, anchor + MINUTE):
+            stats.add_to_series(bucket_time, ftype, n)
+        return stats
+    for row in live:
+        if row["bucket"] < start:
             stats.previous.add(row)
-            continue
-        stats.current.add(row)
-        index = int((bucket_time - start) / window.unit) // window.per_bucket
-        index = min(index, window.buckets - 1)
-        stats.series[""][index] += row["count"]
-        if row["failure_type"]:
-            stats.series[row["failure_type"]][index] += row["count"]
+        else:
+            stats.current.add(row)
+            stats.add_to_series(row["bucket"], row["failure_type"], row["count"])
     return stats
 
 
-class DateBin(Func):
-    """PostgreSQL's date_bin(stride, source, origin): the start of the stride-long bin."""
-
-    function = "date_bin"
-    output_field = DateTimeField()
-
-
-def _rollup_rows(
-    start: datetime, end: datetime, by_hour: bool = True, bucket_hours: int = 1
-) -> list[dict[str, Any]]:
-    """Return rollup sums per sparkline bucket (or one row per key for by_hour=False).
-
-    Summed over sources in SQL. On PostgreSQL the hours are also binned into the window's
-    buckets there (a 7-day window: 28 bins instead of 168 hours), because turning every hourly
-    row into Python objects cost more than the query itself; elsewhere rows stay hourly and the
-    caller bins them.
-    """
-    qs = RunRollup.objects.filter(hour__gte=start, hour__lt=end)
-    keys: tuple[str, ...] = ("status", "failure_type")
-    if by_hour:
-        if bucket_hours > 1 and connection.vendor == "postgresql":
-            stride = Value(timedelta(hours=bucket_hours))
-            qs = qs.annotate(bucket=DateBin(stride, F("hour"), Value(start)))
-        else:
-            qs = qs.annotate(bucket=F("hour"))
-        keys = ("bucket", *keys)
-    rows = qs.values_list(*keys).annotate(*[Sum(m) for m in METRICS]).order_by()
-    if by_hour:
-        return [dict(zip((*keys, *METRICS), r, strict=True)) for r in rows]
-    return [{"bucket": start, **dict(zip((*keys, *METRICS), r, strict=True))} for r in rows]
-
-
-def _rollup_wasted(start: datetime, end: datetime) -> QuerySet:
-    """Wasted retries per (failure type, source) over complete hours."""
+def _live_totals(prev_start: datetime, start: datetime, end: datetime) -> QuerySet:
+    """Metric sums of the runs created in [prev_start, end) per status, failure type and source,
+    with bucket = `prev_start` for the previous window and `start` for the current one."""
     return (
-        RunRollup.objects.filter(
-            hour__gte=start, hour__lt=end, status__in=FAILURE_STATUSES, retries__gt=0
-        )
+        Run.objects.filter(created_at__gte=prev_start, created_at__lt=end)
+        .annotate(bucket=_window_side("created_at", prev_start, start, start))
+        .values("bucket", "status", "failure_type", "source")
+        .annotate(**_metric_aggregates())
+        .order_by()
+    )
+
+
+def _live_series(start: datetime, end: datetime) -> QuerySet:
+    """(minute, failure type, runs) of the runs created in [start, end)."""
+    return (
+        Run.objects.filter(created_at__gte=start, created_at__lt=end)
+        .annotate(bucket=Trunc("created_at", "minute", tzinfo=UTC))
+        .values_list("bucket", "failure_type")
+        .annotate(Count("id"))
+        .order_by()
+    )
+
+
+def _sums(qs: QuerySet, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Sum every metric of rollup rows per `keys`."""
+    rows = qs.values_list(*keys).annotate(*[Sum(m) for m in METRICS]).order_by()
+    return [dict(zip((*keys, *METRICS), r, strict=True)) for r in rows]
+
+
+def _window_side(field: str, prev_start: datetime, start: datetime, current: datetime) -> Case:
+    """`prev_start` for a time before `start` (the previous window), else `current`."""
+    return Case(
+        When(**{f"{field}__lt": start}, then=Value(prev_start)),
+        default=Value(current),
+        output_field=DateTimeField(),
+    )
+
+
+def _block_totals(prev_start: datetime, start: datetime, end: datetime) -> list[dict[str, Any]]:
+    """Metric sums per status and failure type of the whole six-hour blocks of both windows
+    (from `prev_start` to `start`, from `start` to `end`), with bucket = the window's start.
+
+    One query for both windows (a week: 2 x 28 blocks of ~17 rows): a UNION ALL of one query
+    per window got a parallel plan on PostgreSQL, whose workers took longer to start than the
+    whole query takes.
+    """
+    qs = SixHourRollup.objects.filter(
+        whole_blocks(prev_start, start)[0] | whole_blocks(start, end)[0]
+    )
+    qs = qs.annotate(bucket=_window_side("start", prev_start, start, start))
+    return _sums(qs, ("bucket", "status", "failure_type"))
+
+
+def _tail_rows(prev_start: datetime, start: datetime, end: datetime) -> list[dict[str, Any]]:
+    """Metric sums per status, failure type and source of the hours after each window's last
+    whole block (a day or a week: the current window's last 5 complete hours), with bucket =
+    the previous window's start or the current window's tail start."""
+    prev_tail = whole_blocks(prev_start, start)[1]
+    tail = whole_blocks(start, end)[1]
+    hours = Q(hour__gte=tail, hour__lt=end)
+    if prev_tail < start:  # not for a day or a week: both are whole blocks
+        hours |= Q(hour__gte=prev_tail, hour__lt=start)
+    qs = RunRollup.objects.filter(hours).annotate(
+        bucket=_window_side("hour", prev_start, start, tail)
+    )
+    return _sums(qs, ("bucket", "status", "failure_type", "source"))
+
+
+def _rollup_series(window: Window, start: datetime, end: datetime) -> QuerySet:
+    """(bucket start, failure type, runs) over the complete hours [start, end), except that
+    six-hour buckets leave out the tail after the last whole block (see `_tail_rows`).
+
+    Six-hour buckets read one block per whole bucket (a week: 27 blocks instead of 162 hours);
+    other buckets read the hourly rows.
+    """
+    if window.per_bucket == BLOCK_HOURS:
+        blocks = whole_blocks(start, end)[0]
+        qs = SixHourRollup.objects.filter(blocks).annotate(bucket=F("start"))
+    else:
+        qs = RunRollup.objects.filter(hour__gte=start, hour__lt=end).annotate(bucket=F("hour"))
+    return qs.values_list("bucket", "failure_type").annotate(Sum("count")).order_by()
+
+
+def _block_wasted(start: datetime, end: datetime) -> QuerySet:
+    """Wasted retries per (failure type, source) over the whole six-hour blocks from `start`."""
+    return (
+        SixHourWastedRetries.objects.filter(whole_blocks(start, end)[0])
         .values_list("failure_type", "source")
         .annotate(n=Sum("retries"))
         .order_by()

@@ -31,7 +31,8 @@ __all__ = ["deliver_alert", "evaluate_alerts", "refresh_rollups"]
 
 @shared_task(ignore_result=True)
 def refresh_rollups(hours: int | None = None) -> int:
-    """Recompute the last few complete hours (runs change status after they are created)."""
+    """Recompute the last few complete hours (runs change status after they are created) and
+    the six-hour blocks that hold them."""
     lookback = timedelta(hours=hours) if hours else rollup_lookback()
     return refresh(timezone.now() - lookback)
 

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.db.models import Count, Min
 from django.urls import reverse
 from django.utils import timezone
 
@@ -159,8 +160,8 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
 
 
 def attention_tiles(window: Window, start: datetime) -> list[Tile]:
-    oldest = ReviewItem.objects.open().values_list("created_at", flat=True).first()
-    open_count = ReviewItem.objects.open().count()
+    queue = ReviewItem.objects.open().aggregate(open_count=Count("id"), oldest=Min("created_at"))
+    open_count, oldest = queue["open_count"], queue["oldest"]
     degraded = Workflow.objects.filter(status=Workflow.Status.DEGRADED, created_at__gte=start)
     troubled = [s for s in source_states() if s["state"] != "closed" or s["empty"]]
     names = [s["source"] for s in troubled]

@@ -117,8 +117,13 @@ def source_states() -> list[dict[str, Any]]:
     """Per source (registered or seen): breaker, failure streak, tokens, capacity, empty flag."""
     from orchestrator.sources import registry
 
-    for name in registry().sources:
-        health(name)
+    rows = list(SourceHealth.objects.order_by("source"))
+    missing = set(registry().sources) - {h.source for h in rows}
+    if missing:  # a source registered since: its row, with the defaults, in one statement
+        SourceHealth.objects.bulk_create(
+            [SourceHealth(source=name) for name in sorted(missing)], ignore_conflicts=True
+        )
+        rows = list(SourceHealth.objects.order_by("source"))
     return [
         {
             "source": h.source,
@@ -132,5 +137,5 @@ def source_states() -> list[dict[str, Any]]:
             "empty": h.budget_empty,
             "not_before": h.not_before,
         }
-        for h in SourceHealth.objects.order_by("source")
+        for h in rows
     ]

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
+import random
+from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from django.apps import apps as django_apps
 from django.urls import reverse
 
-from dashboard.models import RunRollup
-from dashboard.stats import WINDOWS, refresh_rollups, window_stats
+from dashboard.models import RunRollup, SixHourRollup, SixHourWastedRetries
+from dashboard.stats import (
+    AVOIDING_DECISIONS,
+    HOUR,
+    METRICS,
+    WINDOWS,
+    refresh_rollups,
+    rollup_lookback,
+    whole_blocks,
+    window_stats,
+)
 from dashboard.tiles import overview_tiles
 from orchestrator.models import Action, Run
 
@@ -217,3 +230,205 @@ def test_the_seven_day_window_sums_rollups_into_six_hour_buckets(db, clock):
     assert {i: n for i, n in enumerate(series) if n} == {11: 1, 26: 1, 27: 3}
     assert stats.current.by_type["timeout"] == 5
     assert stats.previous.by_type["timeout"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Six-hour blocks: the same counts as the hourly rollups and the raw runs
+
+
+SOURCES = ("news_api", "web_search", "scholar_api")
+FAILURE_TYPES = ("timeout", "rate_limited", "server_fault", "unclassified")
+DECISIONS = (Action.RETRY, Action.SWITCH_SOURCE, Action.ESCALATE, Action.ABORT, "")
+
+
+def random_runs(rng: random.Random, times: list[datetime]) -> None:
+    """One run of a random kind per time: outcomes, retries (some early), switches, partials."""
+    firsts: list[Run] = []
+    failed: list[Run] = []
+    attempts: dict[int, int] = defaultdict(lambda: 1)
+    for created in times:
+        status = rng.choice(["succeeded", "succeeded", "failed", "escalated", "queued"])
+        fields: dict = {"status": status, "source": rng.choice(SOURCES), "created_at": created}
+        if status in ("failed", "escalated"):
+            fields |= {
+                "failure_type": rng.choice(FAILURE_TYPES),
+                "partial_count": rng.choice([0, 0, 2]),
+                "decision": rng.choice(DECISIONS),
+            }
+        elif status == "succeeded":
+            fields["result_count"] = rng.choice([0, 3])
+        if firsts and rng.random() < 0.3:
+            root = rng.choice(firsts)
+            attempts[root.pk] += 1
+            early = rng.random() < 0.2
+            fields |= {
+                "retry_of": root,
+                "attempt": attempts[root.pk],
+                "due_at": created,
+                "started_at": created + timedelta(seconds=-1 if early else 1),
+            }
+        if failed and rng.random() < 0.15:
+            fields["switched_from"] = rng.choice(failed)
+        run = Run.objects.create(agent="researcher", **fields)
+        (firsts if run.retry_of_id is None else []).append(run)
+        if status in ("failed", "escalated"):
+            failed.append(run)
+
+
+def raw_window(window, now: datetime) -> dict:
+    """What the overview must show, counted run by run from the run table (no rollups)."""
+    prev_start, start, _ = window.bounds(now)
+    figures = ("by_status", "by_type", "metric", "wasted")
+    sides = {side: {f: Counter() for f in figures} for side in ("previous", "current")}
+    series: dict[str, list[int]] = defaultdict(lambda: [0] * window.buckets)
+    for run in Run.objects.filter(created_at__gte=prev_start, created_at__lte=now):
+        side = sides["previous" if run.created_at < start else "current"]
+        failure = run.status in ("failed", "escalated")
+        retry = run.retry_of_id is not None
+        side["by_status"][run.status] += 1
+        if run.failure_type:
+            side["by_type"][run.failure_type] += 1
+        side["metric"].update(
+            {
+                "count": 1,
+                "partial_runs": failure and run.partial_count > 0,
+                "partial_items": run.partial_count if failure else 0,
+                "empty_runs": run.status == "succeeded" and run.result_count == 0,
+                "retries": retry,
+                "early_retries": retry and run.started_at < run.due_at,
+                "switched": run.switched_from_id is not None,
+                "avoided_retries": failure and run.decision in AVOIDING_DECISIONS,
+            }
+        )
+        if failure and retry and run.created_at >= start:  # shown for the current window only
+            side["wasted"][(run.failure_type or "unknown", run.source)] += 1
+        if run.created_at >= start:
+            steps = (run.created_at - start) // window.unit
+            index = min(steps // window.per_bucket, window.buckets - 1)
+            series[""][index] += 1
+            if run.failure_type:
+                series[run.failure_type][index] += 1
+    return {**sides, "series": dict(series)}
+
+
+def shown(stats) -> dict:
+    """The same figures as `raw_window`, from `window_stats` (no tile shows the previous
+    window's wasted retries)."""
+
+    def totals(t, wasted: bool) -> dict:
+        figures = {"by_status": t.by_status, "by_type": t.by_type, "metric": t.metric}
+        figures["wasted"] = t.wasted if wasted else {}
+        return {name: Counter({k: v for k, v in d.items() if v}) for name, d in figures.items()}
+
+    return {
+        "previous": totals(stats.previous, wasted=False),
+        "current": totals(stats.current, wasted=True),
+        "series": {k: v for k, v in stats.series.items() if any(v)},
+    }
+
+
+def edge_times(window, now: datetime) -> list[datetime]:
+    """Instants on each side of every boundary the tiles cut at: the two windows, the whole
+    six-hour blocks and the tail after them, the live hour, and a sparkline bucket."""
+    prev_start, start, anchor = window.bounds(now)
+    tail = whole_blocks(start, anchor)[1] if window.unit == HOUR else anchor
+    cuts = [prev_start, start, start + window.unit * window.per_bucket, tail, anchor]
+    tiny = timedelta(microseconds=1)
+    return [t for cut in cuts for t in (cut - tiny, cut)] + [now]
+
+
+@pytest.mark.parametrize("name", ["24h", "7d", "1h"])
+def test_window_stats_equal_the_raw_runs_across_every_edge(db, clock, name):
+    window = WINDOWS[name]
+    prev_start = window.bounds(NOW)[0]
+    rng = random.Random(name)
+    span = NOW - prev_start + timedelta(hours=12)
+    times = [NOW - span * rng.random() for _ in range(250)] + edge_times(window, NOW)
+    random_runs(rng, sorted(times))
+    refresh_rollups(NOW - timedelta(days=15))
+    assert shown(window_stats(window)) == raw_window(window, NOW)
+
+
+def hourly_sums_by_block(current_hour: datetime) -> tuple[dict, dict]:
+    """(per (start, status, failure type) metric sums, per (start, failure type, source) wasted
+    retries) of every complete six-hour block, summed from the hourly rollups."""
+    sums: dict = defaultdict(lambda: [0] * len(METRICS))
+    wasted: dict = defaultdict(int)
+    fields = ("hour", "status", "failure_type", "source", *METRICS)
+    for hour, status, ftype, source, *values in RunRollup.objects.values_list(*fields):
+        for offset in range(6):
+            start = hour - offset * timedelta(hours=1)
+            if start + timedelta(hours=6) > current_hour:
+                continue
+            acc = sums[(start, status, ftype)]
+            sums[(start, status, ftype)] = [a + b for a, b in zip(acc, values, strict=True)]
+            retries = values[METRICS.index("retries")]
+            if status in ("failed", "escalated") and retries:
+                wasted[(start, ftype, source)] += retries
+    return dict(sums), dict(wasted)
+
+
+def stored_blocks() -> tuple[dict, dict]:
+    sums = {
+        (b.start, b.status, b.failure_type): [getattr(b, m) for m in METRICS]
+        for b in SixHourRollup.objects.all()
+    }
+    wasted = {
+        (w.start, w.failure_type, w.source): w.retries for w in SixHourWastedRetries.objects.all()
+    }
+    return sums, wasted
+
+
+def test_six_hour_blocks_are_the_sums_of_their_six_hourly_rollups(db, clock):
+    rng = random.Random(6)
+    random_runs(rng, sorted(NOW - timedelta(days=2) * rng.random() for _ in range(300)))
+    refresh_rollups(NOW - timedelta(days=3))
+    assert stored_blocks() == hourly_sums_by_block(NOW.replace(minute=0))
+    assert all(b.phase == b.start.hour % 6 for b in SixHourRollup.objects.all())
+
+
+def test_a_block_is_stored_once_its_last_hour_is_complete(db, clock):
+    fail_at(5.5)  # 09:00: the first hour of the block 09:00-15:00
+    fail_at(0.2)  # 14:18: its last hour, still being written
+    refresh_rollups(NOW - timedelta(hours=12))
+    assert max(SixHourRollup.objects.values_list("start", flat=True)).hour == 8  # 08:00-14:00
+    clock.move_to(NOW + timedelta(hours=1))
+    refresh_rollups(NOW + timedelta(hours=1) - rollup_lookback())  # what the beat task does
+    block = SixHourRollup.objects.get(start=NOW.replace(hour=9, minute=0), status="failed")
+    assert block.count == 2  # the hour that was being written is in it now
+    assert stored_blocks() == hourly_sums_by_block(NOW.replace(hour=15, minute=0))
+
+
+def test_refreshing_an_hour_recomputes_the_blocks_that_contain_it(db, clock):
+    first = fail_at(3.8, "rate_limited", source="news_api")  # 10:42
+    # 11:06, the first hour the beat task recomputes (from 11:00 at 14:30).
+    retry = fail_at(3.4, "rate_limited", source="news_api", retry_of=first, attempt=2)
+    refresh_rollups(NOW - timedelta(hours=12))
+    # The complete blocks holding 11:00 start at 06:00, 07:00 and 08:00 (09:00-15:00 is not).
+    assert sorted(w.start.hour for w in SixHourWastedRetries.objects.all()) == [6, 7, 8]
+    Run.objects.filter(pk=retry.pk).update(status=Run.Status.SUCCEEDED, failure_type=None)
+    refresh_rollups(NOW - rollup_lookback())
+    assert not SixHourWastedRetries.objects.exists()
+    assert SixHourRollup.objects.filter(status="succeeded").count() == 3
+    assert stored_blocks() == hourly_sums_by_block(NOW.replace(minute=0))
+
+
+def test_refolding_a_past_range_replaces_its_blocks(db, clock):
+    rng = random.Random(9)
+    random_runs(rng, sorted(NOW - timedelta(days=2) * rng.random() for _ in range(100)))
+    refresh_rollups(NOW - timedelta(days=3))
+    for _ in range(2):  # a backfill of a past day, twice: no duplicate key, same sums
+        refresh_rollups(NOW - timedelta(days=2), NOW - timedelta(days=1))
+    assert stored_blocks() == hourly_sums_by_block(NOW.replace(minute=0))
+
+
+def test_the_migration_fills_the_blocks_the_refresh_keeps(db, clock):
+    rng = random.Random(3)
+    random_runs(rng, sorted(NOW - timedelta(days=2) * rng.random() for _ in range(150)))
+    refresh_rollups(NOW - timedelta(days=3))
+    folded = stored_blocks()
+    SixHourRollup.objects.all().delete()
+    SixHourWastedRetries.objects.all().delete()
+    migration = importlib.import_module("dashboard.migrations.0003_six_hour_rollups")
+    migration.fill_blocks(django_apps, None)
+    assert stored_blocks() == folded
