@@ -1,5 +1,6 @@
-"""`manage.py rollups --hours 720`: backfill the tiles' hourly rollups (the beat task keeps the
-last few hours fresh; a fresh install or an import of old runs needs one backfill)."""
+"""`manage.py rollups --hours 720`: backfill the tiles' hourly rollups and six-hour blocks (the
+beat task keeps the last few hours fresh; a fresh install or an import of old runs needs one
+backfill)."""
 
 from datetime import timedelta
 from typing import Any
@@ -11,7 +12,7 @@ from dashboard.stats import refresh_rollups
 
 
 class Command(BaseCommand):
-    help = "Recompute the hourly run rollups of the last N hours."
+    help = "Recompute the hourly run rollups (and their six-hour blocks) of the last N hours."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--hours", type=int, default=24 * 7)
