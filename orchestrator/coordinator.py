@@ -259,8 +259,14 @@ def step(workflow_id: int, review_item_id: int | None = None) -> str:
         wf = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
         if wf is None:
             return "missing"
+        # Every resolution not applied yet, not only the one this step was sent for: a step that
+        # settles the workflow must not leave a decision behind, and a lost step is made good by
+        # the sweeper's next nudge. Each is applied once (`continued_at` is the guard).
+        pending = set(_unapplied_resolutions(wf))
         if review_item_id:
-            _apply_resolution(wf, review_item_id)
+            pending.add(review_item_id)
+        for item_id in sorted(pending):
+            _apply_resolution(wf, item_id)
         if wf.is_finished:
             return wf.status
         if not wf.runs.exists():
@@ -465,8 +471,21 @@ def _settle(wf: Workflow) -> None:
     )
 
 
+def _unapplied_resolutions(wf: Workflow) -> list[int]:
+    return list(
+        wf.review_items.filter(
+            state=ReviewItem.State.RESOLVED, continued_at__isnull=True
+        ).values_list("pk", flat=True)
+    )
+
+
 def _has_open_reviews(wf: Workflow) -> bool:
-    return wf.review_items.filter(state__in=ReviewItem.PENDING).exists()
+    """Items still waiting for a human, or resolved but not yet applied by a step: a decision
+    committed after this step read the resolutions must not find its workflow already settled."""
+    pending = Q(state__in=ReviewItem.PENDING) | Q(
+        state=ReviewItem.State.RESOLVED, continued_at__isnull=True
+    )
+    return wf.review_items.filter(pending).exists()
 
 
 def workflow_coverage(wf: Workflow, runs: Iterable[Run] | None = None) -> dict[str, Any]:

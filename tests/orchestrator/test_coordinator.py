@@ -204,6 +204,41 @@ def test_concurrent_resolutions_have_one_winner_and_continue_once(sim, operator,
     assert wf.status == Workflow.Status.SUCCEEDED
 
 
+def test_a_resolution_whose_step_is_late_is_not_lost_when_another_settles_the_workflow(
+    sim, operator
+):
+    faults = {"news_api:film": "missing", "news_wire:film": ["auth", "ok"]}
+    faults |= {"news_api:music": "missing", "news_wire:music": ["auth", "ok"]}
+    wf = sim.start(["film", "music"], faults)
+    sim.drive()
+    late, prompt = sorted(ReviewItem.objects.filter(workflow=wf), key=lambda i: i.run.topic)
+    # The late item's continuation message is never sent (its on-commit hook is not run here):
+    # the prompt item's steps must apply it rather than settle the workflow around it.
+    assert review.resolve(late, operator, "retry") == 1
+    with sim.commit():
+        assert review.resolve(prompt, operator, "retry") == 1
+    sim.drive()
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.SUCCEEDED, wf.coverage_summary
+    for item in (late, prompt):
+        item.refresh_from_db()
+        assert item.continued_at is not None
+        assert Run.objects.get(retry_of=item.run).status == Run.Status.SUCCEEDED
+
+
+def test_a_resolved_item_not_yet_applied_keeps_the_workflow_from_settling(sim, operator):
+    wf = sim.start(["film"], {"news_api:film": "missing", "news_wire:film": ["auth", "ok"]})
+    sim.drive()
+    item = ReviewItem.objects.get(workflow=wf)
+    # As if the resolution committed after a step had read the unapplied ones.
+    ReviewItem.objects.filter(pk=item.pk).update(
+        state=ReviewItem.State.RESOLVED, resolution="retry", resolved_by=operator
+    )
+    coordinator._settle(Workflow.objects.get(pk=wf.pk))
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.AWAITING_REVIEW and wf.finished_at is None
+
+
 def test_one_decision_resolves_a_group_with_the_same_signature(sim, operator):
     faults = {f"news_api:{t}": "auth" for t in ("film", "music", "games")}
     faults |= {f"news_wire:{t}": "missing" for t in ("film", "music", "games")}

@@ -3,7 +3,7 @@ one `web` (gunicorn), TWO `worker`s and one `beat`.
 
 The commands come from the Procfile itself; each line runs through `bash -c` with the environment
 set, as a Procfile runner does, so its `${VAR:-default}` forms expand as they do in production.
-`release` runs first (a no-op migrate on the test database). The processes start once for this
+`release` runs first (migrating an empty scratch database). The processes start once for this
 module, each in a session of its own, and their process groups are killed afterwards. The demo
 provider logs every call with the pid of the worker child that made it.
 """
@@ -185,15 +185,20 @@ def stack(django_db_setup, tmp_path_factory) -> Iterator[Stack]:
         "WEB_CONCURRENCY": "1",
     }
     commands = procfile()
-    release = subprocess.run(
-        ["bash", "-c", commands["release"]],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    # `release` migrates a database of its own: run on the (already migrated) test database after
+    # an earlier transactional test flushed it, its post-migrate hooks would re-create the
+    # content types that serialized_rollback restores, and every test here would collide.
+    with scratch_database(database_url()) as release_url:
+        release = subprocess.run(
+            ["bash", "-c", commands["release"]],
+            cwd=ROOT,
+            env=env | {"DATABASE_URL": release_url},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     assert release.returncode == 0, release.stdout + release.stderr
+    assert "Applying orchestrator.0001_initial" in release.stdout  # it migrated the empty database
 
     stack = Stack(processes=[], calls_log=var / "calls.jsonl")
     try:
@@ -220,6 +225,23 @@ def stack(django_db_setup, tmp_path_factory) -> Iterator[Stack]:
     finally:
         stop(stack.processes)
         connections.close_all()
+
+
+@contextlib.contextmanager
+def scratch_database(url: str) -> Iterator[str]:
+    """An empty PostgreSQL database beside the test database, dropped afterwards."""
+    import psycopg
+
+    base, _, name = url.rpartition("/")
+    scratch = f"{name}_release"
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{scratch}"')
+        admin.execute(f'CREATE DATABASE "{scratch}"')
+    try:
+        yield f"{base}/{scratch}"
+    finally:
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
 
 
 def logged(process: Process, marker: str) -> Callable[[], bool]:
