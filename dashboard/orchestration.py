@@ -24,6 +24,11 @@ def act_on_runs(action: str, run_ids: list[int], actor: Any, reason: str = "") -
     return coordinator.retry_runs(run_ids, actor)
 
 
+def abort_workflow(workflow_id: int, actor: Any, note: str) -> bool:
+    """Stop a workflow (its pending runs are cancelled, the change audited); False if finished."""
+    return coordinator.abort_workflow(workflow_id, actor, note=note)
+
+
 def claim(item: ReviewItem, user: Any) -> bool:
     return review.claim(item, user)
 

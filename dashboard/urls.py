@@ -13,6 +13,7 @@ urlpatterns = [
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
     path("workflows/", views.workflows, name="workflows"),
     path("workflows/<int:pk>/", views.workflow_detail, name="workflow_detail"),
+    path("workflows/<int:pk>/abort/", views.workflow_abort, name="workflow_abort"),
     path("review/", views.review_queue, name="review_queue"),
     path("review/<int:pk>/claim/", views.review_claim, name="review_claim"),
     path("review/<int:pk>/resolve/", views.review_resolve, name="review_resolve"),

@@ -222,8 +222,26 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "truncated": len(timeline) > limit,
         "coverage": reports.coverage_topics(workflow.coverage),
         "open_reviews": workflow.review_items.filter(state__in=ReviewItem.PENDING).count(),
+        "can_review": request.user.has_perm(REVIEW),
     }
     return render(request, "dashboard/workflow_detail.html", context)
+
+
+@requires(REVIEW)
+@require_POST
+def workflow_abort(request: HttpRequest, pk: int) -> HttpResponse:
+    """Stop a workflow that cannot come to any good: a reason is required, and audited."""
+    workflow = get_visible(request.user, Workflow, pk=pk)
+    back = redirect("dashboard:workflow_detail", pk=workflow.pk)
+    note = " ".join(request.POST.get("note", "").split())[:500]
+    if not note:
+        messages.error(request, "Say why the workflow is aborted: the reason is kept in the audit.")
+        return back
+    if orchestration.abort_workflow(workflow.pk, request.user, note):
+        messages.success(request, "Workflow aborted: its pending runs were cancelled.")
+    else:
+        messages.info(request, "The workflow had already finished: nothing changed.")
+    return back
 
 
 # ---------------------------------------------------------------------------------------------

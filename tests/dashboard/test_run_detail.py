@@ -8,7 +8,14 @@ from django.urls import reverse
 
 from orchestrator.models import Action, Run
 
-from .conftest import HOSTILE_IMG, HOSTILE_SCRIPT, make_failure, make_run, make_workflow
+from .conftest import (
+    HOSTILE_IMG,
+    HOSTILE_SCRIPT,
+    make_failure,
+    make_run,
+    make_workflow,
+    signed_in,
+)
 
 
 def detail(client, run: Run) -> str:
@@ -149,3 +156,48 @@ def test_workflows_list_filters_by_status(operator_client):
     make_workflow(name="bad one", status="degraded")
     html = operator_client.get(reverse("dashboard:workflows") + "?status=degraded").content.decode()
     assert "bad one" in html and "ok one" not in html
+
+
+def test_an_operator_aborts_a_workflow_with_a_reason_that_is_audited(operator_client, operator):
+    from orchestrator.models import AuditEntry, Workflow
+
+    wf = make_workflow(status=Workflow.Status.AWAITING_REVIEW)
+    pending = make_run(workflow=wf, status=Run.Status.QUEUED)
+    done = make_run(workflow=wf, status=Run.Status.SUCCEEDED)
+    url = reverse("dashboard:workflow_abort", args=[wf.pk])
+    page = operator_client.get(reverse("dashboard:workflow_detail", args=[wf.pk])).content
+    assert url.encode() in page  # the form is offered to a reviewer
+
+    no_reason = operator_client.post(url, {"note": "   "}, follow=True)
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.AWAITING_REVIEW
+    assert "Say why" in no_reason.content.decode()
+
+    response = operator_client.post(url, {"note": "source retired; <b>stop</b>"}, follow=True)
+    assert "Workflow aborted" in response.content.decode()
+    wf.refresh_from_db()
+    pending.refresh_from_db()
+    done.refresh_from_db()
+    assert wf.status == Workflow.Status.FAILED and wf.finished_at is not None
+    assert (pending.status, done.status) == (Run.Status.CANCELLED, Run.Status.SUCCEEDED)
+    entry = AuditEntry.objects.get(action="workflow.abort", object_id=str(wf.pk))
+    assert entry.actor == operator
+    html = response.content.decode()
+    assert "&lt;b&gt;stop&lt;/b&gt;" in html and "<b>stop</b>" not in html  # shown, escaped
+    again = operator_client.post(url, {"note": "twice"}, follow=True)
+    assert "already finished" in again.content.decode()
+    assert AuditEntry.objects.filter(action="workflow.abort").count() == 1
+
+
+def test_aborting_needs_the_review_permission_and_a_post(operator_client, outsider):
+    from orchestrator.models import Workflow
+
+    wf = make_workflow(status=Workflow.Status.RUNNING)
+    url = reverse("dashboard:workflow_abort", args=[wf.pk])
+    assert operator_client.get(url).status_code == 405
+    outsider_client = signed_in(outsider)
+    assert outsider_client.post(url, {"note": "no"}).status_code == 403
+    page = outsider_client.get(reverse("dashboard:workflow_detail", args=[wf.pk])).content
+    assert url.encode() not in page
+    wf.refresh_from_db()
+    assert wf.status == Workflow.Status.RUNNING
