@@ -883,21 +883,8 @@ def _response_failure(exc: Any, info: TypeInfo, message: str) -> Failure | None:
             retryable = False
         else:
             retryable = _DEFAULT_RETRYABLE[category._value_]
-    failure = _new_instance(Failure)
-    failure.__dict__.update(
-        {
-            "category": category,
-            "retryable": retryable,
-            "retry_after": delay_from_values(found) if retryable and found else None,
-            "status_code": status,
-            "provider_code": code[:128] if code else None,
-            "exception_type": info.name,
-            "signal": signal,
-            "chain": (info.prefix + message,),
-            "detail": info.short_prefix + message if message else info.short_name,
-        }
-    )
-    return failure
+    delay = delay_from_values(found) if retryable and found else None
+    return _one_exception_failure(info, message, category, retryable, delay, status, code, signal)
 
 
 def classify_lone(exc: Any) -> Failure | None:
@@ -998,14 +985,29 @@ def _single_failure(node: Node, verdict: Verdict) -> Failure:
         delay = None
     if code is None and rule is None:
         code = node.codes[0] if node.codes else node.grpc or node.sqlstate
-    info, message = node.info, node.message
+    return _one_exception_failure(
+        node.info, node.message, category, retryable, delay, node.status, code, signal
+    )
+
+
+def _one_exception_failure(
+    info: TypeInfo,
+    message: str,
+    category: FailureCategory,
+    retryable: bool,
+    retry_after: float | None,
+    status: int | None,
+    code: str | None,
+    signal: Signal,
+) -> Failure:
+    """The Failure of a chain of one exception, built without the dataclass's __init__."""
     failure = _new_instance(Failure)
     failure.__dict__.update(
         {
             "category": category,
             "retryable": retryable,
-            "retry_after": delay,
-            "status_code": node.status,
+            "retry_after": retry_after,
+            "status_code": status,
             "provider_code": code[:128] if code else None,
             "exception_type": info.name,
             "signal": signal,

@@ -35,12 +35,12 @@ from orchestrator.models import ApiToken, Run, Workflow
 from tests.api.helpers import ENVELOPE_KEYS, ok_run
 from tests.conftest import require_service
 from tests.orchestrator.test_worker import (
-    VISIBILITY_TIMEOUT,
     app_sending_to,
     database_url,
     redis_available,
     redis_url,
     wait_for,
+    worker_env,
 )
 
 pytestmark = [
@@ -168,19 +168,11 @@ def stack(django_db_setup, tmp_path_factory) -> Iterator[Stack]:
     require_service(redis_available(url), f"Redis at {url}")
     var = tmp_path_factory.mktemp("scale-out")
     queue = f"failsight-scale-{uuid.uuid4().hex[:8]}"
-    env = os.environ | {
+    env = worker_env(url, queue, var) | {
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "DEBUG": "0",
         "SECRET_KEY": secrets.token_urlsafe(50),
-        "DATABASE_URL": database_url(),
-        "DATABASE_POOL": "0",  # a pool's threads do not survive the prefork pool's fork
-        "CELERY_BROKER_URL": url,
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
-        "CELERY_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT),
-        "CELERY_SWEEP_SECONDS": "1",
         "CELERY_CONCURRENCY": "1",
-        "FAILSIGHT_VAR_DIR": str(var),
-        "FAILSIGHT_DEMO_CALL_LOG": str(var / "calls.jsonl"),
         "BIND": "127.0.0.1:0",  # gunicorn picks a free port and logs it
         "WEB_CONCURRENCY": "1",
     }
@@ -205,9 +197,9 @@ def stack(django_db_setup, tmp_path_factory) -> Iterator[Stack]:
         with app_sending_to(url, queue):
             stack.processes.append(Process.start("web", commands["web"], env, var / "web.log"))
             for name in ("worker-alpha", "worker-bravo"):  # one name each, as on two machines
-                worker_env = env | {"CELERY_WORKER_NAME": name}
+                named_env = env | {"CELERY_WORKER_NAME": name}
                 log = var / f"{name}.log"
-                stack.processes.append(Process.start(name, commands["worker"], worker_env, log))
+                stack.processes.append(Process.start(name, commands["worker"], named_env, log))
             stack.processes.append(Process.start("beat", commands["beat"], env, var / "beat.log"))
 
             def listening() -> str | None:

@@ -143,21 +143,27 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, worker: Worker
     )
 
 
+def worker_env(broker_url: str, queue: str, var: Path) -> dict[str, str]:
+    """The environment of a worker process on the test database, the broker and a queue of its
+    own, whose demo provider logs every call to var/calls.jsonl."""
+    return os.environ | {
+        "DATABASE_URL": database_url(),
+        "DATABASE_POOL": "0",  # a pool's threads do not survive the prefork pool's fork
+        "CELERY_BROKER_URL": broker_url,
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        "CELERY_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT),
+        "CELERY_SWEEP_SECONDS": "1",
+        "FAILSIGHT_VAR_DIR": str(var),
+        "FAILSIGHT_DEMO_CALL_LOG": str(var / "calls.jsonl"),
+    }
+
+
 @pytest.fixture
 def worker(postgres, tmp_path) -> Iterator[Worker]:
     url = redis_url()
     require_service(redis_available(url), f"Redis at {url}")
     queue = f"{SESSION_QUEUE}-{uuid.uuid4().hex[:4]}"
-    env = os.environ | {
-        "DATABASE_URL": database_url(),
-        "DATABASE_POOL": "0",  # a pool's threads do not survive the prefork pool's fork
-        "CELERY_BROKER_URL": url,
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
-        "CELERY_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT),
-        "CELERY_SWEEP_SECONDS": "1",
-        "FAILSIGHT_VAR_DIR": str(tmp_path),
-        "FAILSIGHT_DEMO_CALL_LOG": str(tmp_path / "calls.jsonl"),
-    }
+    env = worker_env(url, queue, tmp_path)
     handle = Worker(env=env, log=tmp_path / "worker.log", calls_log=tmp_path / "calls.jsonl")
     with app_sending_to(url, queue):
         handle.start()
