@@ -1,16 +1,22 @@
 """Pure failure classification: standard library only, no I/O, never raises.
 
-from classifier import classify
-failure = classify(exc)          # failure.category, .retryable, .retry_after, ...
+    from classifier import classify
+    failure = classify(exc)          # failure.category, .retryable, .retry_after, ...
+
+This module only gathers the public names. The steps live in `signals` (read an exception and
+its chain), `judge` (the verdict), `failure` (the result) and `engine` (the wiring), the tables
+in `rules`, and `envelope` and `described` serve callers that speak JSON.
 """
 
 from classifier.engine import Classifier, classify
-from classifier.failure import Failure, Signal
+from classifier.failure import Failure
 from classifier.overrides import MatchOn, OverrideRule, Overrides
 from classifier.retry_after import parse_retry_after
-from classifier.taxonomy import TAXONOMY_VERSION, FailureCategory
+from classifier.rules import RETRYABLE
+from classifier.taxonomy import TAXONOMY_VERSION, FailureCategory, Signal
 
 __all__ = [
+    "RETRYABLE",
     "TAXONOMY_VERSION",
     "Classifier",
     "Failure",

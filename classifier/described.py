@@ -5,9 +5,10 @@ agents in other languages, through the REST API's /classify endpoint.
      "headers": {"Retry-After": "3"}, "provider_code": "ThrottlingException",
      "grpc_status": "UNAVAILABLE", "retryable": null, "cause": {...the same shape, nested}}
 
-Every key is optional. The same rules, overrides and precedence apply as for a real exception;
-a builtin type name resolves to the real class, so "ConnectionResetError" counts as a
-ConnectionError.
+Every key is optional. The same rules, overrides and precedence apply as for a real exception:
+this module only turns the description into the nodes `classifier.signals` would have read (a
+builtin type name resolves to the real class, so "ConnectionResetError" counts as a
+ConnectionError) and hands them to the classifier; it holds no rule of its own.
 """
 
 from __future__ import annotations
@@ -15,19 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from classifier.engine import (
-    DEFAULT_CLASSIFIER,
+from classifier.engine import DEFAULT_CLASSIFIER, Classifier
+from classifier.failure import Failure, unreadable_failure
+from classifier.retry_after import MAX_RETRY_AFTER
+from classifier.signals import (
     MAX_CHAIN,
     MESSAGE_LIMIT,
-    Classifier,
     Node,
     as_status,
-    fallback_failure,
+    exception_class_named,
     grpc_name,
-    type_info_for_name,
 )
-from classifier.failure import Failure
-from classifier.retry_after import MAX_RETRY_AFTER
 
 # The class name used when a description names none.
 UNNAMED: Final = "described.Error"
@@ -44,10 +43,10 @@ def classify_description(
     try:
         nodes = _nodes(data)
         if not nodes:
-            nodes = [Node(type_info_for_name(UNNAMED), "")]
+            nodes = [Node(exception_class_named(UNNAMED), "")]
         return (classifier or DEFAULT_CLASSIFIER).classify_nodes(nodes, provider)
     except Exception:
-        return fallback_failure(data)
+        return unreadable_failure(data)
 
 
 def _nodes(data: Any) -> list[Node]:
@@ -70,26 +69,26 @@ def _node(data: Mapping[str, Any]) -> Node:
     name = data.get("exception_type")
     name = name.strip() if isinstance(name, str) and name.strip() else UNNAMED
     message = data.get("message")
-    message = message[:MESSAGE_LIMIT] if isinstance(message, str) else ""
-    node = Node(type_info_for_name(name[:300]), message)
-    node.status = as_status(data.get("status_code"))
-    codes = [
-        code.strip()[:128]
-        for code in (data.get("provider_code"), data.get("error_code"))
-        if isinstance(code, str) and code.strip()
-    ]
-    if codes:
-        node.codes = codes
-    node.grpc = (
-        grpc_name(data.get("grpc_status")) if isinstance(data.get("grpc_status"), str) else None
-    )
+    codes = (data.get("provider_code"), data.get("error_code"))
+    grpc = data.get("grpc_status")
     sqlstate = data.get("sqlstate")
-    node.sqlstate = sqlstate if isinstance(sqlstate, str) else None
     headers = data.get("headers")
-    node.headers = headers if isinstance(headers, Mapping | list) else None
     retryable = data.get("retryable")
-    node.flag = retryable if isinstance(retryable, bool) else None
-    delay = data.get("retry_after")
-    if isinstance(delay, int | float) and not isinstance(delay, bool) and delay >= 0:
-        node.delay = min(float(delay), MAX_RETRY_AFTER)
-    return node
+    return Node(
+        exception_class_named(name[:300]),
+        message[:MESSAGE_LIMIT] if isinstance(message, str) else "",
+        status=as_status(data.get("status_code")),
+        codes=tuple(code.strip()[:128] for code in codes if isinstance(code, str) and code.strip()),
+        grpc=grpc_name(grpc) if isinstance(grpc, str) else None,
+        sqlstate=sqlstate if isinstance(sqlstate, str) else None,
+        headers=headers if isinstance(headers, Mapping | list) else None,
+        flag=retryable if isinstance(retryable, bool) else None,
+        delay=_delay(data.get("retry_after")),
+    )
+
+
+def _delay(value: Any) -> float | None:
+    """Return a described delay in seconds, capped, if it is a non-negative number."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return min(float(value), MAX_RETRY_AFTER)
+    return None

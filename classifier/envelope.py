@@ -1,6 +1,9 @@
 """The envelope a subagent returns, success or not: a top-level status for dashboards and the
 detail a coordinator needs to recover (what kind, what was attempted, what was already gathered,
 what could be tried instead). Both shapes are JSON-ready and round-trip through json.dumps/loads.
+Here: building both envelopes, reading a Failure back from one, and making arbitrary values
+JSON-safe. Not here: the classification itself (`classifier.engine`) and validating envelopes
+that arrive over HTTP (the orchestrator's API does that).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def error_envelope(
     classifier: Classifier | None = None,
     provider: str | None = None,
 ) -> dict[str, Any]:
-    """Return the error envelope for `exc`: the brief's keys plus the classification evidence.
+    """Return the error envelope for `exc`: the ENVELOPE_KEYS plus the classification evidence.
 
     Extra keys for the coordinator: status_code, provider_code, exception_type, signal, chain and
     taxonomy_version. Partial results are kept (3 of 5 sources found is 3 results, not 0).

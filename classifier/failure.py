@@ -1,39 +1,29 @@
-"""The classification result: what kind of failure, and the evidence that decided it."""
+"""The classification result, `Failure`, and how a verdict over a chain becomes one.
+
+Here: the `Failure` dataclass with its JSON form (`to_dict`, `from_dict`), `build_failure`
+(whether a retry can help, how long to wait, the status and provider code to report, the chain
+and the one-line detail) and `unreadable_failure` for an exception that defeats reading. Not
+here: reading the chain (`classifier.signals`) and choosing the category (`classifier.judge`);
+the Failure only reports what the deciding verdict found.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-from classifier.rules import DEFAULT_RETRYABLE
-from classifier.taxonomy import TAXONOMY_VERSION, FailureCategory
+from classifier.judge import Verdict
+from classifier.retry_after import delay_from_values, header_values
+from classifier.rules import DEFAULT_RETRYABLE, NON_RETRYABLE_CODES, NON_RETRYABLE_STATUS
+from classifier.signals import Node, class_name, message_of
+from classifier.taxonomy import TAXONOMY_VERSION, FailureCategory, Signal
 
-_new = object.__new__
-
-
-class Signal(StrEnum):
-    """Which kind of evidence decided the category, strongest first."""
-
-    # An HTTP status or a gRPC status code, on the exception or on its response.
-    STATUS = "status"
-    # A provider's own error code: AWS Error.Code, OpenAI/Anthropic error code or type, SQLSTATE.
-    PROVIDER_CODE = "provider_code"
-    # The exception's class: a known class in its MRO, or a telling class name.
-    TYPE = "type"
-    # Only the message said so: the least trusted evidence.
-    MESSAGE = "message"
-    # Nothing recognisable: the category is UNCLASSIFIED.
-    NONE = "none"
+__all__ = ["Failure", "Signal", "build_failure", "unreadable_failure"]
 
 
 @dataclass(frozen=True)
 class Failure:
-    """A classified failure. `exception_type` names the exception that carried the signal.
-
-    No `slots`: `make` fills the instance dict directly, three times faster than the frozen
-    `__init__` (which goes through object.__setattr__ once per field) on the classify hot path.
-    """
+    """A classified failure. `exception_type` names the exception whose evidence decided."""
 
     category: FailureCategory
     retryable: bool
@@ -44,40 +34,6 @@ class Failure:
     signal: Signal = Signal.NONE
     chain: tuple[str, ...] = ()
     detail: str = ""
-
-    @classmethod
-    def make(
-        cls,
-        category: FailureCategory,
-        retryable: bool,
-        retry_after: float | None,
-        status_code: int | None,
-        provider_code: str | None,
-        exception_type: str,
-        signal: Signal,
-        chain: tuple[str, ...],
-        detail: str,
-    ) -> Failure:
-        """Return a Failure built without the frozen __init__'s per-field overhead.
-
-        One dict display handed to `update`: keyword arguments would build the same dict
-        through the slower calling convention.
-        """
-        failure = _new(cls)
-        failure.__dict__.update(
-            {
-                "category": category,
-                "retryable": retryable,
-                "retry_after": retry_after,
-                "status_code": status_code,
-                "provider_code": provider_code,
-                "exception_type": exception_type,
-                "signal": signal,
-                "chain": chain,
-                "detail": detail,
-            }
-        )
-        return failure
 
     def to_dict(self) -> dict[str, Any]:
         """Return the failure as JSON-ready data, taxonomy values as plain strings."""
@@ -113,13 +69,12 @@ class Failure:
         except ValueError:
             signal = Signal.NONE
         retryable = data.get("retryable")
-        retry_after = data.get("retry_after")
         status_code = data.get("status_code")
         chain = data.get("chain")
         return cls(
             category=category,
             retryable=retryable if isinstance(retryable, bool) else DEFAULT_RETRYABLE[category],
-            retry_after=_finite_delay(retry_after),
+            retry_after=_finite_delay(data.get("retry_after")),
             status_code=status_code if type(status_code) is int else None,
             provider_code=_str_or_none(data.get("provider_code")),
             exception_type=_str_or_none(data.get("exception_type")) or "",
@@ -127,6 +82,115 @@ class Failure:
             chain=tuple(str(x) for x in chain) if isinstance(chain, list | tuple) else (),
             detail=_str_or_none(data.get("detail")) or "",
         )
+
+
+def build_failure(nodes: list[Node], verdict: Verdict) -> Failure:
+    """Return the Failure that `verdict` makes of a chain of `nodes` (outermost first)."""
+    outer = nodes[0]
+    decider = verdict.node if verdict.node is not None else outer
+    found = header_values(decider.headers)
+    retryable = _retryable(verdict, decider, found)
+    return Failure(
+        category=verdict.category,
+        retryable=retryable,
+        retry_after=_delay(decider, nodes, found) if retryable else None,
+        status_code=_status(decider, nodes),
+        provider_code=_provider_code(verdict, decider),
+        exception_type=decider.kind.name,
+        signal=verdict.signal,
+        chain=tuple(f"{node.kind.name}: {node.message}" for node in nodes),
+        detail=_detail(outer, decider),
+    )
+
+
+def unreadable_failure(exc: Any) -> Failure:
+    """Return the UNCLASSIFIED Failure of something that cannot be read at all; never raises."""
+    try:
+        name = class_name(type(exc))
+    except Exception:
+        name = "?"
+    message = message_of(exc)
+    return Failure(
+        category=FailureCategory.UNCLASSIFIED,
+        retryable=DEFAULT_RETRYABLE[FailureCategory.UNCLASSIFIED],
+        exception_type=name,
+        signal=Signal.NONE,
+        chain=(f"{name}: {message}",),
+        detail=f"{name.rpartition('.')[2]}: {message}",
+    )
+
+
+def _retryable(verdict: Verdict, decider: Node, found: dict[str, Any]) -> bool:
+    """Return whether a retry can help: the override, the provider's own say, then the rules.
+
+    The provider speaks through the exception's `retryable` flag or the server's x-should-retry
+    header; the rules rule out the statuses and codes whose answer never changes (501, 505,
+    UNIMPLEMENTED), and otherwise the category's default decides.
+    """
+    if verdict.rule is not None and verdict.rule.retryable is not None:
+        return verdict.rule.retryable
+    if decider.flag is not None:
+        return decider.flag
+    should_retry = _should_retry(found)
+    if should_retry is not None:
+        return should_retry
+    if verdict.signal is Signal.STATUS and decider.status in NON_RETRYABLE_STATUS:
+        return False
+    if verdict.code is not None and verdict.code in NON_RETRYABLE_CODES:
+        return False
+    return DEFAULT_RETRYABLE[verdict.category]
+
+
+def _should_retry(found: dict[str, Any]) -> bool | None:
+    """Return the server's own x-should-retry flag among the known header values, if it says."""
+    value = found.get("x-should-retry")
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
+
+
+def _delay(decider: Node, nodes: list[Node], found: dict[str, Any]) -> float | None:
+    """Return the delay asked for by the deciding exception, else by the first one that asks."""
+    if decider.delay is not None:
+        return decider.delay
+    delay = delay_from_values(found)
+    if delay is not None:
+        return delay
+    for node in nodes:
+        if node is decider:
+            continue
+        if node.delay is not None:
+            return node.delay
+        delay = delay_from_values(header_values(node.headers))
+        if delay is not None:
+            return delay
+    return None
+
+
+def _status(decider: Node, nodes: list[Node]) -> int | None:
+    """Return the deciding exception's HTTP status, else the first one found in the chain."""
+    if decider.status is not None:
+        return decider.status
+    return next((node.status for node in nodes if node.status is not None), None)
+
+
+def _provider_code(verdict: Verdict, decider: Node) -> str | None:
+    """Return the code that decided, else (unless an override did) the first code read."""
+    code = verdict.code
+    if code is None and verdict.rule is None:
+        code = decider.codes[0] if decider.codes else decider.grpc or decider.sqlstate
+    return code[:128] if code else None
+
+
+def _detail(outer: Node, decider: Node) -> str:
+    """Return "Name: message" of the outer exception, and of the decider when it is another one."""
+    text = f"{outer.kind.qualname}: {outer.message}" if outer.message else outer.kind.qualname
+    if decider is not outer:
+        inner = decider.kind.qualname
+        text += f" (caused by {inner}: {decider.message})" if decider.message else f" ({inner})"
+    return text
 
 
 def _finite_delay(value: Any) -> float | None:

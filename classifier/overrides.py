@@ -3,7 +3,9 @@
 An override maps one signal (an exception type name, a status code or a provider code), for one
 provider or for all, onto a category and optionally a retryable flag. This is how 498 "token
 expired", 420 "enhance your calm" or an SDK's private error names reach the taxonomy without
-editing `classifier.rules`.
+editing `classifier.rules`. Here: the rule rows and the registry that finds the rule matching
+one exception's signals. Not here: when overrides are consulted (first, over the whole chain:
+`classifier.judge.decide`) and where the rows come from (the orchestrator's policy snapshot).
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ class Overrides:
         self._exact: dict[tuple[MatchOn, str, Any], OverrideRule] = {}
         self._prefixes: list[tuple[MatchOn, str, str, OverrideRule]] = []
         self.rejected: list[tuple[Any, str]] = []
-        self.count = 0  # rules registered; read on every classify, hence a plain attribute
         for rule in rules:
             if isinstance(rule, OverrideRule):
                 self.add_rule(rule)
@@ -107,7 +108,6 @@ class Overrides:
             if not value.isdigit() or not 100 <= int(value) <= 599:
                 raise ValueError(f"status code {value!r} is not a number between 100 and 599")
             self._exact[(rule.match_on, provider, int(value))] = rule
-            self.count = len(self._exact) + len(self._prefixes)
             return
         if rule.match_on is MatchOn.PROVIDER_CODE:
             value = value.casefold()
@@ -115,10 +115,9 @@ class Overrides:
             self._prefixes.append((rule.match_on, provider, value[:-1], rule))
         else:
             self._exact[(rule.match_on, provider, value)] = rule
-        self.count = len(self._exact) + len(self._prefixes)
 
     def __len__(self) -> int:
-        return self.count
+        return len(self._exact) + len(self._prefixes)
 
     def __repr__(self) -> str:
         return f"Overrides({len(self)} rules)"
@@ -132,7 +131,7 @@ class Overrides:
         status: int | None = None,
     ) -> OverrideRule | None:
         """Return the rule matching these signals for `provider`, or None if no rule does."""
-        if not self.count:
+        if not self:
             return None
         scopes = ("", _provider_key(provider)) if provider else ("",)
         folded = [code.casefold() for code in codes]

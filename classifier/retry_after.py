@@ -1,4 +1,11 @@
-"""Read how long a provider asked us to wait, from response headers in every common form."""
+"""Read how long a provider asked us to wait, from response headers in every common form.
+
+Here: `parse_retry_after` (public), the scan that picks the known rate-limit headers out of any
+header map (`header_values`) and the parsing of their values (`delay_from_values`). Not here:
+finding the headers on an exception or its response (`classifier.signals`) and deciding whether
+a failure is retryable at all (`classifier.failure`), which also reads the `x-should-retry` value
+this scan picks out.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,6 @@ import re
 import time
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from operator import itemgetter
 from typing import Any, Final
 
 # A delay longer than a day is not a retry for an agent run; capping (rather than dropping) keeps
@@ -81,32 +87,21 @@ def parse_retry_after(headers: Any, now: float | datetime | None = None) -> floa
 def header_values(headers: Any) -> dict[str, Any]:
     """Return the values of the KNOWN_HEADERS in `headers`, keyed by lowercased name.
 
-    The first occurrence of a name wins. An unreadable map gives what was read before it failed.
-    Names are scanned through `.keys()` where a map has one, and only known values are fetched:
-    fetching every value is what makes `email.message.Message.items()` slow. A map that surely
-    holds none of them (`no_known_headers`) is not scanned at all.
+    The first occurrence of a name wins, and at most MAX_HEADERS names are looked at. A map is
+    scanned through its names (`.keys()`), and only the values of known names are fetched
+    through `[]`, which is how each library answers for a name (httpx joins repeated headers,
+    an email Message gives the first); anything else is read as (name, value) pairs. An
+    unreadable map gives what was read before it failed.
     """
     found: dict[str, Any] = {}
-    if headers is None or no_known_headers(headers):
+    if headers is None:
         return found
     try:
-        if type(headers) is dict:
-            if len(headers) > MAX_HEADERS:
-                _scan_pairs(headers.items(), found)
-            else:  # _scan_pairs without its counter (botocore's HTTPHeaders, plain dicts)
-                for key, value in headers.items():
-                    name = key.lower() if type(key) is str else _name(key)
-                    if name in KNOWN_HEADERS and name not in found:
-                        found[name] = value
-        elif _scan_known_map(headers, found):
-            pass
-        elif callable(getattr(headers, "keys", None)) and hasattr(headers, "__getitem__"):
+        if callable(getattr(headers, "keys", None)) and hasattr(headers, "__getitem__"):
             for count, key in enumerate(headers.keys()):
                 if count >= MAX_HEADERS:
                     break
-                # Each name is lowercased once (inline for str, the common case), and only the
-                # values of known names are fetched.
-                name = key.lower() if type(key) is str else _name(key)
+                name = _name(key)
                 if name in KNOWN_HEADERS and name not in found:
                     found[name] = headers[key]
         else:
@@ -116,108 +111,12 @@ def header_values(headers: Any) -> dict[str, Any]:
     return found
 
 
-# Header maps of the common client libraries whose `.keys()` is slow (a generator, or a dict of
-# decoded names built per call), read here through their own storage with the same result as
-# the generic `.keys()` scan. Keyed by exact class; the value says which reader, or None.
-_MAP_KINDS: dict[type, str | None] = {}
-_KNOWN_MAPS: Final = {
-    ("httpx", "Headers"): "httpx",
-    ("requests.structures", "CaseInsensitiveDict"): "requests",
-}
-_MAP_KINDS_GET: Final = _MAP_KINDS.get  # the cache is cleared in place, never replaced
-_KNOWN_BYTES: Final = {name.encode("ascii"): name for name in KNOWN_HEADERS}
-
-
-def _map_kind(cls: type) -> str | None:
-    """Return which reader of `_scan_known_map` fits header maps of class `cls`, if any."""
-    kind = _MAP_KINDS.get(cls, False)
-    if kind is False:
-        module, qualname = getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)
-        kind = _KNOWN_MAPS.get((module, qualname)) if isinstance(module, str) else None
-        if len(_MAP_KINDS) >= 256:
-            _MAP_KINDS.clear()
-        _MAP_KINDS[cls] = kind
-    return kind  # type: ignore[return-value]
-
-
-def no_known_headers(headers: Any) -> bool:
-    """Return True if `headers` surely holds none of the KNOWN_HEADERS; False if unsure.
-
-    True means that `header_values(headers)` is empty, found without a Python loop over the
-    names: the names of a dict, an httpx.Headers or a requests CaseInsensitiveDict, lowercased as
-    `header_values` lowercases them (`str.lower`; httpx keeps them lowercased already), are
-    tested against the known names in C. Most error responses carry none of them. A name that is
-    not a str (bytes), any other map, or anything unexpected gives False: the scan decides.
-    """
-    try:
-        cls = type(headers)
-        if cls is dict:
-            return KNOWN_HEADERS.isdisjoint(map(_lower, headers))
-        kind = _MAP_KINDS_GET(cls, False)
-        if kind is False:
-            kind = _map_kind(cls)
-        if kind == "httpx":
-            items = headers._list
-            return (
-                type(items) is list
-                and len(items) <= MAX_HEADERS
-                and _KNOWN_BYTE_NAMES.isdisjoint(map(_second, items))
-            )
-        if kind == "requests":
-            store = headers._store
-            return (
-                isinstance(store, dict)
-                and len(store) <= MAX_HEADERS
-                and KNOWN_HEADERS.isdisjoint(map(_lower, map(_first, store.values())))
-            )
-    except Exception:
-        pass
-    return False
-
-
-def _scan_known_map(headers: Any, found: dict[str, Any]) -> bool:
-    """Scan an httpx.Headers or a requests CaseInsensitiveDict into `found`; False if not one.
-
-    httpx.Headers keeps (raw name, lowercased name, value) byte triples in `_list`: the known
-    names are matched as bytes and their values fetched through `headers[name]`, as the generic
-    scan does. CaseInsensitiveDict keeps {lowercased: (name, value)} in `_store` (an OrderedDict),
-    which is what its `.keys()` and `[]` read. Any other shape, or more than MAX_HEADERS names,
-    returns False (the generic scan reads it).
-    """
-    kind = _map_kind(type(headers))
-    if kind == "httpx":
-        items = getattr(headers, "_list", None)
-        if type(items) is not list or len(items) > MAX_HEADERS:
-            return False
-        for item in items:
-            name = _KNOWN_BYTES.get(item[1])
-            if name is not None and name not in found:
-                found[name] = headers[name]
-        return True
-    if kind == "requests":
-        store = getattr(headers, "_store", None)
-        if not isinstance(store, dict) or len(store) > MAX_HEADERS:
-            return False
-        for key, value in store.values():
-            name = key.lower() if type(key) is str else _name(key)
-            if name in KNOWN_HEADERS and name not in found:
-                found[name] = value
-        return True
-    return False
-
-
-_KNOWN_BYTE_NAMES: Final = frozenset(_KNOWN_BYTES)
-_lower: Final = str.lower
-_first: Final = itemgetter(0)
-_second: Final = itemgetter(1)
-
-
 def _scan_pairs(pairs: Any, found: dict[str, Any]) -> None:
     """Add the known headers among (name, value) `pairs` to `found`."""
     for count, (key, value) in enumerate(pairs):
         if count >= MAX_HEADERS:
             break
-        name = key.lower() if type(key) is str else _name(key)
+        name = _name(key)
         if name in KNOWN_HEADERS and name not in found:
             found[name] = value
 
@@ -313,8 +212,6 @@ def _duration(value: Any) -> float | None:
 
 def _number(value: Any) -> float | None:
     """Return `value` as a finite non-negative float if it is a plain decimal number, else None."""
-    if type(value) is str and value.isascii() and value.isdigit() and len(value) <= 20:
-        return float(value)  # the common case: delay-seconds
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):

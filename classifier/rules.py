@@ -1,8 +1,12 @@
-"""The core rules as ordered data tables, read by the small functions in `classifier.engine`.
+"""The core rules as ordered data tables, and the small lookups that read them.
 
-Each table says where its entries come from. Provider-specific quirks (498 token expired, 420
-enhance-your-calm, an SDK's private error names) do not belong here: register them as overrides
-(`classifier.overrides.Overrides`), which are consulted before these tables.
+Here: which HTTP statuses, gRPC statuses, provider codes, SQLSTATEs, exception classes, class
+names and message phrases mean which failure category, and which categories are retryable by
+default. Each table says where its entries come from. Not here: reading an exception
+(`classifier.signals`), weighing evidence against other evidence (`classifier.judge`), and
+provider-specific quirks (498 token expired, 420 enhance-your-calm, an SDK's private error
+names), which callers register as overrides (`classifier.overrides.Overrides`), consulted
+before these tables.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ DEFAULT_RETRYABLE: Final = MappingProxyType(
         C.INVALID_INPUT: False,
         C.UNCLASSIFIED: True,
     }
+)
+
+# The categories retryable by default, for callers that route on the category alone.
+RETRYABLE: Final = frozenset(
+    category for category, retryable in DEFAULT_RETRYABLE.items() if retryable
 )
 
 # HTTP status codes with a meaning of their own (RFC 9110 section 15, RFC 6585 for 428/429/431/511,
@@ -55,7 +64,7 @@ HTTP_STATUS: Final = MappingProxyType(
         501: C.SERVER_FAULT,
         502: C.SERVER_FAULT,
         503: C.SERVER_FAULT,
-        504: C.SERVER_FAULT,  # the brief's table: a gateway timeout is the remote side breaking
+        504: C.SERVER_FAULT,  # a gateway timeout: the remote side broke, not our deadline
         511: C.AUTH_FAILURE,  # network authentication required (captive portal)
         598: C.TIMEOUT,
         599: C.TIMEOUT,
@@ -385,11 +394,6 @@ CODE_IS_NOT_EVIDENCE: Final = frozenset(
     }
 )
 
-# Classes whose __getattr__ only forwards to a wrapped file object, which has none of the
-# attributes the engine reads: urllib's HTTPError inherits one (through urllib.response.addinfourl)
-# and would otherwise pay a failed forwarded lookup per attribute.
-FORWARDING_GETATTR: Final = frozenset({"tempfile._TemporaryFileWrapper"})
-
 # Broad classes that say "something about the connection", consulted only after the message
 # patterns of the same exception: psycopg raises OperationalError both for a refused connection
 # (TRANSIENT) and for a rejected password (the message says so). Decision: without a better
@@ -524,25 +528,21 @@ def status_category(status: int) -> C | None:
 
 
 def provider_code_category(code: str) -> C | None:
-    """Return the category of a specific provider error code, or None if no table knows it."""
+    """Return the category of a specific provider error code, or None if no table knows it.
+
+    An exact entry (provider code or gRPC status name) first, then the suffixes, then the
+    prefixes, each in table order; codes longer than 128 characters match exactly or not at all.
+    """
     category = PROVIDER_CODES.get(code) or GRPC_STATUS.get(code)
     if category is not None or len(code) > 128:
         return category
-    # One C-level test against all the suffixes (and one against all the prefixes) first: most
-    # codes match none, and the table order decides only among those that match.
-    if code.endswith(_SUFFIXES):
-        for suffix, category in PROVIDER_CODE_SUFFIXES:
-            if code.endswith(suffix):
-                return category
-    if code.startswith(_PREFIXES):
-        for prefix, category in PROVIDER_CODE_PREFIXES:
-            if code.startswith(prefix):
-                return category
+    for suffix, category in PROVIDER_CODE_SUFFIXES:
+        if code.endswith(suffix):
+            return category
+    for prefix, category in PROVIDER_CODE_PREFIXES:
+        if code.startswith(prefix):
+            return category
     return None
-
-
-_SUFFIXES: Final = tuple(suffix for suffix, _ in PROVIDER_CODE_SUFFIXES)
-_PREFIXES: Final = tuple(prefix for prefix, _ in PROVIDER_CODE_PREFIXES)
 
 
 def sqlstate_category(sqlstate: str) -> C | None:
@@ -564,32 +564,12 @@ def class_name_category(name: str) -> C | None:
 def message_category(message: str) -> C | None:
     """Return the category a message suggests, or None if no pattern matches.
 
-    When several patterns occur, the one listed first in MESSAGE_PATTERNS wins.
+    The patterns are searched as one regular expression over the lowercased first 500
+    characters: every non-overlapping occurrence, leftmost first, and when several occur the one
+    listed first in MESSAGE_PATTERNS wins ("rate limitimeout" is RATE_LIMITED: the "t" that
+    "timeout" would need belongs to "rate limit").
     """
-    text = message[:500].lower()
-    if len(text) > _SHORT_MESSAGE:
-        # On a long text a substring test per pattern is several times cheaper than the regex
-        # scan, which tries every alternative at every position. It decides alone when at most
-        # one pattern occurs (the scan would find exactly that one); when several occur, the
-        # scan decides, since one match can hide another that overlaps it.
-        return _message_category_long(text)
-    found = _ANY_MESSAGE_PATTERN.findall(text)
+    found = _ANY_MESSAGE_PATTERN.findall(message[:500].lower())
     if not found:
         return None
-    return MESSAGE_PATTERNS[min(_MESSAGE_PATTERN_INDEX[t] for t in found)][1]
-
-
-# Texts up to this long are scanned by the regex alone (cheaper than 45 substring tests).
-_SHORT_MESSAGE: Final = 40
-
-
-def _message_category_long(text: str) -> C | None:
-    """Return `message_category` of a lowercased text longer than _SHORT_MESSAGE."""
-    only = None
-    for pattern, category in MESSAGE_PATTERNS:
-        if pattern in text:
-            if only is not None:
-                found = _ANY_MESSAGE_PATTERN.findall(text)
-                return MESSAGE_PATTERNS[min(_MESSAGE_PATTERN_INDEX[t] for t in found)][1]
-            only = category
-    return only
+    return MESSAGE_PATTERNS[min(_MESSAGE_PATTERN_INDEX[text] for text in found)][1]

@@ -1,4 +1,8 @@
-"""The fixed failure taxonomy (version 1). Values are the JSON strings of the envelope."""
+"""The fixed vocabulary of a classification: the failure categories (taxonomy version 1) and the
+kinds of evidence (signals) that can decide one. Values are the JSON strings of the envelope.
+Only names and their meaning live here; which evidence maps to which category is in
+`classifier.rules`, and whether a category is retryable by default is `rules.DEFAULT_RETRYABLE`.
+"""
 
 from __future__ import annotations
 
@@ -33,3 +37,18 @@ class FailureCategory(StrEnum):
     SERVER_FAULT = "server_fault"
     # No reliable signal: keep the raw message, retry at most once, then ask a human.
     UNCLASSIFIED = "unclassified"
+
+
+class Signal(StrEnum):
+    """Which kind of evidence decided the category, strongest first."""
+
+    # An HTTP status or a gRPC status code, on the exception or on its response.
+    STATUS = "status"
+    # A provider's own error code: AWS Error.Code, OpenAI/Anthropic error code or type, SQLSTATE.
+    PROVIDER_CODE = "provider_code"
+    # The exception's class: a known class in its MRO, or a telling class name.
+    TYPE = "type"
+    # Only the message said so: the least trusted evidence.
+    MESSAGE = "message"
+    # Nothing recognisable: the category is UNCLASSIFIED.
+    NONE = "none"

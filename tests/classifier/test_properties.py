@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
+import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from requests.structures import CaseInsensitiveDict
 
 from classifier import Failure, FailureCategory, classify, parse_retry_after
 from classifier.described import classify_description
@@ -174,6 +177,93 @@ def test_classify_never_raises_and_returns_one_of_the_eight(
     assert failure.retry_after is None or 0.0 <= failure.retry_after <= 86_400.0
     assert failure.status_code is None or 100 <= failure.status_code <= 599
     failure.to_dict()
+
+
+class Response:
+    def __init__(self, status_code: Any, headers: Any) -> None:
+        self.status_code = status_code
+        self.headers = headers
+
+
+class StatusResponse:
+    """aiohttp-style: `status` rather than `status_code`."""
+
+    def __init__(self, status: Any, headers: Any) -> None:
+        self.status = status
+        self.headers = headers
+
+
+# Statuses as libraries send them and as they should not: ints in and out of range, text, an
+# IntEnum, a bool, None.
+STATUSES = st.one_of(
+    st.integers(min_value=0, max_value=700),
+    st.sampled_from([HTTPStatus.NOT_FOUND, HTTPStatus.TOO_MANY_REQUESTS, True, "503", "4o4", 501]),
+    st.none(),
+    st.text(max_size=3),
+)
+# Provider codes: exact entries, suffix and prefix families, generic codes, junk, non-strings.
+CODES = st.one_of(
+    st.sampled_from(["Throttling", "NoSuchKey", "ExpiredTokenException", "api_error", "X", ""]),
+    st.text(max_size=12),
+    st.integers(),
+    st.none(),
+)
+RESPONSE_HEADERS = st.one_of(
+    header_maps,
+    st.lists(
+        st.tuples(
+            st.sampled_from(["Retry-After", "x-should-retry", "X-Should-Retry", "Server"]),
+            st.sampled_from(["3", "true", "false", "soon", "0"]),
+        ),
+        max_size=3,
+    ).map(httpx.Headers),
+    st.dictionaries(
+        st.sampled_from(["Retry-After", "x-should-retry", "Server", "Date"]),
+        st.sampled_from(["3", "true", "false", "soon"]),
+        max_size=3,
+    ).map(CaseInsensitiveDict),
+)
+BOTOCORE_REPLIES = st.fixed_dictionaries(
+    {
+        "Error": st.one_of(st.none(), st.fixed_dictionaries({"Code": CODES}), st.just("?")),
+        "ResponseMetadata": st.one_of(
+            st.fixed_dictionaries({"HTTPStatusCode": STATUSES, "HTTPHeaders": RESPONSE_HEADERS}),
+            st.none(),
+        ),
+    }
+)
+
+
+@st.composite
+def status_errors(draw: st.DrawFn) -> BaseException:
+    """Exceptions whose evidence is a `response`: an object, botocore's dict, odd, or None."""
+    base = draw(st.sampled_from([Exception, ConnectionError, TimeoutError, RuntimeError]))
+    name = draw(st.sampled_from(["HTTPStatusError", "ClientError", "Boom", "RateLimitError"]))
+    exc = type(name, (base,), {})(draw(st.text(max_size=30)))
+    exc.response = draw(  # type: ignore[attr-defined]
+        st.one_of(
+            st.none(),
+            st.builds(Response, STATUSES, RESPONSE_HEADERS),
+            st.builds(StatusResponse, STATUSES, RESPONSE_HEADERS),
+            st.builds(RaisingHeaders),
+            BOTOCORE_REPLIES,
+        )
+    )
+    if draw(st.booleans()):
+        exc.__context__ = draw(exceptions())
+    return exc
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(status_errors())
+def test_classify_never_raises_on_status_errors_whatever_their_response(
+    exc: BaseException,
+) -> None:
+    failure = classify(exc)
+    assert failure.category in set(FailureCategory)
+    assert isinstance(failure.retryable, bool)
+    assert failure.status_code is None or 100 <= failure.status_code <= 599
+    assert failure.retry_after is None or 0.0 <= failure.retry_after <= 86_400.0
 
 
 @settings(max_examples=300, deadline=None)
