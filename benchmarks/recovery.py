@@ -4,7 +4,7 @@
 backup source) with the failure mix of a real pipeline: about a third permanent failures (auth,
 missing, invalid), two thirds transient ones (timeouts, 5xx, rate limits with Retry-After), some
 failing after gathering partial results, some sources valid-empty. The workload runs twice through
-the coordinator's own code (coordinator.step / dispatch_due / execute_run, routing.decide, the
+the coordinator's own code (workflow.step / dispatch_due / execute_run, routing.decide, the
 budget and coverage), driven in-process with a simulated clock:
 
 * blind: every failure looks the same (no classification, no Retry-After), is retried 3 times,
@@ -115,7 +115,7 @@ class World:
         return call
 
     def call(self, source: str, topic: str, partial: list[dict]) -> list[dict]:
-        from orchestrator.demo import _exception
+        from demo.inprocess import _exception
 
         now = self.clock.now()
         key = (topic, source)
@@ -134,7 +134,7 @@ class World:
         return self.respond(source, topic, key, sc, partial, url)
 
     def respond(self, source, topic, key, sc: Scenario, partial, url) -> list[dict]:
-        from orchestrator.demo import _exception
+        from demo.inprocess import _exception
 
         items = [{"url": f"{url}&item={i}", "partial": True} for i in range(sc.partial)]
         if not self.blind:  # a naive subagent's gathered items die with its exception
@@ -205,7 +205,7 @@ class RunClock:
 def blind_patches():
     """No classification and the same retry for everything: 3 retries, fixed backoff."""
     from classifier import Failure, FailureCategory
-    from orchestrator import policy, routing
+    from orchestrator.coordination import policy, routing
 
     class Blind:
         def classify(self, exc: BaseException, provider: str | None = None) -> Failure:
@@ -238,18 +238,18 @@ def patched(patches):
 def run_arm(blind: bool, tasks: int, seed: int) -> dict[str, Any]:
     from django.db.models import Max
 
-    from orchestrator import coordinator, review, sources
+    from orchestrator.coordination import registry, review, workflow
+    from orchestrator.coordination.simulation import drive, simulated
     from orchestrator.models import ReviewItem, Run, SourceHealth, Workflow
-    from orchestrator.simulation import drive, simulated
 
     random.seed(seed)
     scenarios, workflows = workload(tasks, seed)
     world = World(blind=blind, scenarios=scenarios)
-    reg = sources.Registry()
+    reg = registry.Registry()
     for cap, _ in workflows:
         for role in ("primary", "backup"):
             reg.register(cap, f"{cap}_{role}", world.source(f"{cap}_{role}"))
-    sources.use_registry(reg)
+    registry.use_registry(reg)
     SourceHealth.objects.all().delete()
     if blind:  # no budget and no breaker either
         SourceHealth.objects.bulk_create(
@@ -258,7 +258,7 @@ def run_arm(blind: bool, tasks: int, seed: int) -> dict[str, Any]:
         )
     with patched(blind_patches() if blind else []), simulated(START) as (clock, disp):
         ids = [
-            coordinator.start_workflow(f"recovery-benchmark {i}", topics, cap).pk
+            workflow.start_workflow(f"recovery-benchmark {i}", topics, cap).pk
             for i, (cap, topics) in enumerate(workflows)
         ]
 
@@ -277,7 +277,7 @@ def run_arm(blind: bool, tasks: int, seed: int) -> dict[str, Any]:
     runs = list(Run.objects.filter(workflow_id__in=ids))
     stats = measure(world, wfs, runs, blind)
     Workflow.objects.filter(pk__in=ids).delete()
-    sources.use_registry(None)
+    registry.use_registry(None)
     return stats
 
 

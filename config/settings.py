@@ -77,6 +77,8 @@ INSTALLED_APPS = [
     "csp",
     "orchestrator",
     "dashboard",
+    # The main job (`manage.py launch`) and its demonstration: an add-on the product never imports.
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -106,6 +108,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "csp.context_processors.nonce",
+                "dashboard.context_processors.vocabulary",
             ],
         },
     },
@@ -266,7 +269,8 @@ CELERY_BEAT_SCHEDULE |= {
 DASHBOARD_POLL_SECONDS = env_int("DASHBOARD_POLL_SECONDS", 10, minimum=1)
 DASHBOARD_ROLLUP_LOOKBACK_HOURS = env_int("DASHBOARD_ROLLUP_LOOKBACK_HOURS", 3, minimum=2)
 # Modules whose `register(registry)` fills the source registry (capability -> ordered sources).
-FAILSIGHT_SOURCE_MODULES = env_list("FAILSIGHT_SOURCE_MODULES", ["orchestrator.demo"])
+# None by default: the product ships no sources of its own (`make run` names the demo's).
+FAILSIGHT_SOURCE_MODULES = env_list("FAILSIGHT_SOURCE_MODULES", [])
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on a missing folder
 

@@ -1,8 +1,10 @@
+"""Root URLs: the admin, the API v1 (JSON everywhere under /api/), sign-in, the dashboard at /."""
+
 from django.contrib import admin
 from django.urls import include, path, re_path
 
 from orchestrator.api import api
-from orchestrator.apierrors import not_found
+from orchestrator.api.errors import not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -1,3 +1,5 @@
+"""The WSGI entry point the Procfile's `web` line serves with gunicorn."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application

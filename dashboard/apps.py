@@ -1,3 +1,5 @@
+"""The dashboard app's configuration; its data models are rollups and alert rules only."""
+
 from django.apps import AppConfig
 
 

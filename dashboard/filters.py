@@ -7,16 +7,17 @@ that cannot use an index, so it is bounded to a time window (24 h by default, 7 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import F, Q, QuerySet, TextField
+from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from dashboard.stats import WINDOWS, switched_condition
+from dashboard.stats import WINDOWS
 from orchestrator import keyset
 from orchestrator.models import FailureType, Run, RunQuerySet
 
@@ -24,26 +25,18 @@ PAGE_SIZE = 50
 SEARCH_DEFAULT = timedelta(hours=24)
 SEARCH_MAX = timedelta(days=7)
 RANGES = {"1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days", "30d": "last 30 days"}
-FLAGS = {
-    "retry": ("retries only", Q(retry_of__isnull=False)),
-    "wasted": (
-        "wasted retries (retries that still failed)",
-        Q(retry_of__isnull=False, status__in=["failed", "escalated"]),
-    ),
-    "early": (
-        "retries started before their due time",
-        Q(retry_of__isnull=False, started_at__lt=F("due_at")),
-    ),
-    "switched": ("runs on a source switched to", switched_condition),
-    "partial": ("failures with partial results", Q(partial_count__gt=0)),
-    "empty": ("valid empty results", Q(status="succeeded", result_count=0)),
-    "avoided": (
-        "failures not blindly retried",
-        Q(
-            status__in=["failed", "escalated"],
-            decision__in=["switch_source", "escalate", "abort", "accept_partial"],
-        ),
-    ),
+# Named run sets a drill-down may ask for (`?flag=wasted`): each is a RunQuerySet method, the same
+# one the tiles count with, so a tile's number and the runs behind it always agree.
+FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
+    "retry": ("retries only", RunQuerySet.retries),
+    "wasted": ("wasted retries (retries that still failed)", RunQuerySet.wasted_retries),
+    "early": ("retries started before their due time", RunQuerySet.early_retries),
+    "switched": ("runs on a source switched to", RunQuerySet.switched),
+    "partial": ("failures with partial results", RunQuerySet.with_partial_results),
+    "empty": ("valid empty results", RunQuerySet.valid_empty),
+    "avoided": ("failures not blindly retried", RunQuerySet.avoided_retries),
+    "retrying": ("retries waiting for their due time", RunQuerySet.retrying),
+    "in_flight": ("runs in flight (started, not finished)", RunQuerySet.in_flight),
 }
 
 
@@ -127,8 +120,7 @@ class RunFilter:
         )
         qs = qs.filter(**{f"{n}__in": v for n, v in many.items() if len(v) > 1})
         for flag in self.flags:
-            condition = FLAGS[flag][1]
-            qs = qs.filter(condition() if callable(condition) else condition)
+            qs = FLAGS[flag][1](qs)
         if self.q:
             qs = qs.annotate(attempted_text=Cast("attempted", TextField())).filter(
                 Q(detail__icontains=self.q) | Q(attempted_text__icontains=self.q)

@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 
+from orchestrator.coordination.actions import RunAction
 from orchestrator.models import FailureType, ProviderOverride, ReviewItem, RoutingPolicy
 
 MAX_BULK = 500
@@ -81,9 +82,7 @@ class IdListField(forms.Field):
 
 
 class BulkActionForm(forms.Form):
-    ACTIONS = [("retry", "Retry"), ("cancel", "Cancel"), ("escalate", "Escalate")]
-
-    action = forms.ChoiceField(choices=ACTIONS)
+    action = forms.ChoiceField(choices=RunAction.choices())
     run = IdListField()
     reason = forms.CharField(required=False, max_length=500)
 
@@ -120,7 +119,8 @@ class ResolveForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if data.get("resolution") == "retry_edited" and not data.get("edited_input"):
+        retry_edited = ReviewItem.Resolution.RETRY_EDITED
+        if data.get("resolution") == retry_edited and not data.get("edited_input"):
             self.add_error("edited_input", "Retry with edited input needs the edited input.")
         if data.get("save_override") and not data.get("failure_type"):
             self.add_error("failure_type", "Choose the failure type the override maps to.")

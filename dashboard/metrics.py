@@ -1,5 +1,8 @@
 """The Prometheus text endpoint: run counts from the rollups, the review queue, breaker states.
 
+Run counts and the named run sets (retries spent, wasted, early and avoided; switched runs;
+partial results) are the rollups' sums of the `RunSets` conditions the tiles count too.
+
 Scrapers do not sign in: the endpoint accepts `Authorization: Bearer <METRICS_TOKEN>` or a
 client address in METRICS_ALLOWED_IPS (REMOTE_ADDR: behind a proxy, use the token).
 """
@@ -13,12 +16,41 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from dashboard.sources import source_states
 from dashboard.stats import all_time_counts
-from orchestrator.models import ReviewItem
+from orchestrator.coordination.budget import source_states
+from orchestrator.models import ReviewItem, Run
+from orchestrator.vocabulary import Breaker
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-BREAKER_STATES = ("closed", "open", "half_open")
+# Counters of named run sets: (metric, help, the rollup column it sums, failures only).
+SET_COUNTERS = (
+    ("failsight_retries_total", "Retries spent (attempts after the first).", "retries", False),
+    ("failsight_wasted_retries_total", "Retries that failed again.", "retries", True),
+    (
+        "failsight_early_retries_total",
+        "Retries started before their due time.",
+        "early_retries",
+        False,
+    ),
+    (
+        "failsight_avoided_retries_total",
+        "Failures routed elsewhere than a retry.",
+        "avoided_retries",
+        False,
+    ),
+    (
+        "failsight_switched_runs_total",
+        "Runs started on another source after a switch.",
+        "switched",
+        False,
+    ),
+    (
+        "failsight_partial_results_total",
+        "Partial results kept by failed runs.",
+        "partial_items",
+        False,
+    ),
+)
 
 
 def allowed(request: HttpRequest) -> bool:
@@ -37,15 +69,24 @@ def _label(value: object) -> str:
 
 
 def _runs_lines() -> list[str]:
+    counts = sorted(all_time_counts().items())
     lines = [
         "# HELP failsight_runs_total Runs recorded, by status, failure type and source.",
         "# TYPE failsight_runs_total counter",
     ]
-    for (status, ftype, source), n in sorted(all_time_counts().items()):
+    for (status, ftype, source), totals in counts:
         lines.append(
             f'failsight_runs_total{{status="{_label(status)}",failure_type="{_label(ftype)}",'
-            f'source="{_label(source)}"}} {n}'
+            f'source="{_label(source)}"}} {totals["count"]}'
         )
+    for name, help_text, column, failures_only in SET_COUNTERS:
+        per_source: dict[str, int] = {}
+        for (status, _, source), totals in counts:
+            if failures_only and status not in Run.FAILURE:
+                continue
+            per_source[source] = per_source.get(source, 0) + totals[column]
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
+        lines += [f'{name}{{source="{_label(src)}"}} {n}' for src, n in sorted(per_source.items())]
     return lines
 
 
@@ -73,12 +114,11 @@ def _source_lines() -> list[str]:
         "# TYPE failsight_retry_budget_tokens gauge",
     ]
     for s in source_states():
-        source = _label(s["source"])
-        for state in BREAKER_STATES:
-            value = 1 if s["state"] == state else 0
+        source = _label(s.source)
+        for state in Breaker:
+            value = 1 if s.breaker == state else 0
             lines.append(f'failsight_breaker_state{{source="{source}",state="{state}"}} {value}')
-        if s["tokens"] is not None:
-            budget.append(f'failsight_retry_budget_tokens{{source="{source}"}} {s["tokens"]}')
+        budget.append(f'failsight_retry_budget_tokens{{source="{source}"}} {s.tokens}')
     return lines + budget
 
 

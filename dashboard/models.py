@@ -2,7 +2,8 @@
 webhook alerts.
 
 Rollups are folded in batches by a periodic task (`dashboard.tasks.refresh_rollups`), never per
-insert: a counter row updated on every run would halve ingest (see the brief).
+insert: a counter row updated on every run would serialise every report on that row and halve
+ingest (the README's "Architecture"). Counting with these rows is `stats`'s job.
 """
 
 from __future__ import annotations

@@ -8,15 +8,10 @@ windows read 4 or 28 blocks per key and window instead of 24 or 168 hourly rows 
 the last few complete hours after the last whole block are read hourly. The 1-hour window is
 small enough to be counted live entirely, at minute resolution.
 
-Definitions (the issue leaves them open; the README repeats them):
-- a *failure* is a run whose status is failed or escalated;
-- *retries spent* are runs that are retries (`retry_of` set); a *wasted* retry is one that failed;
-- *retries avoided* are failures the coordinator answered with switch_source, escalate, abort or
-  accept_partial: a blind policy that retries every failure would have spent a retry on each;
-- an *early* retry started before its due time (`started_at < due_at`), i.e. before the
-  provider's Retry-After had passed;
-- a *switched* run is one the coordinator started on the next source after a switch_source
-  decision (`switched_from` set).
+The sets of runs counted here (failures, retries, wasted, early and avoided retries, switched runs,
+partial results, valid empty results) are defined once, in `orchestrator.models.RunSets`, and
+counted here with those same conditions; the runs page's filters and the API read them through
+the `Run` QuerySet methods of the same names.
 """
 
 from __future__ import annotations
@@ -33,10 +28,9 @@ from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
 from dashboard.models import RunRollup, SixHourRollup, SixHourWastedRetries
-from orchestrator.models import Action, Run
+from orchestrator.models import Run, RunSets
 
-FAILURE_STATUSES = (Run.Status.FAILED, Run.Status.ESCALATED)
-AVOIDING_DECISIONS = (Action.SWITCH_SOURCE, Action.ESCALATE, Action.ABORT, Action.ACCEPT_PARTIAL)
+FAILURE_STATUSES = Run.FAILURE
 METRICS = (
     "count",
     "partial_runs",
@@ -57,23 +51,17 @@ BLOCK = BLOCK_HOURS * HOUR
 # The one GROUP BY, shared by the rollup task and the live queries
 
 
-def switched_condition() -> Q:
-    """Runs the coordinator started on another source after a switch_source decision."""
-    return Q(switched_from__isnull=False)
-
-
 def _metric_aggregates() -> dict[str, Any]:
-    is_retry = Q(retry_of__isnull=False)
-    failed = Q(status__in=FAILURE_STATUSES)
+    failures = RunSets.FAILURES
     return {
         "count": Count("id"),
-        "partial_runs": Count("id", filter=failed & Q(partial_count__gt=0)),
-        "partial_items": Coalesce(Sum("partial_count", filter=failed), Value(0)),
-        "empty_runs": Count("id", filter=Q(status=Run.Status.SUCCEEDED, result_count=0)),
-        "retries": Count("id", filter=is_retry),
-        "early_retries": Count("id", filter=is_retry & Q(started_at__lt=F("due_at"))),
-        "switched": Count("id", filter=switched_condition()),
-        "avoided_retries": Count("id", filter=failed & Q(decision__in=AVOIDING_DECISIONS)),
+        "partial_runs": Count("id", filter=RunSets.PARTIAL),
+        "partial_items": Coalesce(Sum("partial_count", filter=failures), Value(0)),
+        "empty_runs": Count("id", filter=RunSets.VALID_EMPTY),
+        "retries": Count("id", filter=RunSets.RETRIES),
+        "early_retries": Count("id", filter=RunSets.EARLY_RETRIES),
+        "switched": Count("id", filter=RunSets.SWITCHED),
+        "avoided_retries": Count("id", filter=RunSets.AVOIDED_RETRIES),
     }
 
 
@@ -434,18 +422,25 @@ def _block_wasted(start: datetime, end: datetime) -> QuerySet:
     )
 
 
-def all_time_counts(now: datetime | None = None) -> dict[tuple[str, str, str], int]:
-    """Runs ever recorded per (status, failure_type, source): rollups plus the live hour."""
+def all_time_counts(now: datetime | None = None) -> dict[tuple[str, str, str], dict[str, int]]:
+    """Per (status, failure_type, source), ever: runs and every named set (METRICS), summed from
+    the rollups plus the live hour."""
     anchor = floor_hour(now or timezone.now())
-    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    counts: dict[tuple[str, str, str], dict[str, int]] = defaultdict(
+        lambda: dict.fromkeys(METRICS, 0)
+    )
     summed = (
         RunRollup.objects.filter(hour__lt=anchor)
-        .values_list("status", "failure_type", "source")
-        .annotate(n=Sum("count"))
+        .values("status", "failure_type", "source")
+        .annotate(**{m: Sum(m) for m in METRICS})
         .order_by()
     )
-    for status, ftype, source, n in summed:
-        counts[(status, ftype, source)] += n
-    for g in grouped_runs(anchor, anchor + HOUR, "hour"):
-        counts[(g["status"], g["failure_type"] or "", g["source"])] += g["count"]
+    live = (
+        {**g, "failure_type": g["failure_type"] or ""}
+        for g in grouped_runs(anchor, anchor + HOUR, "hour")
+    )
+    for row in [*summed, *live]:
+        totals = counts[(row["status"], row["failure_type"], row["source"])]
+        for m in METRICS:
+            totals[m] += row[m] or 0
     return counts

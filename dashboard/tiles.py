@@ -1,4 +1,9 @@
-"""The overview's tiles: numbers from `stats`, each with the link to the runs behind it."""
+"""The overview's tiles: numbers from `stats`, each with the link to the runs behind it.
+
+Each tile's link filters the runs page with the same named run set (`?flag=…`) or the same
+status and failure type the number counted, so a drill-down shows exactly the runs behind it.
+Counting is `stats`'s job; the markup is the overview template's.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,10 @@ from django.db.models import Count, Min
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard.sources import source_states
 from dashboard.stats import FAILURE_STATUSES, Window, WindowStats, window_stats
 from dashboard.templatetags.dashboard import duration
-from orchestrator.models import FailureType, ReviewItem, Workflow
+from orchestrator.coordination.budget import source_states
+from orchestrator.models import FailureType, ReviewItem, Run, Workflow
 
 
 @dataclass
@@ -50,8 +55,8 @@ def _pct(value: float | None) -> str:
 def traffic_tiles(s: WindowStats) -> list[Tile]:
     cur, prev, w = s.current, s.previous, s.window
     rate, prev_rate = (
-        _rate(cur.by_status["succeeded"], cur.finished),
-        _rate(prev.by_status["succeeded"], prev.finished),
+        _rate(cur.by_status[Run.Status.SUCCEEDED], cur.finished),
+        _rate(prev.by_status[Run.Status.SUCCEEDED], prev.finished),
     )
     failures = list(FAILURE_STATUSES)
     return [
@@ -70,8 +75,8 @@ def traffic_tiles(s: WindowStats) -> list[Tile]:
             "success",
             "Success rate",
             _pct(rate),
-            runs_url(w, status="succeeded"),
-            sub=f"{cur.by_status['succeeded']:,} of {cur.finished:,} finished",
+            runs_url(w, status=Run.Status.SUCCEEDED),
+            sub=f"{cur.by_status[Run.Status.SUCCEEDED]:,} of {cur.finished:,} finished",
             current=round((rate or 0) * 100, 1),
             previous=round((prev_rate or 0) * 100, 1),
             lower_is_better=False,
@@ -121,7 +126,8 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
     cur, w = s.current, s.window
     wasted = sorted(cur.wasted.items(), key=lambda kv: -kv[1])[:4]
     early = cur.metric["early_retries"]
-    unclassified = _rate(cur.by_type["unclassified"], cur.failures)
+    unclassified_type = FailureType.UNCLASSIFIED
+    unclassified = _rate(cur.by_type[unclassified_type], cur.failures)
     switched = _rate(cur.switched_ok, cur.switched_done)
     return [
         Tile(
@@ -145,8 +151,8 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
             "unclassified",
             "Unclassified share",
             _pct(unclassified),
-            runs_url(w, failure_type="unclassified"),
-            sub=f"{cur.by_type['unclassified']:,} of {cur.failures:,} failures",
+            runs_url(w, failure_type=unclassified_type),
+            sub=f"{cur.by_type[unclassified_type]:,} of {cur.failures:,} failures",
             tone="warn" if (unclassified or 0) > 0.1 else "",
         ),
         Tile(
@@ -163,8 +169,8 @@ def attention_tiles(window: Window, start: datetime) -> list[Tile]:
     queue = ReviewItem.objects.open().aggregate(open_count=Count("id"), oldest=Min("created_at"))
     open_count, oldest = queue["open_count"], queue["oldest"]
     degraded = Workflow.objects.filter(status=Workflow.Status.DEGRADED, created_at__gte=start)
-    troubled = [s for s in source_states() if s["state"] != "closed" or s["empty"]]
-    names = [s["source"] for s in troubled]
+    troubled = [s for s in source_states() if s.in_trouble]
+    names = [s.source for s in troubled]
     age = (timezone.now() - oldest).total_seconds() if oldest else None
     return [
         Tile(
@@ -179,7 +185,8 @@ def attention_tiles(window: Window, start: datetime) -> list[Tile]:
             "degraded",
             "Workflows degraded",
             f"{degraded.count():,}",
-            reverse("dashboard:workflows") + f"?status=degraded&range={window.name}",
+            reverse("dashboard:workflows")
+            + f"?status={Workflow.Status.DEGRADED}&range={window.name}",
             sub="finished with gaps in coverage",
         ),
         Tile(
@@ -190,7 +197,7 @@ def attention_tiles(window: Window, start: datetime) -> list[Tile]:
             if names
             else runs_url(window, status=list(FAILURE_STATUSES)),
             sub="open breaker or empty retry budget" if names else "all breakers closed",
-            rows=[(s["source"], s["label"]) for s in troubled[:4]],
+            rows=[(s.source, s.label) for s in troubled[:4]],
             tone="bad" if troubled else "ok",
         ),
     ]

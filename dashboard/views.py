@@ -1,6 +1,8 @@
 """The dashboard's pages. One function per page; `if request.htmx` renders the page's named
 fragment instead of the whole page. Every view is decorated with the permission it needs and
-every object is looked up through `access.get_visible`."""
+every object is looked up through `access.get_visible`. Views hold no business rules: state
+changes are model methods (`item.claim`, `item.resolve`, `save_policy_change`) or the
+coordinator's operator actions (`orchestrator.coordination.actions`); counting is `stats`'s."""
 
 from __future__ import annotations
 
@@ -18,12 +20,15 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HTMX_STOP_POLLING, trigger_client_event
 
-from dashboard import orchestration, reports
+from dashboard import reports
 from dashboard.access import EDIT_POLICIES, REVIEW, VIEW, get_visible, requires, visible
 from dashboard.filters import RANGES, RunFilter, page, run_page
 from dashboard.forms import BulkActionForm, ProviderOverrideForm, ResolveForm, RoutingPolicyForm
 from dashboard.stats import WINDOWS, get_window
 from dashboard.tiles import overview_tiles
+from orchestrator.coordination import actions
+from orchestrator.coordination.policy import preview_delays
+from orchestrator.coordination.workflow import abort_workflow
 from orchestrator.models import (
     AuditEntry,
     FailureType,
@@ -94,6 +99,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "next_cursor": next_cursor,
         "first_page": not request.GET.get("after"),
         "statuses": Run.Status.choices,
+        "any_failure": ",".join(Run.FAILURE),
         "failure_types": FailureType.choices,
         "ranges": RANGES.items(),
         "can_review": request.user.has_perm(REVIEW),
@@ -112,7 +118,7 @@ def retrying(request: HttpRequest) -> HttpResponse:
     """Tasks whose latest attempt failed and whose next retry is scheduled (a queued retry)."""
     qs = (
         visible(request.user, Run)
-        .filter(status=Run.Status.QUEUED, retry_of__isnull=False, due_at__isnull=False)
+        .retrying()
         .select_related("workflow", "retry_of")
         .defer(*LIST_DEFER)
         .order_by("due_at", "id")
@@ -142,7 +148,7 @@ def run_actions(request: HttpRequest) -> HttpResponse:
         .filter(pk__in=form.cleaned_data["run"])
         .values_list("pk", flat=True)
     )
-    done = orchestration.act_on_runs(action, ids, request.user, form.cleaned_data["reason"])
+    done = actions.act_on_runs(action, ids, request.user, form.cleaned_data["reason"])
     skipped = len(form.cleaned_data["run"]) - done
     text = f"{action.capitalize()}: {done} run{'s' if done != 1 else ''} done"
     if skipped:
@@ -237,7 +243,7 @@ def workflow_abort(request: HttpRequest, pk: int) -> HttpResponse:
     if not note:
         messages.error(request, "Say why the workflow is aborted: the reason is kept in the audit.")
         return back
-    if orchestration.abort_workflow(workflow.pk, request.user, note):
+    if abort_workflow(workflow.pk, request.user, note=note):
         messages.success(request, "Workflow aborted: its pending runs were cancelled.")
     else:
         messages.info(request, "The workflow had already finished: nothing changed.")
@@ -318,7 +324,7 @@ def _item_response(
 @require_POST
 def review_claim(request: HttpRequest, pk: int) -> HttpResponse:
     item = get_visible(request.user, ReviewItem, related=("assignee",), pk=pk)
-    if orchestration.claim(item, request.user):
+    if item.claim(request.user):
         return _item_response(request, item, notice="Claimed: it is yours to resolve.")
     item.refresh_from_db()
     return _item_response(request, item, notice=_already(item))
@@ -352,7 +358,16 @@ def review_resolve(request: HttpRequest, pk: int) -> HttpResponse:
             messages.error(request, "The resolution was not saved: " + form.errors.as_text())
         return _item_response(request, item, form=form)
     try:
-        resolved = orchestration.resolve(item, request.user, form.cleaned_data)
+        data = form.cleaned_data
+        resolved = item.resolve(
+            request.user,
+            data["resolution"],
+            note=data["note"],
+            edited_input=data.get("edited_input"),
+            failure_type=data.get("failure_type") or None,
+            save_override=bool(data.get("save_override")),
+            apply_to_group=bool(data.get("apply_to_group")),
+        )
     except ValidationError as exc:
         form.add_error(None, exc)
         return _item_response(request, item, form=form)
@@ -385,7 +400,7 @@ def _diff(before: dict | None, after: dict | None) -> list[tuple[str, Any, Any]]
 def _policy_rows(user: Any) -> list[RoutingPolicy]:
     rows = list(visible(user, RoutingPolicy))
     for policy in rows:
-        policy.preview = orchestration.preview_delays(policy)
+        policy.preview = preview_delays(policy)
     return rows
 
 
@@ -439,7 +454,7 @@ def _policy_saved(request: HttpRequest, policy: RoutingPolicy) -> HttpResponse:
         messages.success(request, f"Policy for {policy.failure_type} saved.")
         return redirect("dashboard:policies")
     policy.refresh_from_db()
-    policy.preview = orchestration.preview_delays(policy)
+    policy.preview = preview_delays(policy)
     response = render(
         request, "dashboard/policies.html#policy-row", {"policy": policy, "can_edit": True}
     )
@@ -454,7 +469,7 @@ def policy_row(request: HttpRequest, pk: int) -> HttpResponse:
     policy = get_visible(request.user, RoutingPolicy, pk=pk)
     if not _fragment(request):
         return redirect("dashboard:policies")
-    policy.preview = orchestration.preview_delays(policy)
+    policy.preview = preview_delays(policy)
     return render(
         request, "dashboard/policies.html#policy-row", {"policy": policy, "can_edit": True}
     )

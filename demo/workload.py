@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db.models import Count
 
-from orchestrator import coordinator
+from orchestrator.coordination.workflow import start_workflow
 from orchestrator.models import ReviewItem, Run, Workflow
 
 TOPICS = [
@@ -87,7 +87,7 @@ TOUR: list[dict[str, Any]] = [
 
 def start_tour() -> list[Workflow]:
     return [
-        coordinator.start_workflow(
+        start_workflow(
             t["name"],
             t["topics"],
             t["capability"],
@@ -104,7 +104,7 @@ def start_random(rng: random.Random) -> Workflow:
     pool = INTERNAL_TOPICS if capability == "internal" else TOPICS
     topics = rng.sample(pool, k=rng.randint(2, 4))
     goal = rng.choice(GOALS)
-    return coordinator.start_workflow(
+    return start_workflow(
         f"{goal.replace(' of AI', '')} on {', '.join(topics)}",
         topics,
         capability,

@@ -1,3 +1,5 @@
+"""The orchestrator app: models, the coordinator (`coordination`), the REST API (`api`), tasks."""
+
 from django.apps import AppConfig
 
 
@@ -5,3 +7,7 @@ class OrchestratorConfig(AppConfig):
     name = "orchestrator"
     verbose_name = "Orchestration"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Connects the receiver that continues a workflow once a review item is resolved.
+        from orchestrator.coordination import review  # noqa: F401

@@ -23,10 +23,8 @@ from typing import Any
 
 import httpx
 
-from classifier import Classifier, Failure, classify
+from classifier import Classifier, Failure, FailureCategory, classify
 from classifier.envelope import error_envelope, success_envelope
-
-RETRYABLE = ("transient", "timeout", "server_fault", "rate_limited")
 
 
 class ClientError(Exception):
@@ -196,7 +194,10 @@ class AgentClient:
 
     def _retry_delay(self, failure: Failure, attempt: int) -> float | None:
         """Return how long to wait before retrying, or None if retrying cannot help."""
-        if attempt >= self.max_attempts or failure.category.value not in RETRYABLE:
+        # The classifier's own judgement (status, provider flags such as x-should-retry), except
+        # that an error it cannot classify is not worth a blind retry of our own request.
+        unknown = failure.category == FailureCategory.UNCLASSIFIED
+        if attempt >= self.max_attempts or not failure.retryable or unknown:
             return None
         backoff = random.uniform(0, min(self.max_wait, 0.5 * 2 ** (attempt - 1)))
         wait = max(backoff, failure.retry_after or 0.0)

@@ -1,7 +1,11 @@
 """The run store: workflows, runs, routing policies, review items, API tokens and the audit trail.
 
-Choice values come from the classifier's taxonomy, so the database, admin, API and templates share
-one vocabulary. Status transitions are conditional updates; every index names the query it serves.
+Choice values come from `orchestrator.vocabulary` (failure types are the classifier's taxonomy), so
+the database, admin, API and templates share one vocabulary. One instance's behaviour is a model
+method (`run.record_outcome`, `item.resolve`); behaviour over many is a named QuerySet method
+(`Run.objects.wasted_retries()`), which the tiles, filters, /metrics and the API all call. Status
+transitions are conditional updates; every index names the query it serves. What the coordinator
+does with these rows lives in `orchestrator.coordination`, HTTP in `orchestrator.api`.
 """
 
 from __future__ import annotations
@@ -16,23 +20,25 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.dispatch import Signal
 from django.utils import timezone
 
-from classifier import FailureCategory
+from orchestrator.vocabulary import Action, Breaker, FailureCategory, Jitter
 
+# The taxonomy as Django choices (labels for forms and the admin); the values are the classifier's.
 FailureType = models.TextChoices(
     "FailureType", [(c.name, (c.value, c.value.replace("_", " "))) for c in FailureCategory]
 )
 
+# Sent inside the transaction that resolves a review item (`ReviewItem.resolve`), with `item`; the
+# coordinator continues the item's workflow once that transaction commits.
+review_resolved = Signal()
 
-class Action(models.TextChoices):
-    """What the coordinator does about a failure (a routing decision)."""
 
-    RETRY = "retry"
-    SWITCH_SOURCE = "switch_source"
-    ACCEPT_PARTIAL = "accept_partial"
-    ESCALATE = "escalate"
-    ABORT = "abort"
+def actor_label(actor: Any) -> str:
+    """How the audit trail and reason sentences name who acted: a username, a token, 'system'."""
+    return getattr(actor, "get_username", lambda: "")() or str(actor or "system")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,6 +154,12 @@ class ApiToken(models.Model):
 # Workflows and runs
 
 
+class WorkflowQuerySet(models.QuerySet):
+    def unfinished(self) -> WorkflowQuerySet:
+        """Workflows the coordinator still steps: running or waiting for a review."""
+        return self.filter(status__in=(Workflow.Status.RUNNING, Workflow.Status.AWAITING_REVIEW))
+
+
 class Workflow(models.Model):
     """One coordinator job, made of subagent runs."""
 
@@ -180,6 +192,8 @@ class Workflow(models.Model):
         default=1, validators=[MinValueValidator(1)], help_text="Sources asked per topic at first"
     )
 
+    objects = WorkflowQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
@@ -193,6 +207,10 @@ class Workflow(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
+
+    def sources_tried(self, topic: str) -> set[str]:
+        """The sources any run of `topic` has used so far (a switch goes to another one)."""
+        return set(self.runs.filter(topic=topic).values_list("source", flat=True))
 
     def move_to(self, status: str, **fields: Any) -> bool:
         """Set an unfinished workflow's status with a conditional update; False if it finished."""
@@ -209,6 +227,9 @@ class Workflow(models.Model):
 
 
 class RunQuerySet(models.QuerySet):
+    """Named sets of runs. Each is defined once, as a Q condition in `RunSets` (so the rollups can
+    count it inside one GROUP BY), and read through these methods everywhere else."""
+
     def since(self, t: datetime) -> RunQuerySet:
         return self.filter(created_at__gte=t)
 
@@ -221,12 +242,65 @@ class RunQuerySet(models.QuerySet):
     def succeeded(self) -> RunQuerySet:
         return self.filter(status=Run.Status.SUCCEEDED)
 
+    def failures(self) -> RunQuerySet:
+        """Runs that ended in failure: failed, or failed and escalated to a human."""
+        return self.filter(RunSets.FAILURES)
+
     def valid_empty(self) -> RunQuerySet:
         """Runs whose query ran and found nothing: a success, never to be taken for a failure."""
-        return self.succeeded().filter(result_count=0)
+        return self.filter(RunSets.VALID_EMPTY)
 
     def with_partial_results(self) -> RunQuerySet:
-        return self.failed().filter(partial_count__gt=0)
+        """Failures that kept what they gathered before failing."""
+        return self.filter(RunSets.PARTIAL)
+
+    def retries(self) -> RunQuerySet:
+        """Every attempt after the first of a task."""
+        return self.filter(RunSets.RETRIES)
+
+    def wasted_retries(self) -> RunQuerySet:
+        """Retries that failed again."""
+        return self.filter(RunSets.WASTED_RETRIES)
+
+    def early_retries(self) -> RunQuerySet:
+        """Retries started before their due time, i.e. before the provider's Retry-After."""
+        return self.filter(RunSets.EARLY_RETRIES)
+
+    def switched(self) -> RunQuerySet:
+        """Runs the coordinator started on another source after a switch_source decision."""
+        return self.filter(RunSets.SWITCHED)
+
+    def avoided_retries(self) -> RunQuerySet:
+        """Failures routed elsewhere than a retry: a blind policy would have retried each."""
+        return self.filter(RunSets.AVOIDED_RETRIES)
+
+    def retrying(self) -> RunQuerySet:
+        """Queued retries waiting for their due time."""
+        return self.filter(RunSets.RETRYING)
+
+    def pending(self) -> RunQuerySet:
+        """Runs not finished yet: queued or running."""
+        return self.filter(status__in=Run.PENDING)
+
+    def in_flight(self) -> RunQuerySet:
+        """Runs started and not finished (a reported `running` run, or a worker's)."""
+        return self.filter(status=Run.Status.RUNNING)
+
+    def retryable_by_operator(self) -> RunQuerySet:
+        """Finished runs without success, which an operator may retry."""
+        return self.filter(status__in=Run.RETRYABLE_BY_OPERATOR)
+
+    def claim_due(self, now: datetime) -> int:
+        """Claim the due queued runs among these (queued → running); return how many were won."""
+        return self.filter(status=Run.Status.QUEUED, due_at__lte=now).update(
+            status=Run.Status.RUNNING, dispatched_at=now
+        )
+
+    def lost_dispatches(self, before: datetime) -> RunQuerySet:
+        """Runs claimed before `before` whose task never started: their message was lost."""
+        return self.filter(
+            status=Run.Status.RUNNING, started_at__isnull=True, dispatched_at__lt=before
+        )
 
     def by_failure_type(self) -> dict[str, int]:
         """Return {failure_type: count} over the failed runs of this queryset."""
@@ -259,8 +333,10 @@ class RunQuerySet(models.QuerySet):
         since: datetime | None = None,
         until: datetime | None = None,
         valid_empty: bool | None = None,
+        set: str | None = None,
     ) -> RunQuerySet:
-        """The runs list's filters (API and dashboard); None means "any". `until` is exclusive.
+        """The runs list's filters (API and dashboard); None means "any". `until` is exclusive;
+        `set` names one of the NAMED_SETS.
 
         Each equality filter pairs with created_at in one of Run's indexes, so a window of one
         status / failure type / source / agent / workflow is an index range scan.
@@ -282,6 +358,8 @@ class RunQuerySet(models.QuerySet):
             qs = qs.valid_empty()
         elif valid_empty is False:
             qs = qs.exclude(status=Run.Status.SUCCEEDED, result_count=0)
+        if set is not None:
+            qs = getattr(qs, NAMED_SETS[set])()
         return qs
 
     def newest_first(self) -> RunQuerySet:
@@ -328,6 +406,10 @@ class Run(models.Model):
         CANCELLED = "cancelled"
 
     FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED, Status.ESCALATED, Status.CANCELLED)
+    PENDING = (Status.QUEUED, Status.RUNNING)
+    # A failure is a run that failed, or failed and was escalated to a human.
+    FAILURE = (Status.FAILED, Status.ESCALATED)
+    RETRYABLE_BY_OPERATOR = (Status.FAILED, Status.ESCALATED, Status.CANCELLED)
 
     # The three foreign keys carry no index of their own: (workflow, created_at), the unique
     # (retry_of, attempt) and the unique (token, idempotency_key) serve their lookups, and every
@@ -375,7 +457,7 @@ class Run(models.Model):
     partial_count = models.PositiveIntegerField(default=0)
     alternatives = models.JSONField(default=list, blank=True)
 
-    decision = models.CharField(max_length=20, choices=Action.choices, blank=True)
+    decision = models.CharField(max_length=20, choices=Action.choices(), blank=True)
     decision_reason = models.TextField(blank=True)
     policy_version = models.PositiveIntegerField(null=True, blank=True)
     due_at = models.DateTimeField(null=True, blank=True, help_text="When a queued retry may run")
@@ -465,6 +547,14 @@ class Run(models.Model):
         return self.status == self.Status.SUCCEEDED and self.result_count == 0
 
     @property
+    def is_pending(self) -> bool:
+        return self.status in self.PENDING
+
+    @property
+    def is_failure(self) -> bool:
+        return self.status in self.FAILURE
+
+    @property
     def root_id(self) -> int:
         return self.retry_of_id or self.pk
 
@@ -478,6 +568,21 @@ class Run(models.Model):
                 setattr(self, name, value)
         return bool(changed)
 
+    def start(self, now: datetime) -> bool:
+        """Count one more delivery of this claimed run's task and stamp its first start."""
+        started = Run.objects.filter(pk=self.pk, status=self.Status.RUNNING).update(
+            deliveries=F("deliveries") + 1, started_at=Coalesce(F("started_at"), now)
+        )
+        self.refresh_from_db(fields=["deliveries", "started_at", "status"])
+        return bool(started)
+
+    def previous_failure_type(self) -> str | None:
+        """The failure type of the attempt before this one of the same task, if any."""
+        if self.attempt <= 1:
+            return None
+        previous = Run.objects.attempts_of(self).filter(attempt__lt=self.attempt).last()
+        return previous.failure_type if previous else None
+
     def record_outcome(self, envelope: dict[str, Any], finished_at: datetime, calls: int) -> bool:
         """Store a subagent's envelope on this running run, once; False if already recorded."""
         ok = envelope.get("status") == "ok"
@@ -489,7 +594,9 @@ class Run(models.Model):
             self.Status.SUCCEEDED if ok else self.Status.FAILED,
             results=results,
             result_count=len(results),
-            failure_type=None if ok else envelope.get("failure_type") or "unclassified",
+            failure_type=None
+            if ok
+            else envelope.get("failure_type") or FailureCategory.UNCLASSIFIED,
             retryable=None if ok else envelope.get("retryable"),
             retry_after=None if ok else envelope.get("retry_after"),
             status_code=envelope.get("status_code"),
@@ -518,6 +625,56 @@ class Run(models.Model):
                 policy_version,
             )
         return bool(changed)
+
+    def overrule_decision(self, action: str, reason: str) -> None:
+        """Replace the decision an operator overrules (an escalation by hand)."""
+        Run.objects.filter(pk=self.pk).exclude(decision=action).update(
+            decision=action, decision_reason=reason
+        )
+        self.decision, self.decision_reason = action, reason
+
+
+# The named sets a client may ask for by name (GET /api/v1/runs?set=…): name → RunQuerySet method.
+NAMED_SETS = {
+    "failures": "failures",
+    "valid_empty": "valid_empty",
+    "partial": "with_partial_results",
+    "retries": "retries",
+    "wasted_retries": "wasted_retries",
+    "early_retries": "early_retries",
+    "switched": "switched",
+    "avoided_retries": "avoided_retries",
+    "retrying": "retrying",
+    "in_flight": "in_flight",
+}
+
+
+class RunSets:
+    """The named sets of runs as Q conditions: the one definition of each (see RunQuerySet).
+
+    A *failure* is a run that failed or was escalated; *retries* are attempts after the first;
+    a *wasted* retry failed again; an *early* retry started before its due time (before the
+    provider's Retry-After); a *switched* run started on another source after a switch_source
+    decision; an *avoided* retry is a failure routed elsewhere than a retry (switch, escalate,
+    abort, accept partial), which a blind policy would have retried. The README's "What an
+    operator sees" repeats these definitions.
+    """
+
+    FAILURES = Q(status__in=Run.FAILURE)
+    VALID_EMPTY = Q(status=Run.Status.SUCCEEDED, result_count=0)
+    PARTIAL = FAILURES & Q(partial_count__gt=0)
+    RETRIES = Q(retry_of__isnull=False)
+    WASTED_RETRIES = RETRIES & FAILURES
+    EARLY_RETRIES = RETRIES & Q(started_at__lt=F("due_at"))
+    SWITCHED = Q(switched_from__isnull=False)
+    AVOIDING_DECISIONS = (
+        Action.SWITCH_SOURCE,
+        Action.ESCALATE,
+        Action.ABORT,
+        Action.ACCEPT_PARTIAL,
+    )
+    AVOIDED_RETRIES = FAILURES & Q(decision__in=AVOIDING_DECISIONS)
+    RETRYING = Q(status=Run.Status.QUEUED, retry_of__isnull=False, due_at__isnull=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -549,10 +706,7 @@ class PolicyState(models.Model):
 class RoutingPolicy(models.Model):
     """How the coordinator routes one failure type: backoff, attempts, and what to do after."""
 
-    class Jitter(models.TextChoices):
-        FULL = "full", "full (random between 0 and the delay)"
-        EQUAL = "equal", "equal (half fixed, half random)"
-        NONE = "none", "none"
+    Jitter = Jitter
 
     EXHAUSTED_ACTIONS = [
         (a.value, a.label)
@@ -568,7 +722,7 @@ class RoutingPolicy(models.Model):
     base_delay = models.FloatField(validators=[MinValueValidator(0)], help_text="Seconds")
     max_delay = models.FloatField(validators=[MinValueValidator(0)], help_text="Seconds")
     multiplier = models.FloatField(default=2.0, validators=[MinValueValidator(1)])
-    jitter = models.CharField(max_length=8, choices=Jitter.choices, default=Jitter.FULL)
+    jitter = models.CharField(max_length=8, choices=Jitter.choices(), default=Jitter.FULL)
     action_when_exhausted = models.CharField(max_length=20, choices=EXHAUSTED_ACTIONS)
     hard_fail = models.BooleanField(
         default=False, help_text="Never retried blindly (the same request cannot succeed)"
@@ -659,6 +813,17 @@ class ProviderOverride(models.Model):
             if not 100 <= code <= 599:
                 raise ValidationError({"match_value": "A status code lies between 100 and 599."})
 
+    @classmethod
+    def best_signal(
+        cls, provider_code: str, status_code: int | None, exception_type: str
+    ) -> tuple[str, str]:
+        """The most reliable signal a run carried: provider code, then status, then type name."""
+        if provider_code:
+            return cls.MatchOn.PROVIDER_CODE, provider_code[:300]
+        if status_code:
+            return cls.MatchOn.STATUS_CODE, str(status_code)
+        return cls.MatchOn.EXCEPTION_TYPE, (exception_type or "")[:300]
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "provider": self.provider,
@@ -674,10 +839,7 @@ class ProviderOverride(models.Model):
 class SourceHealth(models.Model):
     """Per source: the retry budget (a token bucket) and the circuit breaker, with settings."""
 
-    class Breaker(models.TextChoices):
-        CLOSED = "closed"
-        OPEN = "open"
-        HALF_OPEN = "half_open"
+    Breaker = Breaker
 
     source = models.CharField(max_length=100, unique=True)
     # Retry budget as in the AWS SDKs' standard retry mode: a retry costs tokens, a success refunds.
@@ -687,7 +849,9 @@ class SourceHealth(models.Model):
     timeout_retry_cost = models.FloatField(default=10, validators=[MinValueValidator(0)])
     success_refund = models.FloatField(default=1, validators=[MinValueValidator(0)])
     # Circuit breaker: open after N consecutive failures, probe after the cool-down.
-    breaker_state = models.CharField(max_length=10, choices=Breaker.choices, default=Breaker.CLOSED)
+    breaker_state = models.CharField(
+        max_length=10, choices=Breaker.choices(), default=Breaker.CLOSED
+    )
     breaker_threshold = models.PositiveIntegerField(default=5, validators=[MinValueValidator(1)])
     breaker_cooldown = models.FloatField(default=30, validators=[MinValueValidator(0)])
     consecutive_failures = models.PositiveIntegerField(default=0)
@@ -722,6 +886,29 @@ class ReviewItemQuerySet(models.QuerySet):
 
     def with_signature(self, signature: str) -> ReviewItemQuerySet:
         return self.open().filter(signature=signature)
+
+    def unapplied(self) -> ReviewItemQuerySet:
+        """Resolved items whose decision the coordinator has not applied yet."""
+        return self.filter(state=ReviewItem.State.RESOLVED, continued_at__isnull=True)
+
+    def blocking(self) -> ReviewItemQuerySet:
+        """Items that keep a workflow open: waiting for a human, or resolved but not applied.
+
+        A decision committed after a step read the resolutions must not find its workflow
+        already settled, so a resolved item counts until a step has applied it.
+        """
+        return self.filter(
+            Q(state__in=ReviewItem.PENDING)
+            | Q(state=ReviewItem.State.RESOLVED, continued_at__isnull=True)
+        )
+
+    def mark_continued(self, item_id: int, now: datetime) -> bool:
+        """Mark a resolved item applied; True for the one caller that wins (the step's guard)."""
+        return bool(
+            self.filter(
+                pk=item_id, state=ReviewItem.State.RESOLVED, continued_at__isnull=True
+            ).update(continued_at=now)
+        )
 
 
 class ReviewItem(models.Model):
@@ -813,6 +1000,93 @@ class ReviewItem(models.Model):
             self.state == self.State.CLAIMED and self.assignee_id == getattr(user, "pk", None)
         )
 
+    def resolve(
+        self,
+        user: Any,
+        resolution: str,
+        note: str = "",
+        edited_input: dict | None = None,
+        failure_type: str | None = None,
+        save_override: bool = False,
+        apply_to_group: bool = False,
+    ) -> int:
+        """Resolve this item (and, if asked, every pending item with its signature); return how
+        many were resolved (0: another operator or the fallback was first).
+
+        For an unclassified item, `failure_type` reclassifies it and `save_override` saves a
+        provider override so the next such error classifies itself. Each resolution is audited and
+        announced (`review_resolved`), so the coordinator applies it once after commit.
+        """
+        if resolution not in self.Resolution.values:
+            raise ValueError(f"unknown resolution {resolution!r}")
+        if failure_type is not None and failure_type not in FailureType.values:
+            raise ValueError(f"unknown failure type {failure_type!r}")
+        if resolution != self.Resolution.RETRY_EDITED:
+            edited_input = None  # only "retry with edited input" sends an input
+        with transaction.atomic():
+            items = [self]
+            if apply_to_group and self.signature:
+                items += list(ReviewItem.objects.with_signature(self.signature).exclude(pk=self.pk))
+            changes = dict(
+                resolution=resolution, note=note, edited_input=edited_input, resolved_by=user
+            )
+            resolved = sum(i._resolve_once(user, changes, failure_type) for i in items)
+            if resolved and save_override and failure_type:
+                self._save_override(user, failure_type, note)
+        return resolved
+
+    def resolve_by_fallback(self, action: str, note: str, now: datetime) -> int:
+        """Resolve an item left past its deadline with its type's fallback; 1 if this won."""
+        changes = {"resolution": action, "note": note, "resolved_by": None}
+        return self._resolve_once("system", changes, fallback=True, now=now)
+
+    def _resolve_once(
+        self,
+        actor: Any,
+        changes: dict[str, Any],
+        failure_type: str | None = None,
+        fallback: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        before = self.snapshot()
+        fields = changes | {"state": self.State.RESOLVED, "resolved_at": now or timezone.now()}
+        if failure_type and self.failure_type == FailureCategory.UNCLASSIFIED:
+            fields["failure_type"] = failure_type
+        if fallback:
+            fields["fallback_applied"] = True
+        won = ReviewItem.objects.filter(pk=self.pk, state__in=self.PENDING).update(**fields)
+        if not won:
+            return 0
+        self.refresh_from_db()
+        AuditEntry.record(
+            actor=actor,
+            action="review.fallback" if fallback else "review.resolve",
+            obj=self,
+            before=before,
+            after=self.snapshot(),
+            note=changes.get("note", ""),
+        )
+        review_resolved.send(sender=ReviewItem, item=self)
+        return 1
+
+    def _save_override(self, user: Any, failure_type: str, note: str) -> int | None:
+        """Turn the item's raw error into a provider override, through the audited policy path."""
+        run = self.run
+        match_on, value = ProviderOverride.best_signal(
+            run.provider_code, run.status_code, run.exception_type
+        )
+        if not value:
+            return None
+        override = ProviderOverride.objects.filter(
+            provider=run.source, match_on=match_on, match_value=value
+        ).first() or ProviderOverride(provider=run.source, match_on=match_on, match_value=value)
+        override.failure_type = failure_type
+        override.enabled = True
+        override.note = (note or f"From review item {self.pk}")[:300]
+        if override.pk is None:
+            override.created_by = user if getattr(user, "is_authenticated", False) else None
+        return save_policy_change(override, user, note=f"saved from review item {self.pk}")
+
     def snapshot(self) -> dict[str, Any]:
         """The audited form of this item."""
         return {
@@ -867,7 +1141,7 @@ class AuditEntry(models.Model):
         after: dict | None,
         note: str = "",
     ) -> AuditEntry:
-        label = getattr(actor, "get_username", lambda: "")() or str(actor or "system")
+        label = actor_label(actor)
         user = actor if getattr(actor, "is_authenticated", False) else None
         return cls.objects.create(
             actor=user,

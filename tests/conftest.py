@@ -9,7 +9,12 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection, connections
 
+from orchestrator.coordination.registry import use_registry
 from orchestrator.models import ApiToken
+
+# The product registers no source of its own; the suite's workflows run on the demonstration's
+# in-process sources (exceptions built on real httpx responses, no network).
+TEST_SOURCES = "demo.inprocess"
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -24,17 +29,39 @@ def require_service(available: bool, what: str) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _close_pooled_connections(django_db_setup, django_db_blocker):
-    """Close psycopg's pool before pytest-django drops the test database.
+def _demo_sources() -> None:
+    from django.conf import settings
 
-    A pooled connection left open makes DROP DATABASE fail ("being accessed by other users").
-    """
+    settings.FAILSIGHT_SOURCE_MODULES = [TEST_SOURCES]
+    use_registry(None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_pooled_connections(django_db_setup, django_db_blocker):
+    """Close psycopg's pool, and any session a killed worker or server left behind, before
+    pytest-django drops the test database (DROP DATABASE refuses while others are connected)."""
     yield
     with django_db_blocker.unblock():
         for conn in connections.all():
             if conn.vendor == "postgresql" and hasattr(conn, "close_pool"):
                 conn.close_pool()
             conn.close()
+        if connection.vendor == "postgresql":
+            _end_other_sessions(connection.settings_dict["NAME"])
+
+
+def _end_other_sessions(database: str) -> None:
+    import psycopg
+
+    params = connection.get_connection_params() | {"dbname": "postgres", "autocommit": True}
+    params.pop("cursor_factory", None)
+    params.pop("pool", None)
+    with psycopg.connect(**params) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            [database],
+        )
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""Template tags of the dashboard (`{% load dashboard %}`): badges, sparklines, ages."""

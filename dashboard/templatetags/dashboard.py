@@ -16,29 +16,29 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from orchestrator.models import FailureType, ReviewItem
+from orchestrator.models import FailureType, ReviewItem, Run
 
 register = template.Library()
 
 # Icon symbol ids live in templates/_icons.html; one per failure type plus the run outcomes.
 FAILURE_ICONS = {
-    "transient": "i-zap",
-    "rate_limited": "i-hourglass",
-    "auth_failure": "i-lock",
-    "resource_missing": "i-missing",
-    "invalid_input": "i-brackets",
-    "timeout": "i-clock",
-    "server_fault": "i-server",
-    "unclassified": "i-question",
+    FailureType.TRANSIENT: "i-zap",
+    FailureType.RATE_LIMITED: "i-hourglass",
+    FailureType.AUTH_FAILURE: "i-lock",
+    FailureType.RESOURCE_MISSING: "i-missing",
+    FailureType.INVALID_INPUT: "i-brackets",
+    FailureType.TIMEOUT: "i-clock",
+    FailureType.SERVER_FAULT: "i-server",
+    FailureType.UNCLASSIFIED: "i-question",
 }
 STATUS_ICONS = {
-    "succeeded": "i-check",
-    "failed": "i-x",
-    "escalated": "i-flag",
-    "queued": "i-dots",
-    "running": "i-dots",
-    "cancelled": "i-slash",
-    "skipped": "i-slash",
+    Run.Status.SUCCEEDED: "i-check",
+    Run.Status.FAILED: "i-x",
+    Run.Status.ESCALATED: "i-flag",
+    Run.Status.QUEUED: "i-dots",
+    Run.Status.RUNNING: "i-dots",
+    Run.Status.CANCELLED: "i-slash",
+    Run.Status.SKIPPED: "i-slash",
 }
 PRETTY_JSON_LIMIT = 50_000
 
@@ -57,7 +57,7 @@ def _badge(css: str, icon: str, label: str, title: str = "") -> SafeString:
 @register.simple_tag
 def failure_badge(failure_type: str | None) -> SafeString:
     """The coloured badge of a failure type (unknown values fall back to 'unclassified')."""
-    value = failure_type if failure_type in FAILURE_ICONS else "unclassified"
+    value = failure_type if failure_type in FAILURE_ICONS else FailureType.UNCLASSIFIED
     label = str(FailureType(value).label) if failure_type in FAILURE_ICONS else str(failure_type)
     return _badge(f"ft ft-{value}", FAILURE_ICONS[value], label)
 
@@ -65,7 +65,7 @@ def failure_badge(failure_type: str | None) -> SafeString:
 @register.simple_tag
 def run_badge(run: Any) -> SafeString:
     """A run's outcome: 'empty (valid)' and failure types must never look alike."""
-    if run.status == "succeeded" and run.result_count == 0:
+    if run.is_valid_empty:
         return _badge("st-empty", "i-empty", "empty (valid)", "The query ran and found nothing")
     if run.failure_type:
         return failure_badge(run.failure_type)

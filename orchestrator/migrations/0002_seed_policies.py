@@ -1,4 +1,4 @@
-"""Seed the routing table and provider overrides with the defaults of the product brief."""
+"""Seed the routing table and provider overrides with the product's defaults (README: routing)."""
 
 from django.db import migrations
 
@@ -43,7 +43,8 @@ DEFAULT_POLICIES = {
     "unclassified": (2, 5.0, 5.0, 1.0, "none", "escalate", False, 24 * 3600, "accept_partial"),
 }
 
-# Provider-specific status codes from the brief, mapped by overrides rather than core rules.
+# Provider-specific status codes (498 token expired, 420 enhance your calm, 529 overloaded),
+# mapped by overrides rather than core rules.
 DEFAULT_OVERRIDES = [
     (
         "",

@@ -9,7 +9,7 @@ import pytest
 from django.db import OperationalError, connection
 from django.test import override_settings
 
-from orchestrator import ingest
+from orchestrator.api import ingest
 from orchestrator.models import Run
 from tests.api.helpers import assert_envelope, error_paths, failed_run, ok_run, post_json
 

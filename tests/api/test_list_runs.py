@@ -185,3 +185,31 @@ def test_runs_created_after_the_first_page_do_not_shift_the_next(client, auth_he
 def test_a_bad_cursor_is_a_422(client, auth_headers, cursor):
     response = client.get("/api/v1/runs", {"cursor": cursor}, **auth_headers)
     assert error_paths(assert_envelope(response, 422, "invalid_input")) == {"cursor"}
+
+
+def test_named_sets_list_the_runs_the_tiles_count(client, auth_headers, mixed_runs):
+    first = mixed_runs["timeout"]
+    wasted = make_run(
+        status=Run.Status.ESCALATED,
+        failure_type="timeout",
+        retry_of=first,
+        attempt=2,
+        created_at=T0 + timedelta(minutes=4),
+    )
+    recovered = make_run(
+        retry_of=first, attempt=3, result_count=1, created_at=T0 + timedelta(minutes=5)
+    )
+    Run.objects.filter(pk=mixed_runs["auth"].pk).update(decision="escalate")
+    assert listed(client, auth_headers, set="retries") == [recovered.pk, wasted.pk]
+    assert listed(client, auth_headers, set="wasted_retries") == [wasted.pk]
+    assert listed(client, auth_headers, set="avoided_retries") == [mixed_runs["auth"].pk]
+    failures = [wasted.pk, mixed_runs["auth"].pk, first.pk]
+    assert listed(client, auth_headers, set="failures") == failures
+    assert listed(client, auth_headers, set="valid_empty") == [mixed_runs["empty"].pk]
+
+
+def test_an_unknown_set_is_refused_with_the_valid_names(client, auth_headers, db):
+    response = client.get("/api/v1/runs", {"set": "wasted"}, **auth_headers)
+    body = assert_envelope(response, 422, "invalid_input")
+    assert "set" in error_paths(body)
+    assert "wasted_retries" in response.content.decode()

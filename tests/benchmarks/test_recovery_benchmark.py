@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_recovery_benchmark_runs_and_meets_its_targets():
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "recovery.py"), "--tasks", "40"],

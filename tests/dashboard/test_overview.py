@@ -14,7 +14,6 @@ from django.urls import reverse
 
 from dashboard.models import RunRollup, SixHourRollup, SixHourWastedRetries
 from dashboard.stats import (
-    AVOIDING_DECISIONS,
     HOUR,
     METRICS,
     WINDOWS,
@@ -24,7 +23,7 @@ from dashboard.stats import (
     window_stats,
 )
 from dashboard.tiles import overview_tiles
-from orchestrator.models import Action, Run
+from orchestrator.models import Action, Run, RunSets
 
 from .conftest import make_failure, make_review, make_run, make_workflow
 
@@ -297,7 +296,7 @@ def raw_window(window, now: datetime) -> dict:
                 "retries": retry,
                 "early_retries": retry and run.started_at < run.due_at,
                 "switched": run.switched_from_id is not None,
-                "avoided_retries": failure and run.decision in AVOIDING_DECISIONS,
+                "avoided_retries": failure and run.decision in RunSets.AVOIDING_DECISIONS,
             }
         )
         if failure and retry and run.created_at >= start:  # shown for the current window only

@@ -176,7 +176,6 @@ def test_still_retrying_lists_scheduled_retries_and_stops_polling_when_none(oper
 
 @pytest.mark.parametrize("action", ["retry", "cancel", "escalate"])
 def test_bulk_actions_go_to_the_coordinator(operator_client, action):
-    pytest.importorskip("orchestrator.coordinator")
     failed = make_failure("timeout")
     queued = make_run(status=Run.Status.QUEUED)
     target = queued if action == "cancel" else failed

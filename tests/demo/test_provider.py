@@ -1,6 +1,6 @@
 """The fault-injecting provider and the sources that call it, over real HTTP on 127.0.0.1.
 
-Each test starts `demo.provider` in a thread on a free port and calls it through `demo.sources`
+Each test starts `demo.provider` in a thread on a free port and calls it through `demo.http_sources`
 (httpx), so every failure is the exception httpx really raises, read by the real classifier.
 """
 
@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from classifier import classify
+from demo import http_sources as sources
 from demo import provider as provider_mod
-from demo import sources
 
 
 @pytest.fixture

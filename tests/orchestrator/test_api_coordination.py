@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import coordinator
+from orchestrator.coordination import workflow
 from orchestrator.models import Workflow
 
 API = "/api/v1"
@@ -78,7 +78,7 @@ def test_it_starts_a_workflow_and_serves_its_coverage(client, auth_headers):
     assert response.status_code == 201
     wf_id = response.json()["id"]
     assert response.json()["status"] == "running"
-    coordinator.step(wf_id)
+    workflow.step(wf_id)
     detail = client.get(f"{API}/workflows/{wf_id}", **auth_headers).json()
     assert detail["runs"]["queued"] == 2
     cov = client.get(f"{API}/workflows/{wf_id}/coverage", **auth_headers).json()

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator import budget, coordinator, review
+from orchestrator.coordination import actions, budget, dispatch, execution, review, workflow
+from orchestrator.coordination.simulation import drive, simulated
 from orchestrator.models import AuditEntry, ReviewItem, Run, SourceHealth, Workflow
-from orchestrator.simulation import drive, simulated
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -29,7 +29,7 @@ def sim(db, django_capture_on_commit_callbacks):
 
         def start(topics, faults, capability="news", breadth=1) -> Workflow:
             with django_capture_on_commit_callbacks(execute=True):
-                wf = coordinator.start_workflow(
+                wf = workflow.start_workflow(
                     "AI impact", topics, capability, breadth=breadth, input={"faults": faults}
                 )
             return wf
@@ -67,7 +67,7 @@ def test_a_mixed_workflow_degrades_with_honest_coverage(sim, operator):
     item = ReviewItem.objects.get(workflow=wf)
     assert item.run.source == "news_archive" and item.failure_type == "auth_failure"
     with sim.commit():
-        assert review.resolve(item, operator, "accept_partial", note="rotating keys") == 1
+        assert item.resolve(operator, "accept_partial", note="rotating keys") == 1
     sim.drive()
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.DEGRADED
@@ -162,25 +162,25 @@ def test_unclassified_is_retried_once_then_escalated_with_its_raw_detail(sim):
 
 def test_steps_and_task_redeliveries_are_idempotent(sim):
     wf = sim.start(["film", "music"], {})
-    coordinator.step(wf.pk)
-    coordinator.step(wf.pk)
+    workflow.step(wf.pk)
+    workflow.step(wf.pk)
     assert wf.runs.count() == 2
     sim.drive()
     run = wf.runs.first()
-    assert coordinator.execute_run(run.pk) == "skipped"
-    coordinator.step(wf.pk)
+    assert execution.execute_run(run.pk) == "skipped"
+    workflow.step(wf.pk)
     assert wf.runs.count() == 2
 
 
 def test_a_poison_task_is_parked_and_escalated(sim):
     wf = sim.start(["film"], {})
-    coordinator.step(wf.pk)
+    workflow.step(wf.pk)
     run = wf.runs.get()
     Run.objects.filter(pk=run.pk).update(
-        status="running", deliveries=coordinator.MAX_DELIVERIES, dispatched_at=START
+        status="running", deliveries=execution.MAX_DELIVERIES, dispatched_at=START
     )
     sim.disp.runs.clear()
-    assert coordinator.execute_run(run.pk) == "parked"
+    assert execution.execute_run(run.pk) == "parked"
     sim.drive()
     run.refresh_from_db()
     assert run.status == "escalated" and run.decision == "escalate"
@@ -191,11 +191,11 @@ def test_concurrent_resolutions_have_one_winner_and_continue_once(sim, operator,
     wf = sim.start(["film"], {"news_api:film": "missing", "news_wire:film": ["auth", "ok"]})
     sim.drive()
     item = ReviewItem.objects.get()
-    assert review.claim(item, operator) is True
-    assert review.claim(item, policy_editor) is False
+    assert item.claim(operator) is True
+    assert item.claim(policy_editor) is False
     with sim.commit():
-        assert review.resolve(item, operator, "retry") == 1
-        assert review.resolve(item, policy_editor, "abort") == 0
+        assert item.resolve(operator, "retry") == 1
+        assert item.resolve(policy_editor, "abort") == 0
     sim.disp.steps.append((wf.pk, item.pk))  # a duplicated continuation message
     sim.drive()
     assert Run.objects.filter(retry_of=item.run).count() == 1
@@ -214,9 +214,9 @@ def test_a_resolution_whose_step_is_late_is_not_lost_when_another_settles_the_wo
     late, prompt = sorted(ReviewItem.objects.filter(workflow=wf), key=lambda i: i.run.topic)
     # The late item's continuation message is never sent (its on-commit hook is not run here):
     # the prompt item's steps must apply it rather than settle the workflow around it.
-    assert review.resolve(late, operator, "retry") == 1
+    assert late.resolve(operator, "retry") == 1
     with sim.commit():
-        assert review.resolve(prompt, operator, "retry") == 1
+        assert prompt.resolve(operator, "retry") == 1
     sim.drive()
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.SUCCEEDED, wf.coverage_summary
@@ -234,7 +234,7 @@ def test_a_resolved_item_not_yet_applied_keeps_the_workflow_from_settling(sim, o
     ReviewItem.objects.filter(pk=item.pk).update(
         state=ReviewItem.State.RESOLVED, resolution="retry", resolved_by=operator
     )
-    coordinator._settle(Workflow.objects.get(pk=wf.pk))
+    workflow._settle(Workflow.objects.get(pk=wf.pk))
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.AWAITING_REVIEW and wf.finished_at is None
 
@@ -248,7 +248,7 @@ def test_one_decision_resolves_a_group_with_the_same_signature(sim, operator):
     items = list(ReviewItem.objects.open())
     assert len(items) == 3 and len({i.signature for i in items}) == 1
     with sim.commit():
-        assert review.resolve(items[0], operator, "switch_source", apply_to_group=True) == 3
+        assert items[0].resolve(operator, "switch_source", apply_to_group=True) == 3
     sim.drive()
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.FAILED  # every source failed for every topic
@@ -261,7 +261,7 @@ def test_resolving_an_unclassified_item_can_save_an_override(sim, operator):
     sim.drive()
     item = ReviewItem.objects.get()
     version = PolicyState.current_version()
-    review.resolve(item, operator, "abort", failure_type="server_fault", save_override=True)
+    item.resolve(operator, "abort", failure_type="server_fault", save_override=True)
     override = ProviderOverride.objects.get(provider="news_api")
     assert (override.match_on, override.failure_type) == ("exception_type", "server_fault")
     assert "ToolGlitch" in override.match_value
@@ -295,27 +295,27 @@ def test_an_overdue_item_gets_its_fallback_recorded_as_such(sim):
 
 def test_bulk_operator_actions_are_conditional_and_audited(sim, operator):
     wf = sim.start(["film", "music"], {"news_api:film": "invalid", "news_api:music": "sleep:0"})
-    coordinator.step(wf.pk)
+    workflow.step(wf.pk)
     failed = wf.runs.get(topic="film")
     queued = wf.runs.get(topic="music")
     sim.disp.runs.clear()
     Run.objects.filter(pk=failed.pk).update(status="failed", failure_type="invalid_input")
-    assert coordinator.cancel_runs([queued.pk, failed.pk], operator) == 1
-    assert coordinator.cancel_runs([queued.pk], operator) == 0
-    assert coordinator.escalate_runs([failed.pk], operator, reason="look") == 1
-    assert coordinator.escalate_runs([failed.pk], operator) == 0
-    assert coordinator.retry_runs([failed.pk], operator) == 1
+    assert actions.cancel_runs([queued.pk, failed.pk], operator) == 1
+    assert actions.cancel_runs([queued.pk], operator) == 0
+    assert actions.escalate_runs([failed.pk], operator, reason="look") == 1
+    assert actions.escalate_runs([failed.pk], operator) == 0
+    assert actions.retry_runs([failed.pk], operator) == 1
     assert Run.objects.filter(retry_of=failed).count() == 1
-    actions = set(AuditEntry.objects.values_list("action", flat=True))
-    assert {"run.cancel", "run.escalate", "run.retry"} <= actions
+    audited = set(AuditEntry.objects.values_list("action", flat=True))
+    assert {"run.cancel", "run.escalate", "run.retry"} <= audited
 
 
 def test_an_operator_abort_fails_the_workflow(sim, operator):
     wf = sim.start(["film"], {})
-    assert coordinator.abort_workflow(wf.pk, operator) is True
+    assert workflow.abort_workflow(wf.pk, operator) is True
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.FAILED and "Aborted by olga" in wf.coverage_summary
-    assert coordinator.abort_workflow(wf.pk, operator) is False
+    assert workflow.abort_workflow(wf.pk, operator) is False
 
 
 def test_the_breaker_opens_after_consecutive_failures_and_probes_once(db):
@@ -330,8 +330,9 @@ def test_the_breaker_opens_after_consecutive_failures_and_probes_once(db):
     assert budget.admit("flaky", later) is not None  # everyone else waits for it
     budget.record_success("flaky")
     assert budget.admit("flaky", later) is None
-    states = {s["source"]: s for s in budget.source_states()}
-    assert states["flaky"]["breaker"] == "closed" and states["flaky"]["consecutive_failures"] == 0
+    states = {s.source: s for s in budget.source_states()}
+    assert states["flaky"].breaker == "closed" and states["flaky"].consecutive_failures == 0
+    assert not states["flaky"].in_trouble
 
 
 def test_the_retry_budget_is_spent_and_refunded_atomically(db):
@@ -340,7 +341,29 @@ def test_the_retry_budget_is_spent_and_refunded_atomically(db):
     assert not budget.try_spend("b", 5)
     budget.record_success("b")
     state = budget.source_states()
-    row = next(s for s in state if s["source"] == "b")
-    assert row["tokens"] == 1 and row["empty"] is True
+    row = next(s for s in state if s.source == "b")
+    assert row.tokens == 1 and row.empty is True
+    assert row.in_trouble and row.label == "breaker closed, budget empty"
     assert not budget.record_failure("b", "resource_missing", START)
     assert SourceHealth.objects.get(source="b").consecutive_failures == 0
+
+
+def test_the_sweeper_sends_due_runs_lost_dispatches_and_nudges_stalled_workflows(sim):
+    wf = sim.start(["film"], {"news_api:film": "ok:1"})
+    sim.disp.steps.clear()
+    with sim.commit():
+        workflow.step(wf.pk)
+    sim.disp.runs.clear()  # the step's own dispatch: forget it, as a lost message would be
+    run = wf.runs.get()
+    assert run.status == Run.Status.RUNNING and run.started_at is None
+
+    later = START + dispatch.LOST_DISPATCH_AFTER + timedelta(seconds=1)
+    Workflow.objects.filter(pk=wf.pk).update(updated_at=START)
+    queued = Run.objects.create(
+        workflow=wf, topic="film", agent="a", source="news_wire", status="queued", due_at=later
+    )
+    dispatch.sweep(later)
+    assert sorted(sim.disp.runs) == sorted([run.pk, queued.pk])  # a lost one and a due one
+    assert list(sim.disp.steps) == [(wf.pk, None)]  # untouched for longer than NUDGE_AFTER
+    dispatch.sweep(later)
+    assert len(sim.disp.runs) == 2  # neither is sent twice by the next sweep

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from orchestrator import routing
-from orchestrator.routing import (
+from orchestrator.coordination import routing
+from orchestrator.coordination.routing import (
     ABORT,
     ACCEPT_PARTIAL,
     ESCALATE,
@@ -21,6 +21,7 @@ from orchestrator.routing import (
     Rule,
     decide,
 )
+from orchestrator.vocabulary import Action
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 POLICY = PolicySnapshot.from_rows(7, [])
@@ -43,7 +44,8 @@ def ctx(**kw) -> Context:
 
 def test_routing_imports_no_django():
     code = (
-        "import sys, orchestrator.routing; print(any(m.startswith('django') for m in sys.modules))"
+        "import sys, orchestrator.coordination.routing;"
+        "print(any(m.startswith('django') for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -211,7 +213,7 @@ def test_a_poisoned_task_is_escalated_not_retried():
 def test_every_type_produces_a_known_action_with_a_sentence(ftype):
     for attempt in range(1, 6):
         d = decide({"failure_type": ftype}, attempt, POLICY, Budget(), ctx())
-        assert d.action in routing.ACTIONS
+        assert d.action in set(Action)
         assert d.reason.endswith(".") and d.reason[0].isupper()
 
 

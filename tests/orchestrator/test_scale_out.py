@@ -30,7 +30,7 @@ import httpx
 import pytest
 from django.db import connection, connections
 
-from orchestrator import coordinator
+from orchestrator.coordination import workflow
 from orchestrator.models import ApiToken, Run, Workflow
 from tests.api.helpers import ENVELOPE_KEYS, ok_run
 from tests.conftest import require_service
@@ -250,7 +250,7 @@ def answers(base_url: str) -> bool:
 def start(
     topics: list[str], faults: dict[str, Any], capability: str = "news", breadth: int = 1
 ) -> Workflow:
-    return coordinator.start_workflow(
+    return workflow.start_workflow(
         "AI impact", topics, capability, breadth=breadth, input={"faults": faults}
     )
 

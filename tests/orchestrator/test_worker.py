@@ -25,9 +25,9 @@ from django.db import connection, connections
 from kombu import pools as kombu_pools
 
 from config.celery import app
-from orchestrator import coordinator, review
+from orchestrator.coordination import dispatch, workflow
 from orchestrator.models import AuditEntry, ReviewItem, Run, Workflow
-from tests.conftest import require_service
+from tests.conftest import TEST_SOURCES, require_service
 
 pytestmark = [
     pytest.mark.slow,
@@ -155,6 +155,7 @@ def worker_env(broker_url: str, queue: str, var: Path) -> dict[str, str]:
         "CELERY_SWEEP_SECONDS": "1",
         "FAILSIGHT_VAR_DIR": str(var),
         "FAILSIGHT_DEMO_CALL_LOG": str(var / "calls.jsonl"),
+        "FAILSIGHT_SOURCE_MODULES": TEST_SOURCES,
     }
 
 
@@ -175,7 +176,7 @@ def worker(postgres, tmp_path) -> Iterator[Worker]:
 
 
 def start(topics: list[str], faults: dict[str, Any], breadth: int = 1) -> Workflow:
-    return coordinator.start_workflow(
+    return workflow.start_workflow(
         "AI impact", topics, "news", breadth=breadth, input={"faults": faults}
     )
 
@@ -243,7 +244,7 @@ def test_concurrent_review_resolutions_continue_the_workflow_once(worker, operat
     def resolve(user: Any, resolution: str) -> None:
         try:
             barrier.wait()
-            results.append(review.resolve(ReviewItem.objects.get(pk=item.pk), user, resolution))
+            results.append(ReviewItem.objects.get(pk=item.pk).resolve(user, resolution))
         finally:
             connections.close_all()
 
@@ -255,7 +256,7 @@ def test_concurrent_review_resolutions_continue_the_workflow_once(worker, operat
     for t in threads:
         t.join()
     assert sorted(results) == [0, 0, 1]
-    coordinator.dispatcher.step(wf.pk, item.pk)  # a duplicated continuation is harmless too
+    dispatch.dispatcher.step(wf.pk, item.pk)  # a duplicated continuation is harmless too
     wait_for(settled(wf, *Workflow.FINISHED), 60, "the workflow to finish", worker)
     assert wf.status == Workflow.Status.SUCCEEDED
     assert Run.objects.filter(retry_of=item.run).count() == 1

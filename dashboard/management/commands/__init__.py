@@ -1,0 +1,1 @@
+"""`manage.py rollups`: backfill the tiles' rollups."""

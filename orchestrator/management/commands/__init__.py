@@ -1,0 +1,1 @@
+"""`manage.py createtoken`: issue an API token."""

@@ -1,7 +1,9 @@
 """The routing policy as the coordinator reads it: a snapshot cached by policy version.
 
 Every policy or override change goes through `models.save_policy_change`, which bumps the version,
-so one cheap version read per decision is enough to never route on stale rules.
+so one cheap version read per decision is enough to never route on stale rules. The same version
+keys a classifier holding the enabled provider overrides, and the policy page's delay preview
+reads the rows through `routing`. Editing and auditing the rows is the model's job, not this one's.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import threading
 from typing import Any
 
 from classifier import Classifier, Overrides
-from orchestrator import routing
+from orchestrator.coordination import routing
 from orchestrator.models import PolicyState, ProviderOverride, RoutingPolicy
 
 _lock = threading.Lock()

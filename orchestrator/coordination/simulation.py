@@ -1,7 +1,8 @@
 """Driving the coordinator synchronously in one process: fast tests and the recovery benchmark.
 
 The same functions the Celery tasks call (step, dispatch_due, execute_run) run here in a loop,
-with a simulated clock that jumps to the next due run instead of sleeping.
+with a simulated clock that jumps to the next due run instead of sleeping, and a dispatcher that
+queues in memory instead of sending to Celery. Nothing here decides anything: it only drives.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 from django.db.models import Min
 
-from orchestrator import coordinator
+from orchestrator.coordination import clock as clock_module
+from orchestrator.coordination import dispatch, execution, workflow
 from orchestrator.models import Run
 
 
@@ -52,13 +54,13 @@ class InlineDispatcher:
 @contextlib.contextmanager
 def simulated(start: datetime):
     """Swap the coordinator's clock and dispatcher for simulated ones for the block's duration."""
-    old = coordinator.clock, coordinator.dispatcher
+    old = clock_module.current, dispatch.dispatcher
     clock, disp = SimClock(start), InlineDispatcher()
-    coordinator.clock, coordinator.dispatcher = clock, disp
+    clock_module.current, dispatch.dispatcher = clock, disp
     try:
         yield clock, disp
     finally:
-        coordinator.clock, coordinator.dispatcher = old
+        clock_module.current, dispatch.dispatcher = old
 
 
 def drive(
@@ -78,11 +80,11 @@ def drive(
     while events < max_events:
         if disp.steps:
             with commit():
-                coordinator.step(*disp.steps.popleft())
+                workflow.step(*disp.steps.popleft())
         elif disp.runs:
             pk = disp.runs.popleft()
             with commit():
-                coordinator.execute_run(pk, run_clock=run_clock(pk) if run_clock else clock)
+                execution.execute_run(pk, run_clock=run_clock(pk) if run_clock else clock)
         else:
             queued = Run.objects.filter(status=Run.Status.QUEUED, workflow__isnull=False)
             due = queued.aggregate(t=Min("due_at"))["t"]
@@ -90,7 +92,7 @@ def drive(
                 return events
             clock.advance_to(due)
             with commit():
-                if not coordinator.dispatch_due(clock.now()):
+                if not dispatch.dispatch_due(clock.now()):
                     return events  # queued runs nobody may dispatch (no capability)
         events += 1
     raise RuntimeError("the simulation did not settle")

@@ -1,7 +1,7 @@
 """Every error the API returns, as one JSON envelope with a taxonomy failure type.
 
-The envelope is the one agents report their own failures in (../shared/BRIEF.md), so an agent
-can feed our answer to its own classifier and routing unchanged:
+The envelope is the one agents report their own failures in (the README's "The API in one
+screen"), so an agent can feed our answer to its own classifier and routing unchanged:
 
     {"status": "error", "failure_type": "invalid_input", "retryable": false, "retry_after": null,
      "detail": "…", "errors": [{"path": "runs.3.failure_type", "message": "…"}],
@@ -34,22 +34,14 @@ from ninja.errors import AuthenticationError, AuthorizationError, HttpError, Thr
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
-from classifier import FailureCategory
-from orchestrator.schemas import ErrorOut
+from orchestrator.api.schemas import ErrorOut
+from orchestrator.vocabulary import RETRYABLE, FailureCategory
 
 logger = logging.getLogger(__name__)
 
 # What a client should wait before retrying when the database is unreachable or locked.
 DB_RETRY_AFTER = 5.0
 
-# Our own answers' retryability, per the taxonomy's default decisions.
-RETRYABLE = {
-    FailureCategory.AUTH_FAILURE: False,
-    FailureCategory.RESOURCE_MISSING: False,
-    FailureCategory.INVALID_INPUT: False,
-    FailureCategory.RATE_LIMITED: True,
-    FailureCategory.SERVER_FAULT: True,
-}
 
 # Status codes of the errors every operation may answer, for the OpenAPI document.
 COMMON_ERRORS = (401, 405, 413, 422, 429, 500, 503)
@@ -111,7 +103,7 @@ def error_response(request: HttpRequest, error: ApiError) -> HttpResponse:
     body = {
         "status": "error",
         "failure_type": error.failure_type.value,
-        "retryable": RETRYABLE.get(error.failure_type, True),
+        "retryable": error.failure_type in RETRYABLE,
         "retry_after": error.retry_after,
         "detail": error.detail,
         "errors": [e.as_dict() for e in error.errors],

@@ -23,7 +23,7 @@ from django.utils.html import escape
 from django.views.decorators.http import require_GET
 from ninja.openapi.docs import DocsBase
 
-from orchestrator.apierrors import not_found
+from orchestrator.api.errors import not_found
 
 if TYPE_CHECKING:
     from ninja import NinjaAPI

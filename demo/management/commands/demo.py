@@ -1,8 +1,9 @@
 """`python manage.py demo [--workflows N]`: start demonstration workflows through the coordinator.
 
-They run on the fault-injecting demo provider (orchestrator.demo) with a seeded mix of failures, so
-the dashboard has workflows, runs, review items and coverage to show. A worker must be running
-(`celery -A config worker -B`) for them to progress.
+They run on the in-process fault-injecting sources (`demo.inprocess`) with a seeded mix of
+failures, so the dashboard has workflows, runs, review items and coverage to show. A worker with
+the same sources must be running for them to progress:
+`FAILSIGHT_SOURCE_MODULES=demo.inprocess celery -A config worker -B`.
 """
 
 from __future__ import annotations
@@ -10,12 +11,17 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator import coordinator
+from demo import inprocess
+from orchestrator.coordination.registry import registry
+from orchestrator.coordination.workflow import start_workflow
+
+SOURCES = "demo.inprocess"
 
 TOPICS = ["film", "music", "games", "books", "journalism", "education", "healthcare", "law"]
-CAPABILITIES = ["news", "web", "scholar"]
+CAPABILITIES = list(inprocess.CAPABILITIES)
 
 
 class Command(BaseCommand):
@@ -26,11 +32,19 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=None)
 
     def handle(self, *args: Any, workflows: int, seed: int | None, **options: Any) -> None:
+        if SOURCES not in settings.FAILSIGHT_SOURCE_MODULES:
+            raise CommandError(
+                f"Set FAILSIGHT_SOURCE_MODULES={SOURCES} here and on the worker: these workflows "
+                "run on the in-process demonstration sources (`make run` brings up its own)."
+            )
+        missing = [c for c in CAPABILITIES if not registry().sources_for(c)]
+        if missing:
+            raise CommandError(f"No sources registered for {', '.join(missing)}.")
         rng = random.Random(seed)
         for n in range(workflows):
             capability = CAPABILITIES[n % len(CAPABILITIES)]
             topics = rng.sample(TOPICS, k=rng.randint(3, 5))
-            wf = coordinator.start_workflow(
+            wf = start_workflow(
                 f"AI impact on {', '.join(topics)}",
                 topics,
                 capability,

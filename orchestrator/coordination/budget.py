@@ -1,23 +1,28 @@
 """Per-source retry budget (a token bucket) and circuit breaker, kept on SourceHealth rows.
 
 Every change is one conditional or arithmetic UPDATE, so concurrent workers never lose a token or
-both win the half-open probe. Routing reads a frozen `routing.Budget` made from the row.
+both win the half-open probe. Routing reads a frozen `routing.Budget` made from the row; the
+overview's "sources in trouble" reads `source_states`. Deciding what to do with a failure is
+`routing`'s job, not this module's.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce, Greatest, Least
 
-from orchestrator import routing
+from orchestrator.coordination import routing
+from orchestrator.coordination.registry import registry
 from orchestrator.models import SourceHealth
+from orchestrator.vocabulary import RETRYABLE
 
 Breaker = SourceHealth.Breaker
-# Failures that say something about the provider's health; a 404 or a 400 is about the request.
-BREAKER_TYPES = ("transient", "timeout", "server_fault", "rate_limited", "unclassified")
+# Failures that say something about the provider's health are the ones a retry could help (a
+# blip, a timeout, a 5xx, throttling, no signal); a 404 or a 400 is about the request.
+BREAKER_TYPES = RETRYABLE
 # How long a caller waits before asking again while another run probes a half-open source.
 PROBE_RECHECK = 5.0
 
@@ -113,10 +118,31 @@ def _recheck(now: datetime) -> datetime:
     return now + timedelta(seconds=PROBE_RECHECK)
 
 
-def source_states() -> list[dict[str, Any]]:
-    """Per source (registered or seen): breaker, failure streak, tokens, capacity, empty flag."""
-    from orchestrator.sources import registry
+@dataclass(frozen=True)
+class SourceState:
+    """One source's breaker and retry budget, as the overview and /metrics show them."""
 
+    source: str
+    breaker: str
+    consecutive_failures: int
+    tokens: float
+    capacity: float
+    empty: bool
+    not_before: datetime | None
+
+    @property
+    def in_trouble(self) -> bool:
+        """Its breaker is not closed, or its retry budget cannot pay for a retry."""
+        return self.breaker != Breaker.CLOSED or self.empty
+
+    @property
+    def label(self) -> str:
+        text = f"breaker {self.breaker.replace('_', '-')}"
+        return text + (", budget empty" if self.empty else "")
+
+
+def source_states() -> list[SourceState]:
+    """Every source, registered or seen, with its breaker and budget (rows created as needed)."""
     rows = list(SourceHealth.objects.order_by("source"))
     missing = set(registry().sources) - {h.source for h in rows}
     if missing:  # a source registered since: its row, with the defaults, in one statement
@@ -125,17 +151,14 @@ def source_states() -> list[dict[str, Any]]:
         )
         rows = list(SourceHealth.objects.order_by("source"))
     return [
-        {
-            "source": h.source,
-            "breaker": h.breaker_state,
-            "consecutive_failures": h.consecutive_failures,
-            "threshold": h.breaker_threshold,
-            "opened_at": h.opened_at,
-            "cooldown": h.breaker_cooldown,
-            "tokens": h.budget_tokens,
-            "capacity": h.budget_capacity,
-            "empty": h.budget_empty,
-            "not_before": h.not_before,
-        }
+        SourceState(
+            source=h.source,
+            breaker=h.breaker_state,
+            consecutive_failures=h.consecutive_failures,
+            tokens=h.budget_tokens,
+            capacity=h.budget_capacity,
+            empty=h.budget_empty,
+            not_before=h.not_before,
+        )
         for h in rows
     ]

@@ -4,7 +4,7 @@
    once, on creation) and a fresh API token for local agents (printed; the previous one is revoked).
 2. Starts the fault-injecting provider (`demo.provider`) on a free port of 127.0.0.1, a real Celery
    worker with an embedded beat (kombu's filesystem broker unless CELERY_BROKER_URL says otherwise)
-   whose subagents call that provider over HTTP (`demo.sources`), and the web server.
+   whose subagents call that provider over HTTP (`demo.http_sources`), and the web server.
 3. Runs a stream of research workflows (`demo.workload`: a short tour that shows every failure type,
    then a seeded random stream), printing a one-line live summary.
 4. Stops cleanly on Ctrl-C, SIGTERM or after `--duration` seconds: no new workflows, then the web
@@ -37,12 +37,12 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from orchestrator import sources
+from orchestrator.coordination import registry
 from orchestrator.models import ApiToken
 
 ADMIN_USERNAME = "admin"
 LAUNCH_TOKEN_NAME = "local-agent (make run)"
-DEMO_SOURCES = "demo.sources"
+DEMO_SOURCES = "demo.http_sources"
 STOP_GRACE_SECONDS = 20
 
 
@@ -195,7 +195,7 @@ class Command(BaseCommand):
         self.provider_url = url
         # This process starts workflows and asks the registry which sources a capability has.
         settings.FAILSIGHT_SOURCE_MODULES = [DEMO_SOURCES]
-        sources.use_registry(None)
+        registry.use_registry(None)
         self.stdout.write(f"Fault-injecting provider on {url} (seed {seed})")
         return {"FAILSIGHT_PROVIDER_URL": url, "FAILSIGHT_SOURCE_MODULES": DEMO_SOURCES}
 

@@ -24,9 +24,9 @@ from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
 
 from classifier import FailureCategory
-from orchestrator.apierrors import ApiError, FieldError, invalid
+from orchestrator.api.errors import ApiError, FieldError, invalid
+from orchestrator.api.schemas import RunIn
 from orchestrator.models import Run, Workflow
-from orchestrator.schemas import RunIn
 
 # Run fields that differ per reported run, in the order of `_row`. Every other column takes one
 # value for the whole batch: created_at and token, and the model default of the coordinator's

@@ -1,9 +1,10 @@
 """The demonstration's sources: subagents that call the fault-injecting provider over HTTP.
 
-Registered by `FAILSIGHT_SOURCE_MODULES=demo.sources` (what `manage.py launch` sets); the provider
-is at FAILSIGHT_PROVIDER_URL. Each source pages through `GET /v1/NAME/search` with httpx, adding
-each page to the run's partial results as it arrives, and raises whatever httpx raises: a status
-error on a real response, a timeout, a dropped connection, or a JSON error on a garbled body.
+Registered by `FAILSIGHT_SOURCE_MODULES=demo.http_sources` (what `manage.py launch` sets); the
+provider is at FAILSIGHT_PROVIDER_URL. Each source pages through `GET /v1/NAME/search` with httpx,
+adding each page to the run's partial results as it arrives, and raises whatever httpx raises: a
+status error on a real response, a timeout, a dropped connection, or a JSON error on a garbled
+body.
 Nothing here interprets a failure: that is the classifier's job.
 
 API keys are fetched per process and expire at the provider; every source but `internal_db` (a

@@ -11,13 +11,21 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from orchestrator.models import ReviewItem, Run
+from orchestrator.models import ReviewItem, Run, Workflow
+from orchestrator.vocabulary import Vocabulary
 
-WELL_SUPPORTED = "well_supported"
-THIN = "thin"
-EMPTY = "empty"
-GAP = "gap"
-VERDICTS = (WELL_SUPPORTED, THIN, EMPTY, GAP)
+
+class Verdict(Vocabulary):
+    """How well one topic of a workflow's result is supported."""
+
+    # Two sources or more gave results (or partial results).
+    WELL_SUPPORTED = "well_supported"
+    # Exactly one source did.
+    THIN = "thin"
+    # The sources answered and found nothing: a valid empty result, not a failure.
+    EMPTY = "empty"
+    # No source could be reached: the failures say why.
+    GAP = "gap"
 
 
 def source_state(runs: list[Run], reviews: dict[int, ReviewItem]) -> dict[str, Any]:
@@ -31,7 +39,7 @@ def source_state(runs: list[Run], reviews: dict[int, ReviewItem]) -> dict[str, A
         entry.update(state="supported" if results else "empty", results=results, partial=0)
         return entry
     partial = sum(r.partial_count for r in runs)
-    failures = [r.failure_type or "unclassified" for r in runs if r.failure_type]
+    failures = [r.failure_type for r in runs if r.failure_type]
     item = next((reviews[r.pk] for r in reversed(runs) if r.pk in reviews), None)
     entry.update(
         state="partial" if partial else "failed",
@@ -60,13 +68,13 @@ def topic_coverage(
     support = [s for s in sources if s["state"] in ("supported", "partial")]
     failed = [s for s in sources if s["state"] in ("partial", "failed")]
     if len(support) >= 2:
-        verdict = WELL_SUPPORTED
+        verdict = Verdict.WELL_SUPPORTED
     elif support:
-        verdict = THIN
+        verdict = Verdict.THIN
     elif any(s["state"] == "empty" for s in sources):
-        verdict = EMPTY
+        verdict = Verdict.EMPTY
     else:
-        verdict = GAP
+        verdict = Verdict.GAP
     return {
         "verdict": verdict,
         "sources": sources,
@@ -101,17 +109,16 @@ def _why(
         f"{', kept ' + str(s['partial']) + ' partial results' if s['partial'] else ''})"
         for s in failed
     )
-    if verdict in (WELL_SUPPORTED, THIN):
+    if verdict in (Verdict.WELL_SUPPORTED, Verdict.THIN):
         parts = ", ".join(
             f"{s['source']} ({s['results'] or s['partial']} "
             f"{'results' if s['results'] else 'partial results'})"
             for s in support
         )
-        text = (
-            f"{topic} is {'well' if verdict == WELL_SUPPORTED else 'thinly'} supported by {parts}"
-        )
-        return f"{text}; {failures}." if failures and verdict == THIN else f"{text}."
-    if verdict == EMPTY:
+        how = "well" if verdict == Verdict.WELL_SUPPORTED else "thinly"
+        text = f"{topic} is {how} supported by {parts}"
+        return f"{text}; {failures}." if failures and verdict == Verdict.THIN else f"{text}."
+    if verdict == Verdict.EMPTY:
         answered = ", ".join(s["source"] for s in sources if s["state"] == "empty")
         text = f"No results on {topic} were found: {answered} answered with nothing"
         return f"{text}; {failures}." if failures else f"{text}."
@@ -122,8 +129,39 @@ def _why(
 
 def summarise(coverage: dict[str, dict[str, Any]]) -> str:
     """One line for the workflow list: counts per verdict and the gaps named."""
-    counts = {v: sum(1 for e in coverage.values() if e["verdict"] == v) for v in VERDICTS}
+    counts = {v: sum(1 for e in coverage.values() if e["verdict"] == v) for v in Verdict}
     head = ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
-    gaps = [t for t, e in coverage.items() if e["verdict"] == GAP]
+    gaps = [t for t, e in coverage.items() if e["verdict"] == Verdict.GAP]
     tail = f" (gaps: {', '.join(gaps)})" if gaps else ""
     return (head + tail)[:500] or "no topics"
+
+
+def workflow_coverage(wf: Workflow, runs: Iterable[Run] | None = None) -> dict[str, Any]:
+    """Per topic of the workflow: verdict, supporting runs, and why."""
+    runs = list(wf.runs.all() if runs is None else runs)
+    reviews = {i.run_id: i for i in ReviewItem.objects.filter(workflow=wf)}
+    by_topic: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        by_topic[run.topic].append(run)
+    topics = list(wf.topics) or list(by_topic)
+    return {t: topic_coverage(t, by_topic.get(t, []), reviews) for t in topics}
+
+
+def final_status(cov: dict[str, Any], runs: list[Run]) -> str:
+    """failed: every source failed; degraded: a gap, a failed empty, partial-only support."""
+    anything = any(r.status == Run.Status.SUCCEEDED for r in runs) or any(
+        e["partial_results"] for e in cov.values()
+    )
+    if not anything:
+        return Workflow.Status.FAILED
+    degraded = any(map(_degraded, cov.values()))
+    return Workflow.Status.DEGRADED if degraded else Workflow.Status.SUCCEEDED
+
+
+def _degraded(entry: dict[str, Any]) -> bool:
+    """A gap, an empty that a failure may explain, or support made of partial results only."""
+    if entry["verdict"] == Verdict.GAP:
+        return True
+    if entry["verdict"] == Verdict.EMPTY:
+        return bool(entry["failures"])
+    return entry["results"] == 0

@@ -9,6 +9,7 @@ String limits match the model columns, integer limits match the column types (Po
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
@@ -22,8 +23,9 @@ from pydantic import (
 )
 
 from classifier import FailureCategory
-from orchestrator.models import Run
+from orchestrator.models import NAMED_SETS, Run
 
+RunSetName = Enum("RunSetName", {name: name for name in NAMED_SETS}, type=str)
 INT_MAX = 2**31 - 1  # PostgreSQL integer (attempt, result counts)
 SMALLINT_MAX = 2**15 - 1  # PostgreSQL smallint (status_code)
 BIGINT_MAX = 2**63 - 1  # PostgreSQL bigint (primary keys)
@@ -198,6 +200,13 @@ class RunFilters(Schema):
     valid_empty: bool | None = Field(
         None, description="true: only succeeded runs with zero results; false: all but those"
     )
+    set: RunSetName | None = Field(
+        None,
+        description="A named set of runs, counted the same way by the dashboard's tiles: "
+        "failures, valid_empty, partial (failures with partial results), retries, "
+        "wasted_retries, early_retries (before their Retry-After), switched, avoided_retries, "
+        "retrying (queued retries), in_flight",
+    )
     cursor: Annotated[str, NoNul] | None = Field(None, max_length=200)
     limit: int = Field(50, ge=1, le=500)
 
@@ -261,3 +270,68 @@ class PoliciesOut(Schema):
     version: int
     policies: list[PolicyOut]
     overrides: list[OverrideOut] = Field(description="Enabled provider overrides only")
+
+
+# ---------------------------------------------------------------------------------------------
+# Decisions, classification and workflows
+
+Topic = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class DecisionIn(Schema):
+    failure: dict[str, Any] = Field(description="An envelope or the output of /classify")
+    attempt: int = Field(1, ge=1, le=1000, description="The attempt that just failed")
+    source: Name
+    workflow: int | None = Field(None, ge=1)
+
+
+class DecisionOut(Schema):
+    action: str
+    delay_seconds: float
+    reason: str
+    policy_version: int
+
+
+class ClassificationOut(Schema):
+    failure_type: str
+    category: str
+    retryable: bool
+    retry_after: float | None
+    status_code: int | None
+    provider_code: str | None
+    exception_type: str
+    signal: str
+    chain: list[str]
+    detail: str
+    taxonomy_version: int
+
+
+class WorkflowIn(Schema):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    goal: Annotated[str, StringConstraints(max_length=2000)] = ""
+    topics: list[Topic] = Field(min_length=1, max_length=100)
+    capability: Name
+    breadth: int = Field(1, ge=1, le=10)
+    input: dict[str, Any] = Field(default_factory=dict, description="Passed to the sources")
+
+
+class WorkflowOut(Schema):
+    id: int
+    name: str
+    status: str
+    topics: list[str]
+    capability: str
+    breadth: int
+    coverage_summary: str
+    created_at: datetime
+    finished_at: datetime | None
+    runs: dict[str, int]
+    open_reviews: int
+
+
+class CoverageOut(Schema):
+    workflow: int
+    status: str
+    final: bool
+    summary: str
+    coverage: dict[str, Any]

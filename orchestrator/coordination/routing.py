@@ -2,7 +2,8 @@
 
 A policy snapshot, a source's budget/breaker state and a little context go in; a `Decision` comes
 out. Time enters through `now` and randomness through `rng`, so tests and the recovery benchmark
-can drive both.
+can drive both. Reading the policy rows and paying the budget are `policy`'s and `budget`'s jobs;
+acting on the decision is `workflow`'s.
 """
 
 from __future__ import annotations
@@ -13,44 +14,52 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-RETRY = "retry"
-SWITCH_SOURCE = "switch_source"
-ACCEPT_PARTIAL = "accept_partial"
-ESCALATE = "escalate"
-ABORT = "abort"
-ACTIONS = (RETRY, SWITCH_SOURCE, ACCEPT_PARTIAL, ESCALATE, ABORT)
+from orchestrator.vocabulary import Action, Breaker, FailureCategory, Jitter
 
-UNCLASSIFIED = "unclassified"
-# The brief's "at most one conservative retry" holds whatever an operator sets for unclassified.
+C = FailureCategory
+RETRY, SWITCH_SOURCE, ACCEPT_PARTIAL, ESCALATE, ABORT = (
+    Action.RETRY,
+    Action.SWITCH_SOURCE,
+    Action.ACCEPT_PARTIAL,
+    Action.ESCALATE,
+    Action.ABORT,
+)
+UNCLASSIFIED = C.UNCLASSIFIED
+# "Retry conservatively, at most once, then ask a human" holds for unclassified failures whatever
+# an operator sets in its row.
 UNCLASSIFIED_MAX_ATTEMPTS = 2
 
 # The seeded defaults (migration 0002), used when a failure type has no row: a missing row must
 # never make routing crash or retry blindly.
 DEFAULT_RULES: dict[str, dict[str, Any]] = {
-    "transient": dict(max_attempts=4, base_delay=1.0, max_delay=30.0, multiplier=2.0),
-    "rate_limited": dict(max_attempts=4, base_delay=2.0, max_delay=120.0, multiplier=2.0),
-    "auth_failure": dict(max_attempts=1, hard_fail=True, action_when_exhausted=ESCALATE),
-    "resource_missing": dict(max_attempts=1, hard_fail=True),
-    "invalid_input": dict(
+    C.TRANSIENT: dict(max_attempts=4, base_delay=1.0, max_delay=30.0, multiplier=2.0),
+    C.RATE_LIMITED: dict(max_attempts=4, base_delay=2.0, max_delay=120.0, multiplier=2.0),
+    C.AUTH_FAILURE: dict(max_attempts=1, hard_fail=True, action_when_exhausted=ESCALATE),
+    C.RESOURCE_MISSING: dict(max_attempts=1, hard_fail=True),
+    C.INVALID_INPUT: dict(
         max_attempts=1, hard_fail=True, action_when_exhausted=ABORT, review_fallback=ABORT
     ),
-    "timeout": dict(max_attempts=3, base_delay=2.0, max_delay=60.0, multiplier=3.0),
-    "server_fault": dict(max_attempts=4, base_delay=1.0, max_delay=60.0, multiplier=2.0),
-    "unclassified": dict(
-        max_attempts=2, base_delay=5.0, max_delay=5.0, jitter="none", action_when_exhausted=ESCALATE
+    C.TIMEOUT: dict(max_attempts=3, base_delay=2.0, max_delay=60.0, multiplier=3.0),
+    C.SERVER_FAULT: dict(max_attempts=4, base_delay=1.0, max_delay=60.0, multiplier=2.0),
+    C.UNCLASSIFIED: dict(
+        max_attempts=2,
+        base_delay=5.0,
+        max_delay=5.0,
+        jitter=Jitter.NONE,
+        action_when_exhausted=ESCALATE,
     ),
 }
 
 # How an operator reads each failure type in a reason sentence.
 _PHRASES = {
-    "transient": "A transient network failure on {source}",
-    "rate_limited": "Rate limited by {source}",
-    "auth_failure": "Credentials rejected by {source}",
-    "resource_missing": "Not found on {source}",
-    "invalid_input": "Request refused as invalid by {source}",
-    "timeout": "Timed out waiting for {source}",
-    "server_fault": "Server fault at {source}",
-    "unclassified": "An error we could not classify from {source}",
+    C.TRANSIENT: "A transient network failure on {source}",
+    C.RATE_LIMITED: "Rate limited by {source}",
+    C.AUTH_FAILURE: "Credentials rejected by {source}",
+    C.RESOURCE_MISSING: "Not found on {source}",
+    C.INVALID_INPUT: "Request refused as invalid by {source}",
+    C.TIMEOUT: "Timed out waiting for {source}",
+    C.SERVER_FAULT: "Server fault at {source}",
+    C.UNCLASSIFIED: "An error we could not classify from {source}",
 }
 
 
@@ -63,7 +72,7 @@ class Rule:
     base_delay: float = 0.0
     max_delay: float = 0.0
     multiplier: float = 2.0
-    jitter: str = "full"
+    jitter: str = Jitter.FULL
     action_when_exhausted: str = SWITCH_SOURCE
     hard_fail: bool = False
     review_deadline: int = 24 * 3600
@@ -104,19 +113,19 @@ class Budget:
     capacity: float = 500.0
     retry_cost: float = 5.0
     timeout_retry_cost: float = 10.0
-    breaker: str = "closed"
+    breaker: str = Breaker.CLOSED
     opened_at: datetime | None = None
     cooldown: float = 30.0
 
     def cost(self, failure_type: str) -> float:
-        return self.timeout_retry_cost if failure_type == "timeout" else self.retry_cost
+        return self.timeout_retry_cost if failure_type == C.TIMEOUT else self.retry_cost
 
     def can_afford(self, failure_type: str) -> bool:
         return self.tokens >= self.cost(failure_type)
 
     def breaker_wait(self, now: datetime) -> float:
         """Return the seconds until an open breaker lets a probe through (0 if not open)."""
-        if self.breaker != "open" or self.opened_at is None:
+        if self.breaker != Breaker.OPEN or self.opened_at is None:
             return 0.0
         reopen = self.opened_at + timedelta(seconds=self.cooldown)
         return max(0.0, (reopen - now).total_seconds())
@@ -190,9 +199,9 @@ class FailureFacts:
 def delay_bounds(rule: Rule, attempt: int) -> tuple[float, float]:
     """Return (min, max) of the delay before the retry that follows failed attempt `attempt`."""
     cap = min(rule.max_delay, rule.base_delay * rule.multiplier ** max(0, attempt - 1))
-    if rule.jitter == "full":
+    if rule.jitter == Jitter.FULL:
         return 0.0, cap
-    if rule.jitter == "equal":
+    if rule.jitter == Jitter.EQUAL:
         return cap / 2, cap
     return cap, cap
 
@@ -227,7 +236,7 @@ def decide(
         return say.decision(
             ESCALATE, 0, "the task killed its worker on every delivery, so it was parked"
         )
-    if facts.failure_type == "auth_failure":
+    if facts.failure_type == C.AUTH_FAILURE:
         return _route_auth(say, ctx)
     if rule.hard_fail:
         return _exhausted(say, ctx, "the same request cannot succeed, so it is not retried")

@@ -1,0 +1,1 @@
+"""`manage.py launch` (the main job) and `manage.py demo`."""

@@ -1,0 +1,79 @@
+"""REST API v1 for agents and coordinators: one router per concern, mounted on one `api`.
+
+Cross-cutting behaviour is set once on `api`, so any router mounted on it gets the same: bearer
+auth on every operation (`auth`), the per-token rate limit, the JSON body parser (size, depth, NUL),
+and the error envelope for every failure (`errors`). A router added later needs only
+`api.add_router("/prefix", router)` and `response={200: X, **error_responses()}` in its decorators.
+The routers: `runs` (report, list, read), `policies`, `decisions` (routing as a service and
+classification), `workflows` (the built-in coordinator). Business rules live in the models and in
+`orchestrator.coordination`, never here.
+
+Every valid token sees every run: this is an internal multi-agent system where coordinators read
+what their subagents (holding other tokens) reported. Idempotency keys are scoped per token.
+"""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path, re_path
+from ninja import NinjaAPI
+
+from orchestrator.api import decisions, policies, runs, workflows
+from orchestrator.api.auth import BearerToken, TokenRateThrottle
+from orchestrator.api.docs import LocalSwagger, docs_asset
+from orchestrator.api.errors import (
+    EnvelopeParser,
+    install_handlers,
+    json_method_not_allowed,
+    not_found,
+)
+
+DESCRIPTION = """
+Agents report every run with its structured outcome; coordinators read runs and routing policies.
+
+**Auth**: `Authorization: Bearer <token>` on every operation (`manage.py createtoken NAME`).
+
+**Errors** are JSON in the envelope shape agents report failures in: `status` "error", a taxonomy
+`failure_type`, `retryable`, `retry_after` (seconds; also the `Retry-After` header on 429 and
+503), `detail`, `errors` (one `{path, message}` per invalid field on 422), `attempted`,
+`partial_results`, `alternatives`.
+
+**Limits**: bodies up to `API_MAX_BODY_BYTES` (413 beyond), JSON nested at most
+`API_MAX_JSON_DEPTH` levels, batches of at most `API_MAX_BATCH` runs, `API_RATE_LIMIT_PER_MINUTE`
+requests per token per minute (429). U+0000 in any JSON string is replaced with U+FFFD (PostgreSQL
+cannot store it).
+"""
+
+
+class FailsightAPI(NinjaAPI):
+    """NinjaAPI whose every answer under its mount point is JSON, even outside its routes."""
+
+    def _get_urls(self) -> list[URLPattern | URLResolver]:
+        urls = [
+            path("docs/assets/<str:name>", docs_asset, name="docs-asset"),
+            *super()._get_urls(),
+        ]
+        for pattern in urls:
+            if isinstance(pattern, URLPattern):
+                pattern.callback = json_method_not_allowed(pattern.callback)
+        # Last: any other path under the mount point is a JSON 404, not Django's HTML page.
+        urls.append(re_path(r"^.*$", not_found, name="not-found"))
+        return urls
+
+
+api = FailsightAPI(
+    title="Failsight API",
+    version="1",
+    description=DESCRIPTION,
+    urls_namespace="api",
+    auth=BearerToken(),
+    throttle=TokenRateThrottle(),
+    parser=EnvelopeParser(),
+    docs=LocalSwagger(),
+)
+install_handlers(api)
+
+
+api.add_router("/runs", runs.router)
+api.add_router("/policies", policies.router)
+api.add_router("", decisions.router)
+api.add_router("/workflows", workflows.router)

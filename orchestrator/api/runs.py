@@ -1,0 +1,90 @@
+"""The runs endpoints: report one run or a batch (idempotent), list them, read one.
+
+Validation and the insert itself live in `ingest`; this module only maps HTTP onto it. Auth, the
+rate limit, the body parser and the error envelope come from the API they are mounted on.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from ninja import Header, Query, Router
+from ninja.responses import Status
+
+from orchestrator.api import ingest
+from orchestrator.api.errors import (
+    EnvelopeParser,
+    FieldError,
+    error_responses,
+    invalid,
+    not_found_error,
+)
+from orchestrator.api.schemas import (
+    BatchResultOut,
+    RunBatchIn,
+    RunFilters,
+    RunIn,
+    RunListOut,
+    RunOut,
+    Str255,
+)
+from orchestrator.keyset import decode_cursor, encode_cursor
+from orchestrator.models import Run
+
+router = Router(tags=["runs"])
+
+
+@router.post("", response={201: RunOut, **error_responses(404, 409)})
+def report_run(
+    request: HttpRequest,
+    payload: RunIn,
+    idempotency_key: Annotated[Str255 | None, Header(alias="Idempotency-Key")] = None,
+) -> Status:
+    """Report one run. With an `Idempotency-Key` header, repeating the request returns the stored
+    run (201 again) and never stores a second one; the same key with another body is a 409."""
+    raw = EnvelopeParser.parsed(request)
+    run = ingest.ingest_one(request.auth.pk, payload, raw, idempotency_key)
+    return Status(201, run)
+
+
+@router.post("/batch", response={200: BatchResultOut, **error_responses()})
+def report_runs(request: HttpRequest, payload: RunBatchIn) -> HttpResponse:
+    """Report up to `API_MAX_BATCH` runs, each with its own `idempotency_key`. Each item is
+    judged alone: `created`, `existing` (an identical earlier report, with its id) or `rejected`
+    (with the reason); one bad item never loses the others."""
+    limit = settings.API_MAX_BATCH
+    if len(payload.runs) > limit:
+        message = f"at most {limit} runs per batch"
+        raise invalid(f"Too many runs: {len(payload.runs)}.", [FieldError("runs", message)])
+    outcomes = ingest.ingest_batch(request.auth.pk, payload.runs)
+    # Serialised directly: validating 1,000 result items against the schema again costs more
+    # than the rest of the response; the schema documents the shape.
+    body = {"results": [outcome.as_dict() for outcome in outcomes]}
+    return HttpResponse(orjson.dumps(body), content_type="application/json")
+
+
+@router.get("", response={200: RunListOut, **error_responses()})
+def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any]:
+    """Runs newest first, filtered; pass `next_cursor` back as `cursor` for the next page."""
+    after = None
+    if filters.cursor:
+        try:
+            after = decode_cursor(filters.cursor)
+        except ValueError:
+            error = FieldError("cursor", "not a cursor from this API")
+            raise invalid("Invalid cursor.", [error]) from None
+    criteria = filters.model_dump(exclude={"cursor", "limit"})
+    qs = Run.objects.filtered(**criteria)
+    items, next_key = qs.keyset_page(filters.limit, after)
+    return {"items": items, "next_cursor": encode_cursor(next_key) if next_key else None}
+
+
+@router.get("/{int:run_id}", response={200: RunOut, **error_responses(404)})
+def get_run(request: HttpRequest, run_id: int) -> Run:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise not_found_error(f"No run with id {run_id}.")
+    return run

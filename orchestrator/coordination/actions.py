@@ -1,0 +1,109 @@
+"""Operators' actions on runs: retry now, cancel, send to human review. Audited, one row each.
+
+The dashboard's views check the permission, then call these; each acts only on runs in a state
+the action applies to (a succeeded run is never retried, a finished one never cancelled) and
+says how many it acted on. Each change is one transaction with its audit row; the workflow step
+that follows is sent after commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from orchestrator.coordination import clock, dispatch
+from orchestrator.coordination.escalation import escalate
+from orchestrator.coordination.workflow import reopen, retry
+from orchestrator.models import AuditEntry, Run, actor_label
+from orchestrator.vocabulary import Action, Vocabulary
+
+
+class RunAction(Vocabulary):
+    """What an operator may do to runs from the runs list or a run's page."""
+
+    # A new attempt now (finished, unsuccessful runs only).
+    RETRY = "retry"
+    # Stop a queued or running run; its result, if it comes, is discarded.
+    CANCEL = "cancel"
+    # Open a review item for a failed run, with the operator's reason.
+    ESCALATE = "escalate"
+
+
+def retry_runs(run_ids: list[int], actor: Any) -> int:
+    """Queue a new attempt of each finished, unsuccessful run now; return how many were queued."""
+    done = 0
+    for run in Run.objects.filter(pk__in=run_ids).retryable_by_operator().order_by("pk"):
+        with transaction.atomic():
+            if not retry(run, 0):
+                continue
+            Run.objects.filter(pk=run.pk, decision="").update(
+                decision=Action.RETRY, decision_reason=f"Retried by {actor_label(actor)}."
+            )
+            reopen(run.workflow_id)
+            attempts = Run.objects.attempts_of(run).count()
+            AuditEntry.record(
+                actor=actor,
+                action="run.retry",
+                obj=run,
+                before={"status": run.status},
+                after={"retry_attempt": attempts},
+            )
+            dispatch.after_commit_dispatch(run.workflow_id)
+            dispatch.after_commit_step(run.workflow_id)
+            done += 1
+    return done
+
+
+def cancel_runs(run_ids: list[int], actor: Any) -> int:
+    """Cancel queued or running runs (a running task's result is then discarded); return count."""
+    done = 0
+    for run in Run.objects.filter(pk__in=run_ids).pending().order_by("pk"):
+        with transaction.atomic():
+            old = run.status
+            if not run.transition(Run.PENDING, Run.Status.CANCELLED, finished_at=clock.now()):
+                continue
+            run.record_decision(Action.ABORT, f"Cancelled by {actor_label(actor)}.", None)
+            AuditEntry.record(
+                actor=actor,
+                action="run.cancel",
+                obj=run,
+                before={"status": old},
+                after={"status": Run.Status.CANCELLED},
+            )
+            dispatch.after_commit_step(run.workflow_id)
+            done += 1
+    return done
+
+
+def escalate_runs(run_ids: list[int], actor: Any, reason: str = "") -> int:
+    """Send failed runs to human review; return how many review items were opened."""
+    done = 0
+    for run in Run.objects.filter(pk__in=run_ids, status=Run.Status.FAILED).order_by("pk"):
+        with transaction.atomic():
+            why = reason or f"Escalated by {actor_label(actor)}."
+            run.overrule_decision(Action.ESCALATE, why)
+            item = escalate(run, why)
+            if item is None:
+                continue
+            reopen(run.workflow_id)
+            AuditEntry.record(
+                actor=actor,
+                action="run.escalate",
+                obj=run,
+                before={"status": Run.Status.FAILED},
+                after={"status": Run.Status.ESCALATED, "review_item": item.pk},
+                note=reason,
+            )
+            dispatch.after_commit_step(run.workflow_id)
+            done += 1
+    return done
+
+
+def act_on_runs(action: str, run_ids: list[int], actor: Any, reason: str = "") -> int:
+    """Retry, cancel or escalate runs (the runs page's bulk form); return how many were acted on."""
+    if action == RunAction.ESCALATE:
+        return escalate_runs(run_ids, actor, reason=reason)
+    if action == RunAction.CANCEL:
+        return cancel_runs(run_ids, actor)
+    return retry_runs(run_ids, actor)

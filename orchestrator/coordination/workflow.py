@@ -1,0 +1,263 @@
+"""A workflow as a state machine persisted in its rows: the coordinator step.
+
+A step (the `coordinate` task, taking a workflow id) fans out one first attempt per topic and
+source, routes every failed run that has no decision yet, applies resolved review items once, and
+settles the workflow with its coverage when every topic is done. Every step is idempotent: the
+decision written on a run, the run slots and the review item's `continued_at` are the guards, and
+the workflow row is locked for the step's duration so two steps never interleave. Running one
+attempt is `execution`'s job; sending tasks is `dispatch`'s; the decision itself is `routing`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+
+from orchestrator.coordination import budget, clock, coverage, dispatch, policy, routing
+from orchestrator.coordination.escalation import escalate
+from orchestrator.coordination.execution import MAX_DELIVERIES
+from orchestrator.coordination.registry import registry
+from orchestrator.models import AuditEntry, ReviewItem, Run, Workflow, actor_label
+from orchestrator.vocabulary import Action, FailureCategory
+
+# ---------------------------------------------------------------------------------------------
+# Starting and stopping
+
+
+def start_workflow(
+    name: str,
+    topics: list[str],
+    capability: str,
+    *,
+    breadth: int = 1,
+    goal: str = "",
+    input: dict[str, Any] | None = None,
+    token: Any = None,
+) -> Workflow:
+    """Create a workflow and send its first step after commit."""
+    with transaction.atomic():
+        wf = Workflow.objects.create(
+            name=name,
+            goal=goal,
+            topics=list(dict.fromkeys(topics)),
+            capability=capability,
+            breadth=max(1, breadth),
+            input=input or {},
+            token=token,
+            created_at=clock.now(),
+        )
+        dispatch.after_commit_step(wf.pk)
+    return wf
+
+
+def abort_workflow(workflow_id: int, actor: Any, note: str = "") -> bool:
+    """An operator stops a workflow: pending runs are cancelled and the workflow fails."""
+    with transaction.atomic():
+        wf = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
+        if wf is None or wf.is_finished:
+            return False
+        before = {"status": wf.status}
+        now = clock.now()
+        wf.runs.pending().update(status=Run.Status.CANCELLED, finished_at=now)
+        summary = f"Aborted by {actor_label(actor)}" + (f": {note}" if note else "")
+        wf.move_to(Workflow.Status.FAILED, finished_at=now, coverage_summary=summary)
+        after = {"status": Workflow.Status.FAILED}
+        AuditEntry.record(actor=actor, action="workflow.abort", obj=wf, before=before, after=after)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The step
+
+
+def step(workflow_id: int, review_item_id: int | None = None) -> str:
+    """Advance one workflow as far as its runs allow; return its status afterwards."""
+    with transaction.atomic():
+        wf = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
+        if wf is None:
+            return "missing"
+        # Every resolution not applied yet, not only the one this step was sent for: a step that
+        # settles the workflow must not leave a decision behind, and a lost step is made good by
+        # the sweeper's next nudge. Each is applied once (`continued_at` is the guard).
+        pending = set(wf.review_items.unapplied().values_list("pk", flat=True))
+        if review_item_id:
+            pending.add(review_item_id)
+        for item_id in sorted(pending):
+            _apply_resolution(wf, item_id)
+        if wf.is_finished:
+            return wf.status
+        if not wf.runs.exists():
+            _fan_out(wf)
+        for run in wf.runs.filter(status=Run.Status.FAILED, decision="").order_by("pk"):
+            _route(wf, run)
+        _settle(wf)
+        dispatch.after_commit_dispatch(wf.pk)
+        return wf.status
+
+
+def _fan_out(wf: Workflow) -> None:
+    for topic in wf.topics:
+        for source in registry().sources_for(wf.capability)[: wf.breadth]:
+            first_attempt(wf, topic, source)
+
+
+def _query(wf: Workflow, topic: str) -> dict[str, Any]:
+    return {"operation": wf.capability, "query": f"{wf.goal or wf.name}: {topic}", "topic": topic}
+
+
+def first_attempt(
+    wf: Workflow,
+    topic: str,
+    source: str,
+    attempted: dict | None = None,
+    switched_from: Run | None = None,
+) -> None:
+    """Create the first attempt of a (topic, source) slot; a second create is a no-op."""
+    now = clock.now()
+    run = Run(
+        switched_from=switched_from,
+        workflow=wf,
+        topic=topic,
+        capability=wf.capability,
+        agent=f"{wf.capability}-agent",
+        source=source,
+        operation=wf.capability,
+        attempted=(attempted or _query(wf, topic)) | {"source": source},
+        status=Run.Status.QUEUED,
+        due_at=now,
+        created_at=now,
+        slot=f"{wf.pk}:{topic}:{source}",
+    )
+    Run.objects.bulk_create([run], ignore_conflicts=True)  # ON CONFLICT DO NOTHING on the slot
+
+
+def retry(run: Run, delay: float, attempted: dict | None = None) -> bool:
+    """Create the next attempt of `run`'s task, due after `delay`; False if it already existed."""
+    attempts = Run.objects.attempts_of(run)
+    before = attempts.count()
+    now = clock.now()
+    base = max(now, run.finished_at or now)  # a Retry-After counts from the failure, never earlier
+    last = attempts.order_by("-attempt").values_list("attempt", flat=True).first()
+    nxt = Run(
+        workflow_id=run.workflow_id,
+        topic=run.topic,
+        capability=run.capability,
+        agent=run.agent,
+        source=run.source,
+        operation=run.operation,
+        attempted=attempted if attempted is not None else run.attempted,
+        attempt=max(last or run.attempt, run.attempt) + 1,
+        retry_of_id=run.root_id,
+        status=Run.Status.QUEUED,
+        due_at=base + timedelta(seconds=delay),
+        created_at=now,
+    )
+    Run.objects.bulk_create([nxt], ignore_conflicts=True)  # ON CONFLICT on (retry_of, attempt)
+    return attempts.count() > before
+
+
+def switch(wf: Workflow, run: Run) -> bool:
+    """Start the task on the capability's next untried source; False if none is left."""
+    nxt = registry().next_source(wf.capability, wf.sources_tried(run.topic))
+    if nxt is None:
+        return False
+    attempted = {k: v for k, v in run.attempted.items() if k != "source"}
+    first_attempt(wf, run.topic, nxt, attempted or None, switched_from=run)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing a failed run
+
+
+def route_context(wf: Workflow | None, run: Run) -> routing.Context:
+    reg = registry()
+    alternative = None
+    if wf is not None:
+        alternative = reg.next_source(run.capability, wf.sources_tried(run.topic))
+    auth = FailureCategory.AUTH_FAILURE
+    refreshed = run.failure_type == auth and run.previous_failure_type() == auth
+    return routing.Context(
+        source=run.source,
+        has_alternative=alternative is not None,
+        can_refresh=reg.has_refresher(run.source),
+        refreshed=refreshed,
+        partial_count=run.partial_count,
+        poisoned=run.deliveries > MAX_DELIVERIES,
+    )
+
+
+def decide_for(wf: Workflow | None, run: Run) -> routing.Decision:
+    """Decide about a failed run with the current policy, paying the retry budget if it retries."""
+    snap = policy.current_snapshot()
+    ctx = route_context(wf, run)
+    state = budget.state(run.source)
+    now = clock.now()
+    facts = {"failure_type": run.failure_type, "retry_after": run.retry_after}
+    facts |= {"status_code": run.status_code}
+    decision = routing.decide(facts, run.attempt, snap, state, ctx, now=now)
+    if decision.action == Action.RETRY and not budget.try_spend(run.source, decision.budget_cost):
+        decision = routing.decide(facts, run.attempt, snap, replace(state, tokens=0), ctx, now=now)
+    return decision
+
+
+def _route(wf: Workflow, run: Run) -> None:
+    decision = decide_for(wf, run)
+    if not run.record_decision(decision.action, decision.reason, decision.policy_version):
+        return
+    if decision.action == Action.RETRY:
+        retry(run, decision.delay_seconds)
+    elif decision.action == Action.SWITCH_SOURCE:
+        switch(wf, run)
+    elif decision.action == Action.ESCALATE:
+        escalate(run, decision.reason, decision.failure_type)
+
+
+# ---------------------------------------------------------------------------------------------
+# Review resolutions and settling
+
+
+def _apply_resolution(wf: Workflow, item_id: int) -> None:
+    """Apply a resolved item's decision exactly once (`continued_at` is the guard)."""
+    if not ReviewItem.objects.mark_continued(item_id, clock.now()) or wf.is_finished:
+        return
+    item = ReviewItem.objects.select_related("run").get(pk=item_id)
+    run, res = item.run, item.resolution
+    if res == ReviewItem.Resolution.RETRY:
+        retry(run, 0)
+    elif res == ReviewItem.Resolution.RETRY_EDITED:
+        retry(run, 0, attempted=run.attempted | (item.edited_input or {}))
+    elif res == ReviewItem.Resolution.SWITCH_SOURCE:
+        switch(wf, run)
+
+
+def _settle(wf: Workflow) -> None:
+    runs = list(wf.runs.all())
+    undecided = any(r.status == Run.Status.FAILED and not r.decision for r in runs)
+    blocking = wf.review_items.blocking().exists()
+    if undecided or any(r.is_pending for r in runs):
+        if wf.status == Workflow.Status.AWAITING_REVIEW and not blocking:
+            wf.move_to(Workflow.Status.RUNNING)
+        return
+    if blocking:
+        if wf.status != Workflow.Status.AWAITING_REVIEW:
+            wf.move_to(Workflow.Status.AWAITING_REVIEW)
+        return
+    cov = coverage.workflow_coverage(wf, runs)
+    wf.move_to(
+        coverage.final_status(cov, runs),
+        coverage=cov,
+        coverage_summary=coverage.summarise(cov),
+        finished_at=clock.now(),
+    )
+
+
+def reopen(workflow_id: int | None) -> None:
+    """A retried run can change a settled workflow's coverage: let the coordinator settle again."""
+    if workflow_id:
+        Workflow.objects.filter(
+            pk=workflow_id, status__in=(Workflow.Status.SUCCEEDED, Workflow.Status.DEGRADED)
+        ).update(status=Workflow.Status.RUNNING, finished_at=None)
