@@ -2,17 +2,20 @@
 
 HTTP scenarios are chosen by path, `/s/<name>/...` (OpenAI and Anthropic clients append their
 own paths to the base URL; S3 in path style reads bucket "s" and key <name>), or, for DynamoDB's
-POST /, by the request's TableName.
+POST /, by the request's TableName. `running()` starts everything the corpus needs and yields a
+`FaultEnv` saying where it is; the tests' fixture and the classify benchmark both use it.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -162,6 +165,9 @@ SCENARIOS: dict[str, tuple[int, dict[str, HeaderValue], bytes, str]] = {
 
 class FaultHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in two writes; without TCP_NODELAY the body waits for the client's
+    # delayed ACK (about 40 ms) on a kept-alive connection, which no real server makes anyone pay.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: object) -> None:  # quiet
         pass
@@ -223,11 +229,42 @@ class FaultHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
+@dataclass(frozen=True)
+class FaultEnv:
+    """Where the faults live: the HTTP server's base URL, gRPC target, refused and silent ports."""
+
+    url: str
+    grpc: str
+    closed: int
+    silent: int
+
+    def at(self, scenario: str) -> str:
+        """Return the URL of an HTTP scenario."""
+        return f"{self.url}/s/{scenario}"
+
+
+@contextmanager
+def running() -> Iterator[FaultEnv]:
+    """Start the HTTP and gRPC fault servers and a silent port; yield where they all are."""
+    with http_server() as url, grpc_server() as target, silent_port() as silent:
+        yield FaultEnv(url=url, grpc=target, closed=closed_port(), silent=silent)
+
+
+class FaultServer(ThreadingHTTPServer):
+    """The HTTP fault server, quiet about clients that gave up before it answered."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A timeout scenario answers after the client left: the reset is the scenario working.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextmanager
 def http_server() -> Iterator[str]:
     """Yield the base URL of a running fault server; stop it afterwards."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FaultHandler)
-    server.daemon_threads = True
+    server = FaultServer(("127.0.0.1", 0), FaultHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
