@@ -1,14 +1,13 @@
 """Classify an error described as data, for callers that cannot hand us the exception object:
-agents in other languages, through the REST API's /classify endpoint.
+agents in other languages, through the REST API's /classify endpoint. Every key of the shape
+below is optional. The same rules, overrides and precedence apply as for a real exception: this
+module only turns the description into the nodes `classifier.signals` would have read (a
+builtin type name resolves to the real class, so "ConnectionResetError" counts as a
+ConnectionError) and hands them to the classifier; it holds no rule of its own.
 
     {"exception_type": "httpx.ReadTimeout", "message": "read timed out", "status_code": 504,
      "headers": {"Retry-After": "3"}, "provider_code": "ThrottlingException",
      "grpc_status": "UNAVAILABLE", "retryable": null, "cause": {...the same shape, nested}}
-
-Every key is optional. The same rules, overrides and precedence apply as for a real exception:
-this module only turns the description into the nodes `classifier.signals` would have read (a
-builtin type name resolves to the real class, so "ConnectionResetError" counts as a
-ConnectionError) and hands them to the classifier; it holds no rule of its own.
 """
 
 from __future__ import annotations

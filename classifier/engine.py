@@ -1,10 +1,9 @@
-"""The classifier: read the chain, judge it, build the Failure.
-
-Here: `Classifier` (the core rules after a registry of overrides, for one provider scope or
-any) and `classify` (the default classifier, which has no overrides unless someone registers
-them on it). Each step lives in its own module: reading in `classifier.signals`, the verdict in
-`classifier.judge`, the result in `classifier.failure`. Not here: any rule, table or fast path;
-this module only wires the steps and keeps the promise that classifying never raises.
+"""The classifier: read the chain, judge it, build the Failure. Here: `Classifier` (the core
+rules after a registry of overrides, for one provider scope or any) and `classify` (the default
+classifier, which has no overrides unless someone registers them on it). Each step lives in its
+own module: reading in `classifier.signals`, the verdict in `classifier.judge`, the result in
+`classifier.failure`. Not here: any rule, table or fast path; this module only wires the steps
+and keeps the promise that classifying never raises.
 """
 
 from __future__ import annotations

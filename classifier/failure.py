@@ -1,10 +1,9 @@
-"""The classification result, `Failure`, and how a verdict over a chain becomes one.
-
-Here: the `Failure` dataclass with its JSON form (`to_dict`, `from_dict`), `build_failure`
-(whether a retry can help, how long to wait, the status and provider code to report, the chain
-and the one-line detail) and `unreadable_failure` for an exception that defeats reading. Not
-here: reading the chain (`classifier.signals`) and choosing the category (`classifier.judge`);
-the Failure only reports what the deciding verdict found.
+"""The classification result, `Failure`, and how a verdict over a chain becomes one. Here: the
+`Failure` dataclass with its JSON form (`to_dict`, `from_dict`), `build_failure` (whether a
+retry can help, how long to wait, the status and provider code to report, the chain and the
+one-line detail) and `unreadable_failure` for an exception that defeats reading. Not here:
+reading the chain (`classifier.signals`) and choosing the category (`classifier.judge`); the
+Failure only reports what the deciding verdict found.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
 """Judging the evidence: the verdict on each exception of a chain, and the one that decides.
-
 Here: how strong each kind of evidence is, `judge` (the core rules' verdict on one node: a
 specific provider code, the status, a generic provider code, the class, the class name, the
 message, a broad class), and `decide` (registered overrides over the whole chain first, then the

@@ -1,6 +1,5 @@
-"""Provider-specific rules registered by callers and consulted before the core rules.
-
-An override maps one signal (an exception type name, a status code or a provider code), for one
+"""Provider-specific rules registered by callers and consulted before the core rules. An
+override maps one signal (an exception type name, a status code or a provider code), for one
 provider or for all, onto a category and optionally a retryable flag. This is how 498 "token
 expired", 420 "enhance your calm" or an SDK's private error names reach the taxonomy without
 editing `classifier.rules`. Here: the rule rows and the registry that finds the rule matching

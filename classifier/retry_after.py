@@ -1,5 +1,4 @@
 """Read how long a provider asked us to wait, from response headers in every common form.
-
 Here: `parse_retry_after` (public), the scan that picks the known rate-limit headers out of any
 header map (`header_values`) and the parsing of their values (`delay_from_values`). Not here:
 finding the headers on an exception or its response (`classifier.signals`) and deciding whether
@@ -28,7 +27,7 @@ EPOCH_SECONDS_FROM: Final = 1_000_000_000.0
 EPOCH_MILLISECONDS_FROM: Final = 1_000_000_000_000.0
 
 # Lowercased names this module reads (and x-should-retry, the OpenAI/Anthropic servers' own
-# "retry this or not" flag, which the engine reads as a provider-supplied retryable flag).
+# "retry this or not" flag, which `classifier.failure` reads as the provider's own say).
 KNOWN_HEADERS: Final = frozenset(
     {
         "retry-after-ms",

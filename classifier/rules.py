@@ -1,12 +1,10 @@
-"""The core rules as ordered data tables, and the small lookups that read them.
-
-Here: which HTTP statuses, gRPC statuses, provider codes, SQLSTATEs, exception classes, class
-names and message phrases mean which failure category, and which categories are retryable by
-default. Each table says where its entries come from. Not here: reading an exception
-(`classifier.signals`), weighing evidence against other evidence (`classifier.judge`), and
-provider-specific quirks (498 token expired, 420 enhance-your-calm, an SDK's private error
-names), which callers register as overrides (`classifier.overrides.Overrides`), consulted
-before these tables.
+"""The core rules as ordered data tables, and the small lookups that read them. Here: which HTTP
+statuses, gRPC statuses, provider codes, SQLSTATEs, exception classes, class names and message
+phrases mean which failure category, and which categories are retryable by default. Each table
+says where its entries come from. Not here: reading an exception (`classifier.signals`),
+weighing evidence against other evidence (`classifier.judge`), and provider-specific quirks (498
+token expired, 420 enhance-your-calm, an SDK's private error names), which callers register as
+overrides (`classifier.overrides.Overrides`), consulted before these tables.
 """
 
 from __future__ import annotations
@@ -508,7 +506,7 @@ MESSAGE_PATTERNS: Final = (
 )
 
 
-# One pass of the regex engine finds every pattern that occurs; the table order then decides.
+# The patterns as one alternation in table order; `message_category` says how a scan reads it.
 _ANY_MESSAGE_PATTERN: Final = re.compile("|".join(re.escape(p) for p, _ in MESSAGE_PATTERNS))
 _MESSAGE_PATTERN_INDEX: Final = {
     pattern: index for index, (pattern, _) in enumerate(MESSAGE_PATTERNS)

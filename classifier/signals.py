@@ -1,5 +1,4 @@
 """Reading the signals of an exception and of the exceptions it carries, into evidence nodes.
-
 Here: what the rules tables say about an exception class (`exception_class`, a pure function of
 the class, cached), reading one exception into a `Node` (its HTTP or gRPC status, provider codes,
 SQLSTATE, headers, retryable flag, delay and message), and walking its chain (`read_chain`:
@@ -13,7 +12,7 @@ the evidence means (`classifier.judge`) and the Failure built from it (`classifi
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
@@ -163,39 +162,57 @@ def _describe(
     attributes: frozenset[str] = frozenset(),
     answers_any_name: bool = False,
 ) -> ExceptionClass:
-    """Return the ExceptionClass of an MRO given as (module, qualname), most derived first.
-
-    A class is looked up as "module.QualName" and as "package.QualName" (its top-level package
-    only), which covers private modules such as aiohttp.client_exceptions.
-    """
-    names: list[str] = []
-    category = name_category = fallback = None
-    grpc, code_is_evidence = False, True
-    for module, qualname in classes:
-        full = f"{module}.{qualname}" if module else qualname
-        short = f"{module.partition('.')[0]}.{qualname}" if module else qualname
-        names.extend(name for name in (full, short, qualname) if name not in names)
-        if category is None:
-            category = rules.EXCEPTION_TYPES.get(full) or rules.EXCEPTION_TYPES.get(short)
-        if fallback is None:
-            fallback = rules.FALLBACK_TYPES.get(full) or rules.FALLBACK_TYPES.get(short)
-        if name_category is None and module != "builtins":  # ModuleNotFoundError is a bug
-            name_category = rules.class_name_category(qualname.rpartition(".")[2])
-        grpc = grpc or short == "grpc.RpcError"
-        code_is_evidence = code_is_evidence and full not in rules.CODE_IS_NOT_EVIDENCE
-    module, qualname = classes[0]
+    """Return the ExceptionClass of an MRO given as (module, qualname), most derived first."""
+    looked_up = [_lookup_names(module, qualname) for module, qualname in classes]
+    names = [
+        name
+        for (full, short), (_, qualname) in zip(looked_up, classes, strict=True)
+        for name in (full, short, qualname)
+    ]
     return ExceptionClass(
-        name=names[0],
-        qualname=qualname,
-        names=tuple(names),
-        category=category,
-        name_category=name_category,
-        fallback=fallback,
-        grpc=grpc,
-        code_is_evidence=code_is_evidence,
+        name=looked_up[0][0],
+        qualname=classes[0][1],
+        names=tuple(dict.fromkeys(names)),
+        category=_first_entry(rules.EXCEPTION_TYPES, looked_up),
+        name_category=_name_category(classes),
+        fallback=_first_entry(rules.FALLBACK_TYPES, looked_up),
+        grpc=any(short == "grpc.RpcError" for _, short in looked_up),
+        code_is_evidence=all(full not in rules.CODE_IS_NOT_EVIDENCE for full, _ in looked_up),
         attributes=attributes,
         answers_any_name=answers_any_name,
     )
+
+
+def _lookup_names(module: str, qualname: str) -> tuple[str, str]:
+    """Return "module.QualName" and "package.QualName" (the top-level package only), which
+    covers private modules such as aiohttp.client_exceptions."""
+    if not module:
+        return qualname, qualname
+    return f"{module}.{qualname}", f"{module.partition('.')[0]}.{qualname}"
+
+
+def _first_entry(
+    table: Mapping[str, FailureCategory], looked_up: list[tuple[str, str]]
+) -> FailureCategory | None:
+    """Return the entry of the most derived class in the MRO that `table` names either way."""
+    for full, short in looked_up:
+        category = table.get(full) or table.get(short)
+        if category is not None:
+            return category
+    return None
+
+
+def _name_category(classes: list[tuple[str, str]]) -> FailureCategory | None:
+    """Return what the first telling class name of the MRO suggests.
+
+    Builtins are skipped: a ModuleNotFoundError is a bug, not a missing resource.
+    """
+    for module, qualname in classes:
+        if module != "builtins":
+            category = rules.class_name_category(qualname.rpartition(".")[2])
+            if category is not None:
+                return category
+    return None
 
 
 def read_chain(root: Any) -> list[Node]:
