@@ -253,7 +253,7 @@ def read_exception(exc: Any) -> tuple[Node, list[BaseException]]:
         return attribute(exc, name) if name in present else None
 
     links = _linked_exceptions(exc, get)
-    if not present:  # most exceptions: nothing but a class and a message
+    if not present:  # nothing to read (most exceptions): the class and the message speak
         return Node(kind, message), links
     try:
         return _read_evidence(get, kind, message), links
@@ -312,7 +312,7 @@ def _read_evidence(get: Getter, kind: ExceptionClass, message: str) -> Node:
         status=_status(get, code, response, reply[1]),
         codes=_codes(get, code, reply[0]),
         grpc=_grpc_status(get, code, kind),
-        sqlstate=_text(get("pgcode")) or _text(get("sqlstate")),
+        sqlstate=_text(get("pgcode")) or _text(get("sqlstate")),  # psycopg2's, psycopg's
         headers=_headers(get, response, reply[2]),
         flag=_flag(get("retryable")),
         delay=_delay(get("retry_after")),

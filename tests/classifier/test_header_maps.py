@@ -62,6 +62,34 @@ def test_requests_headers_read_as_the_generic_scan_reads_them(pairs: list[tuple[
     assert header_values(headers) == header_values(Generic(headers))
 
 
+@pytest.mark.parametrize(
+    ("pairs", "from_httpx", "from_requests"),
+    [
+        (PAIRS[1], {}, {}),
+        (
+            PAIRS[2],
+            {"retry-after": "7, 9", "x-should-retry": "false"},  # httpx joins a repeated name
+            {"retry-after": "9", "x-should-retry": "false"},  # the dict kept the last one
+        ),
+        (
+            PAIRS[3],
+            {"retry-after-ms": "250", "x-ratelimit-reset-requests": "6m0s", "ratelimit-reset": "3"},
+            {"retry-after-ms": "250", "x-ratelimit-reset-requests": "6m0s", "ratelimit-reset": "3"},
+        ),
+        (
+            PAIRS[4],
+            {"x-ratelimit-reset": "12", "x-ratelimit-reset-tokens": "20ms"},
+            {"x-ratelimit-reset": "12", "x-ratelimit-reset-tokens": "20ms"},
+        ),
+    ],
+)
+def test_the_client_libraries_header_maps_give_their_known_values(
+    pairs: list[tuple[str, str]], from_httpx: dict[str, str], from_requests: dict[str, str]
+) -> None:
+    assert header_values(httpx.Headers(pairs)) == from_httpx
+    assert header_values(CaseInsensitiveDict(dict(pairs))) == from_requests
+
+
 def test_duplicate_httpx_headers_are_joined_as_httpx_joins_them() -> None:
     headers = httpx.Headers([("Retry-After", "1"), ("retry-after", "2")])
     assert header_values(headers) == {"retry-after": "1, 2"}
