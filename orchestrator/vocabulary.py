@@ -12,15 +12,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from classifier import FailureCategory
-from classifier.rules import DEFAULT_RETRYABLE
+from classifier import RETRYABLE, FailureCategory
 
 __all__ = ["RETRYABLE", "Action", "Breaker", "FailureCategory", "Jitter", "Vocabulary"]
-
-# The categories a retry can help, as the classifier itself judges them by default.
-RETRYABLE: frozenset[FailureCategory] = frozenset(
-    category for category, retryable in DEFAULT_RETRYABLE.items() if retryable
-)
 
 
 class Vocabulary(StrEnum):
