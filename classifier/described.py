@@ -1,23 +1,34 @@
 """Classify an error described as data, for callers that cannot hand us the exception object:
-agents in other languages, through the REST API's /classify endpoint. Every key of the shape
-below is optional. The same rules, overrides and precedence apply as for a real exception: this
-module only turns the description into the nodes `classifier.signals` would have read (a
-builtin type name resolves to the real class, so "ConnectionResetError" counts as a
-ConnectionError) and hands them to the classifier; it holds no rule of its own.
+agents in other languages, through the REST API's /classify endpoint, and MCP tool results.
+Every key of the shape below is optional. The same rules, overrides and precedence apply as for
+a real exception: this module only turns the description into the nodes `classifier.signals`
+would have read (a builtin type name resolves to the real class, so "ConnectionResetError" counts
+as a ConnectionError) and hands them to the classifier; it holds no rule of its own.
 
     {"exception_type": "httpx.ReadTimeout", "message": "read timed out", "status_code": 504,
      "headers": {"Retry-After": "3"}, "provider_code": "ThrottlingException",
-     "grpc_status": "UNAVAILABLE", "retryable": null, "cause": {...the same shape, nested}}
+     "grpc_status": "UNAVAILABLE", "retryable": null, "failure_type": null,
+     "cause": {...the same shape, nested}}
+
+`failure_type` is the describer's own word for the category (any name `parse_failure_type`
+reads, such as an MCP errorCategory "auth_error"): it decides the category unless a registered
+override matched, since the operators' overrides have the last word. `describe_mcp_result` maps
+an MCP tool result (isError, content, structuredContent, errorCategory, isRetryable, retryAfter,
+in camelCase or snake_case) onto this shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from classifier.engine import DEFAULT_CLASSIFIER, Classifier
+from classifier.envelope import camel_case
 from classifier.failure import Failure, unreadable_failure
+from classifier.judge import override_verdict
 from classifier.retry_after import MAX_RETRY_AFTER
+from classifier.rules import DEFAULT_RETRYABLE
 from classifier.signals import (
     MAX_CHAIN,
     MESSAGE_LIMIT,
@@ -26,9 +37,12 @@ from classifier.signals import (
     exception_class_named,
     grpc_name,
 )
+from classifier.taxonomy import FailureCategory, Signal, UnknownFailureType, parse_failure_type
 
 # The class name used when a description names none.
 UNNAMED: Final = "described.Error"
+# The class name an MCP tool error is described with.
+MCP_TOOL_ERROR: Final = "mcp.ToolError"
 
 
 def classify_description(
@@ -39,13 +53,128 @@ def classify_description(
     Anything that is not a mapping, and any field of the wrong type, is ignored rather than
     rejected: the API validates its input, this function only has to be safe.
     """
+    classifier = classifier or DEFAULT_CLASSIFIER
     try:
         nodes = _nodes(data)
         if not nodes:
             nodes = [Node(exception_class_named(UNNAMED), "")]
-        return (classifier or DEFAULT_CLASSIFIER).classify_nodes(nodes, provider)
+        failure = classifier.classify_nodes(nodes, provider)
+        stated = stated_failure_type(data)
+        if stated is None or stated is failure.category:
+            return failure
+        if any(override_verdict(node, classifier.overrides, provider) for node in nodes):
+            return failure  # an operator's override outranks the describer's own word
+        return _restated(failure, stated, data)
     except Exception:
         return unreadable_failure(data)
+
+
+def stated_failure_type(data: Any) -> FailureCategory | None:
+    """Return the category a description names itself (`failure_type`), if it names a known one."""
+    raw = data.get("failure_type") if isinstance(data, Mapping) else None
+    if raw is None:
+        return None
+    try:
+        return parse_failure_type(raw)
+    except UnknownFailureType:
+        return None
+
+
+def _restated(failure: Failure, stated: FailureCategory, data: Mapping[str, Any]) -> Failure:
+    """Return `failure` under the category its describer stated, with that category's retry say.
+
+    The describer's own retryable flag, if any, still speaks; otherwise the stated category's
+    default does (the rules' reading of a status belongs to the category they chose).
+    """
+    flag = data.get("retryable")
+    retryable = flag if isinstance(flag, bool) else DEFAULT_RETRYABLE[stated]
+    code = data.get("failure_type")
+    return replace(
+        failure,
+        category=stated,
+        retryable=retryable,
+        retry_after=failure.retry_after if retryable else None,
+        provider_code=code[:128] if isinstance(code, str) else failure.provider_code,
+        signal=Signal.PROVIDER_CODE,
+    )
+
+
+def is_mcp_result(data: Any) -> bool:
+    """Return whether `data` is an MCP tool result (it has isError, in either spelling)."""
+    return isinstance(data, Mapping) and ("isError" in data or "is_error" in data)
+
+
+def describe_mcp_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the described error an MCP tool result (isError true) stands for.
+
+    Read at the top level, then in _meta, structuredContent and structuredContent.error (a
+    later layer refines an earlier one): errorCategory (a failure type name, aliases included,
+    as `failure_type`), isRetryable, retryAfter (seconds or an HTTP date), code or status (a
+    number is a status code, a string a provider code), message; each in camelCase or
+    snake_case. The text content is the message. Values of the wrong type are ignored. Never
+    raises.
+    """
+    try:
+        return _describe_mcp(result)
+    except Exception:
+        return {"exception_type": MCP_TOOL_ERROR, "message": ""}
+
+
+def _describe_mcp(result: Mapping[str, Any]) -> dict[str, Any]:
+    texts = [
+        c.get("text")
+        for c in _get(result, "content") or []
+        if isinstance(c, Mapping) and c.get("type") == "text" and isinstance(c.get("text"), str)
+    ]
+    structured = _get(result, "structured_content")
+    structured = structured if isinstance(structured, Mapping) else {}
+    layers = [result, _get(result, "_meta"), structured, _get(structured, "error")]
+    fields: dict[str, Any] = {}
+    for layer in layers:
+        if isinstance(layer, Mapping):
+            fields |= {k: v for k, v in _mcp_fields(layer).items() if v is not None}
+    described: dict[str, Any] = {"exception_type": MCP_TOOL_ERROR, "message": " ".join(texts)}
+    code = fields.get("code")
+    if isinstance(code, int) and not isinstance(code, bool):
+        described["status_code"] = code
+    elif isinstance(code, str) and code.strip():
+        described["provider_code"] = code.strip()
+    if isinstance(fields.get("retryable"), bool):
+        described["retryable"] = fields["retryable"]
+    delay = fields.get("retry_after")
+    if isinstance(delay, int | float | str) and not isinstance(delay, bool):
+        described["headers"] = {"Retry-After": str(delay)}
+    if isinstance(fields.get("message"), str) and not texts:
+        described["message"] = fields["message"]
+    if fields.get("failure_type") is not None:
+        described["failure_type"] = fields["failure_type"]
+    return described
+
+
+def _mcp_fields(layer: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the error fields one layer of an MCP result carries (None where it says nothing)."""
+    code = _get(layer, "code")
+    if code is None:
+        code = _get(layer, "status_code", "status")
+    delay = _get(layer, "retry_after", "retry_after_seconds")
+    return {
+        "code": code,
+        "retryable": _get(layer, "is_retryable", "retryable"),
+        "retry_after": delay,
+        "message": _get(layer, "message"),
+        "failure_type": _get(layer, "error_category"),
+    }
+
+
+def _get(data: Any, *names: str) -> Any:
+    """Return the value of the first of `names` (snake_case, or its camelCase form) in `data`."""
+    if not isinstance(data, Mapping):
+        return None
+    for name in names:
+        for key in (name,) if name.startswith("_") else (name, camel_case(name)):
+            if key in data:
+                return data[key]
+    return None
 
 
 def _nodes(data: Any) -> list[Node]:

@@ -2,19 +2,23 @@
 detail a coordinator needs to recover (what kind, what was attempted, what was already gathered,
 what could be tried instead). Both shapes are JSON-ready and round-trip through json.dumps/loads.
 Here: building both envelopes, reading a Failure back from one, and making arbitrary values
-JSON-safe. Not here: the classification itself (`classifier.engine`) and validating envelopes
-that arrive over HTTP (the orchestrator's API does that).
+JSON-safe; the other names agents give envelope fields (`FIELD_ALIASES`, every field's camelCase
+form) and `normalise_envelope`, which reads an envelope written with them. Not here: the
+classification itself (`classifier.engine`), the names of failure types (`classifier.taxonomy`)
+and validating envelopes that arrive over HTTP (the orchestrator's API does that, with these
+same tables).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 from classifier.engine import DEFAULT_CLASSIFIER, Classifier
 from classifier.failure import Failure
-from classifier.taxonomy import TAXONOMY_VERSION
+from classifier.taxonomy import TAXONOMY_VERSION, UnknownFailureType, parse_failure_type
 
 # Nested data deeper than this is cut (replaced by its str()), which also ends reference cycles.
 MAX_DEPTH: Final = 20
@@ -32,6 +36,28 @@ ENVELOPE_KEYS: Final = (
     "detail",
     "results",
 )
+# The classification evidence an error envelope adds for the coordinator (see error_envelope).
+EVIDENCE_KEYS: Final = (
+    "status_code",
+    "provider_code",
+    "exception_type",
+    "signal",
+    "chain",
+    "taxonomy_version",
+)
+
+# Other names agents give envelope fields (conventions of hand-written envelopes and agent
+# frameworks). Besides these, every field is also read under its camelCase form (failureType,
+# retryAfter, partialResults, alternativesSuggested …); see `field_names`.
+FIELD_ALIASES: Final = MappingProxyType(
+    {
+        "alternatives": ("alternatives_suggested", "suggested_alternatives"),
+        "retryable": ("retry_recommended",),
+    }
+)
+# A bare query string some agents send instead of an `attempted` object: it is read as
+# attempted["query"].
+ATTEMPTED_QUERY: Final = "attempted_query"
 
 
 def error_envelope(
@@ -110,13 +136,55 @@ def success_envelope(
 def failure_from_envelope(envelope: Any) -> Failure | None:
     """Return the Failure an error envelope describes, or None if it is a success.
 
-    Lenient: an unknown failure_type becomes UNCLASSIFIED, a malformed envelope an UNCLASSIFIED
-    failure that keeps whatever detail it had. Never raises.
+    Field and failure type aliases are read (`normalise_envelope`). Lenient: an unknown
+    failure_type becomes UNCLASSIFIED, a malformed envelope an UNCLASSIFIED failure that keeps
+    whatever detail it had. Never raises.
     """
-    if isinstance(envelope, Mapping) and envelope.get("status") == "ok":
+    data = normalise_envelope(envelope) if isinstance(envelope, Mapping) else {}
+    if data.get("status") == "ok":
         return None
-    data = dict(envelope) if isinstance(envelope, Mapping) else {}
     return Failure.from_dict(data)
+
+
+def camel_case(name: str) -> str:
+    """Return the camelCase form of a snake_case field name ("retry_after" → "retryAfter")."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def field_names(name: str) -> tuple[str, ...]:
+    """Return every name `name` is read under: itself first, its aliases, their camelCase forms."""
+    names = [name, *FIELD_ALIASES.get(name, ())]
+    return tuple(dict.fromkeys([*names, *(camel_case(n) for n in names)]))
+
+
+def normalise_envelope(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Return an envelope written with other names (aliases, camelCase) under our names.
+
+    The failure type is read through the taxonomy's aliases ("auth_error" → "auth_failure"), a
+    bare attempted_query becomes attempted["query"], and keys we do not know are kept as they
+    are. Lenient, for Python callers: when two names of one field are both given the canonical
+    one wins, and an unknown failure type is left for the reader to refuse. Never raises.
+    """
+    known = (*ENVELOPE_KEYS, *EVIDENCE_KEYS)
+    alias_of = {alias: name for name in known for alias in field_names(name)[1:]}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = alias_of.get(key, key) if isinstance(key, str) else key
+        if name not in out or name == key:
+            out[name] = value
+    query = next((data[n] for n in field_names(ATTEMPTED_QUERY) if n in data), None)
+    out = {k: v for k, v in out.items() if k not in field_names(ATTEMPTED_QUERY)}
+    if query is not None:
+        attempted = out.get("attempted")
+        attempted = dict(attempted) if isinstance(attempted, Mapping) else {}
+        out["attempted"] = {"query": query} | attempted
+    try:
+        if out.get("failure_type") is not None:
+            out["failure_type"] = parse_failure_type(out["failure_type"]).value
+    except UnknownFailureType:
+        pass
+    return out
 
 
 def jsonable(value: Any, depth: int = 0) -> Any:
