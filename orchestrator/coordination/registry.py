@@ -4,16 +4,19 @@ A source is a plain callable `(query: dict) -> list[dict]` (or `(query, partial)
 gathers to `partial` as it goes) that raises on failure. A source may declare a credential
 refresher, which the coordinator calls once before retrying an auth failure. The product registers
 no source of its own: the modules named by FAILSIGHT_SOURCE_MODULES fill the registry (the main
-job's demonstration names its own; see the README's "Your own sources"). Calling a source, with
-local recovery, is `execution`'s job.
+job's demonstration names its own; see the README's "Your own sources"). Where a switch goes is
+read here too (`switch_target`): the capability's next untried source, else an alternative the
+failed run suggested that names a registered source. Calling a source, with local recovery, is
+`execution`'s job.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +71,47 @@ class Registry:
     def has_refresher(self, name: str) -> bool:
         source = self.get(name)
         return bool(source and source.refresher)
+
+    def switch_target(
+        self,
+        source: str,
+        tried: set[str],
+        suggestions: Iterable[str] = (),
+        *,
+        capability: str | None = None,
+    ) -> tuple[str | None, bool]:
+        """Return (where a task that failed on `source` may switch to, whether it was suggested).
+
+        First the next untried source of `capability` (else of every capability `source` serves),
+        in order of preference; when none is left, the first of the run's suggested alternatives
+        that names a registered, untried source (of any capability): "news_api", or "use
+        news_api instead of web crawl". (None, False) when nothing is left.
+        """
+        tried = tried | {source}
+        capabilities = [capability] if capability else self.capabilities_of(source)
+        for name in capabilities:
+            found = self.next_source(name, tried)
+            if found is not None:
+                return found, False
+        for suggestion in suggestions:
+            named = next((n for n in self.names_in(suggestion) if n not in tried), None)
+            if named is not None:
+                return named, True
+        return None, False
+
+    def capabilities_of(self, source: str) -> list[str]:
+        return [name for name, sources in self.capabilities.items() if source in sources]
+
+    def names_in(self, text: str) -> list[str]:
+        """Return the registered sources `text` is or names as words, in the order named."""
+        if text in self.sources:
+            return [text]
+        return [word for word in _WORD.findall(text) if word in self.sources]
+
+
+# A source name as it appears inside a sentence ("use news_api instead of web crawl."): word
+# characters and hyphens, with inner dots or colons ("api.v2"), never a sentence's final period.
+_WORD = re.compile(r"[\w-]+(?:[.:][\w-]+)*")
 
 
 _registry: Registry | None = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from orchestrator.vocabulary import Action, Breaker, FailureCategory, Jitter
 
 C = FailureCategory
@@ -61,6 +62,16 @@ _PHRASES = {
     C.SERVER_FAULT: "Server fault at {source}",
     C.UNCLASSIFIED: "An error we could not classify from {source}",
 }
+
+# How a retry's delay is spread, in a reason sentence ("retrying in 1.2 s, backoff with …").
+_JITTER_PHRASES = {
+    Jitter.FULL: "backoff with full jitter",
+    Jitter.EQUAL: "backoff with equal jitter",
+    Jitter.NONE: "fixed backoff without jitter",
+}
+
+# Who said that a retry cannot help, when the failure does not say (see FailureFacts.retryable_by).
+PROVIDER = "the provider"
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,10 @@ class Context:
 
     source: str = "the source"
     has_alternative: bool = False
+    # The source a switch would go to, when the caller knows it (the registry's next source, or
+    # an alternative the agent suggested); `suggested` says it came from the agent.
+    switch_to: str | None = None
+    suggested: bool = False
     can_refresh: bool = False
     refreshed: bool = False
     partial_count: int = 0
@@ -145,12 +160,21 @@ class Context:
 
 @dataclass(frozen=True)
 class Decision:
+    """What to do, why, and under which policy version.
+
+    `refresh` marks the one retry allowed after a failure that says a retry cannot help: an auth
+    failure retried once after refreshing the credentials (the request changes, so it is not a
+    blind retry). `switch_to` names the source a switch_source goes to, when it is known.
+    """
+
     action: str
     delay_seconds: float
     reason: str
     policy_version: int
     budget_cost: float = 0.0
     failure_type: str = UNCLASSIFIED
+    refresh: bool = False
+    switch_to: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,37 +182,53 @@ class Decision:
             "delay_seconds": self.delay_seconds,
             "reason": self.reason,
             "policy_version": self.policy_version,
+            "refresh": self.refresh,
+            "switch_to": self.switch_to,
         }
 
 
 @dataclass(frozen=True)
 class FailureFacts:
-    """The few facts routing reads, from a classifier Failure, an envelope or a dict."""
+    """The few facts routing reads, from a classifier Failure, an envelope or a dict.
+
+    `retryable` is the failure's own say (None: it said nothing); `retryable_by` names who said
+    it, for the reason sentence ("the provider", "the agent", "a provider override" …).
+    """
 
     failure_type: str
     retry_after: float | None = None
     status_code: int | None = None
     detail: str = ""
+    retryable: bool | None = None
+    retryable_by: str = PROVIDER
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, failure: Any) -> FailureFacts:
+        """Read the facts leniently: a name no vocabulary knows is routed as unclassified here
+        (the API refuses such names before they reach routing)."""
         if isinstance(failure, FailureFacts):
             return failure
         get = failure.get if isinstance(failure, Mapping) else lambda k: getattr(failure, k, None)
-        ftype = get("failure_type") or get("category") or UNCLASSIFIED
-        ftype = getattr(ftype, "value", ftype)
+        named = get("failure_type") or get("category") or UNCLASSIFIED
+        try:
+            ftype = parse_failure_type(getattr(named, "value", named))
+        except UnknownFailureType:
+            ftype = UNCLASSIFIED
         retry_after = get("retry_after")
         try:
             retry_after = None if retry_after is None else max(0.0, float(retry_after))
         except (TypeError, ValueError):
             retry_after = None
         status = get("status_code")
+        retryable = get("retryable")
         return cls(
-            failure_type=str(ftype) if str(ftype) in DEFAULT_RULES else UNCLASSIFIED,
+            failure_type=ftype.value,
             retry_after=retry_after,
             status_code=status if isinstance(status, int) else None,
             detail=str(get("detail") or ""),
+            retryable=retryable if isinstance(retryable, bool) else None,
+            retryable_by=str(get("retryable_by") or PROVIDER),
         )
 
 
@@ -240,12 +280,18 @@ def decide(
         return _route_auth(say, ctx)
     if rule.hard_fail:
         return _exhausted(say, ctx, "the same request cannot succeed, so it is not retried")
+    if facts.retryable is False:
+        # Whoever said so (the provider's 501 or x-should-retry, an override, the agent, an MCP
+        # isRetryable) knows better than the table: no retry, whatever attempts are left.
+        return _exhausted(say, ctx, f"{facts.retryable_by} says a retry cannot help")
     return _route_retryable(say, facts, rule, attempt, budget, ctx, now, rng)
 
 
 def _route_auth(say: _Sayer, ctx: Context) -> Decision:
     if ctx.can_refresh and not ctx.refreshed:
-        return say.decision(RETRY, 0, "refreshing its credentials once, then retrying at once")
+        # Not a blind retry even when the failure says a retry cannot help: the credentials change.
+        why = "refreshing its credentials once, then retrying at once with the new ones"
+        return say.decision(RETRY, 0, why, refresh=True)
     why = (
         "refreshing its credentials did not help"
         if ctx.refreshed
@@ -291,7 +337,8 @@ def _route_retryable(
         delay = ra  # never sooner than the provider asked
         why = f"retrying after the provider's Retry-After of {ra:.1f} s"
     else:
-        why = f"retrying in {delay:.1f} s (backoff with {rule.jitter} jitter)"
+        spread = _JITTER_PHRASES.get(rule.jitter, _JITTER_PHRASES[Jitter.FULL])
+        why = f"retrying in {delay:.1f} s, {spread}"
     why += f" (attempt {attempt + 1} of {max_attempts})"
     return say.decision(RETRY, delay, why, cost=budget.cost(facts.failure_type))
 
@@ -300,9 +347,7 @@ def _route_open_breaker(
     say: _Sayer, ctx: Context, rule: Rule, wait: float, attempt: int, max_attempts: int
 ) -> Decision:
     if ctx.has_alternative:
-        return say.decision(
-            SWITCH_SOURCE, 0, "its circuit breaker is open, so the next source is tried"
-        )
+        return say.switch("its circuit breaker is open, so")
     if wait <= rule.max_delay:
         return say.decision(
             RETRY,
@@ -316,7 +361,7 @@ def _route_open_breaker(
 def _route_empty_budget(say: _Sayer, ctx: Context, budget: Budget) -> Decision:
     why = f"the retry budget of {budget.source or ctx.source} is spent ({budget.tokens:.0f} left)"
     if ctx.has_alternative:
-        return say.decision(SWITCH_SOURCE, 0, f"{why}, so the next source is tried")
+        return say.switch(f"{why}, so")
     if ctx.partial_count:
         return say.decision(ACCEPT_PARTIAL, 0, f"{why}, so the partial results are kept")
     return say.decision(ESCALATE, 0, f"{why} and nothing was gathered, so a human decides")
@@ -326,7 +371,7 @@ def _exhausted(say: _Sayer, ctx: Context, why: str) -> Decision:
     """Apply the rule's action for when retrying is over, degrading a switch with no source left."""
     action = say.rule.action_when_exhausted
     if action == SWITCH_SOURCE and ctx.has_alternative:
-        return say.decision(SWITCH_SOURCE, 0, f"{why}; trying the next source")
+        return say.switch(f"{why};")
     if action == SWITCH_SOURCE:
         kept = (
             f"keeping its {ctx.partial_count} partial results"
@@ -351,7 +396,17 @@ class _Sayer:
     attempt: int
     version: int
 
-    def decision(self, action: str, delay: float, why: str, cost: float = 0.0) -> Decision:
+    def switch(self, why: str) -> Decision:
+        """A switch_source decision naming where it goes, when that is known."""
+        target = self.ctx.switch_to
+        if target is None:
+            return self.decision(SWITCH_SOURCE, 0, f"{why} the next source is tried")
+        whose = ", which the agent suggested" if self.ctx.suggested else ""
+        return self.decision(SWITCH_SOURCE, 0, f"{why} {target}{whose} is tried next")
+
+    def decision(
+        self, action: str, delay: float, why: str, cost: float = 0.0, refresh: bool = False
+    ) -> Decision:
         # Each phrase starts with a capital; the source's name is an identifier, kept as it is.
         what = _PHRASES.get(self.facts.failure_type, _PHRASES[UNCLASSIFIED])
         what = what.format(source=self.ctx.source)
@@ -365,4 +420,6 @@ class _Sayer:
             policy_version=self.version,
             budget_cost=cost,
             failure_type=self.facts.failure_type,
+            refresh=refresh,
+            switch_to=self.ctx.switch_to if action == SWITCH_SOURCE else None,
         )

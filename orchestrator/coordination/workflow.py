@@ -159,9 +159,9 @@ def retry(run: Run, delay: float, attempted: dict | None = None) -> bool:
     return attempts.count() > before
 
 
-def switch(wf: Workflow, run: Run) -> bool:
-    """Start the task on the capability's next untried source; False if none is left."""
-    nxt = registry().next_source(wf.capability, wf.sources_tried(run.topic))
+def switch(wf: Workflow, run: Run, target: str | None = None) -> bool:
+    """Start the task on `target`, else where `switch_target` says; False if none is left."""
+    nxt = target or _switch_target(wf, run)[0]
     if nxt is None:
         return False
     attempted = {k: v for k, v in run.attempted.items() if k != "source"}
@@ -173,16 +173,27 @@ def switch(wf: Workflow, run: Run) -> bool:
 # Routing a failed run
 
 
+def _switch_target(wf: Workflow, run: Run) -> tuple[str | None, bool]:
+    """The capability's next untried source, else an untried source the run suggested."""
+    suggestions = [a for a in run.alternatives if isinstance(a, str)]
+    return registry().switch_target(
+        run.source,
+        wf.sources_tried(run.topic),
+        suggestions,
+        capability=run.capability or wf.capability or None,
+    )
+
+
 def route_context(wf: Workflow | None, run: Run) -> routing.Context:
     reg = registry()
-    alternative = None
-    if wf is not None:
-        alternative = reg.next_source(run.capability, wf.sources_tried(run.topic))
+    target, suggested = _switch_target(wf, run) if wf is not None else (None, False)
     auth = FailureCategory.AUTH_FAILURE
     refreshed = run.failure_type == auth and run.previous_failure_type() == auth
     return routing.Context(
         source=run.source,
-        has_alternative=alternative is not None,
+        has_alternative=target is not None,
+        switch_to=target,
+        suggested=suggested,
         can_refresh=reg.has_refresher(run.source),
         refreshed=refreshed,
         partial_count=run.partial_count,
@@ -197,11 +208,35 @@ def decide_for(wf: Workflow | None, run: Run) -> routing.Decision:
     state = budget.state(run.source)
     now = clock.now()
     facts = {"failure_type": run.failure_type, "retry_after": run.retry_after}
-    facts |= {"status_code": run.status_code}
+    facts |= {"status_code": run.status_code, "retryable": run.retryable}
+    if run.retryable is False:
+        facts["retryable_by"] = retryable_by(run)
     decision = routing.decide(facts, run.attempt, snap, state, ctx, now=now)
     if decision.action == Action.RETRY and not budget.try_spend(run.source, decision.budget_cost):
         decision = routing.decide(facts, run.attempt, snap, replace(state, tokens=0), ctx, now=now)
     return decision
+
+
+def retryable_by(run: Run) -> str:
+    """Who said whether a retry of `run` can help, for the reason sentence.
+
+    A run an agent reported carries the agent's say; one the coordinator ran carries the
+    classifier's reading of the provider's answer, unless an enabled override set it.
+    """
+    if run.token_id is not None:
+        return "the agent"
+    names = (
+        [run.exception_type, run.exception_type.rpartition(".")[2]] if run.exception_type else []
+    )
+    rule = policy.current_classifier().overrides.find(
+        run.source,
+        codes=[run.provider_code] if run.provider_code else [],
+        type_names=names,
+        status=run.status_code,
+    )
+    return (
+        "a provider override" if rule is not None and rule.retryable is not None else "the provider"
+    )
 
 
 def _route(wf: Workflow, run: Run) -> None:
@@ -211,7 +246,7 @@ def _route(wf: Workflow, run: Run) -> None:
     if decision.action == Action.RETRY:
         retry(run, decision.delay_seconds)
     elif decision.action == Action.SWITCH_SOURCE:
-        switch(wf, run)
+        switch(wf, run, decision.switch_to)
     elif decision.action == Action.ESCALATE:
         escalate(run, decision.reason, decision.failure_type)
 
