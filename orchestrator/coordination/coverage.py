@@ -1,8 +1,10 @@
 """Coverage: per topic, how well the workflow's result is supported, and why there are gaps.
 
-Verdicts: well_supported (two sources or more), thin (one), empty (sources answered, nothing found),
-gap (no source could be reached: which failures, what was attempted). A hole is never silent: every
-source that failed is listed with its failure type, even under a thin or empty verdict.
+Verdicts: well_supported (two sources or more, at least one of which answered: results or a valid
+empty answer), thin (one source, or only partial results from sources that all failed), empty
+(sources answered, nothing found), gap (no source could be reached: which failures, what was
+attempted). A hole is never silent: every source that failed is listed with its failure type in
+the sentence, whatever the verdict.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from orchestrator.vocabulary import Vocabulary
 class Verdict(Vocabulary):
     """How well one topic of a workflow's result is supported."""
 
-    # Two sources or more gave results (or partial results).
+    # Two sources or more gave results (or partial results), and one source at least answered.
     WELL_SUPPORTED = "well_supported"
-    # Exactly one source did.
+    # Exactly one source did, or every source failed and only partial results were kept.
     THIN = "thin"
     # The sources answered and found nothing: a valid empty result, not a failure.
     EMPTY = "empty"
@@ -67,7 +69,10 @@ def topic_coverage(
     sources = [source_state(rs, reviews) for rs in by_source.values()]
     support = [s for s in sources if s["state"] in ("supported", "partial")]
     failed = [s for s in sources if s["state"] in ("partial", "failed")]
-    if len(support) >= 2:
+    # Partial results are what failed calls left behind: without a single answer (results or a
+    # valid empty one), however many of them there are, the topic rests on failures.
+    answered = any(s["state"] in ("supported", "empty") for s in sources)
+    if len(support) >= 2 and answered:
         verdict = Verdict.WELL_SUPPORTED
     elif support:
         verdict = Verdict.THIN
@@ -116,8 +121,9 @@ def _why(
             for s in support
         )
         how = "well" if verdict == Verdict.WELL_SUPPORTED else "thinly"
-        text = f"{topic} is {how} supported by {parts}"
-        return f"{text}; {failures}." if failures and verdict == Verdict.THIN else f"{text}."
+        only = "" if any(s["results"] for s in support) else " only partial results from"
+        text = f"{topic} is {how} supported by{only} {parts}"
+        return f"{text}; {failures}." if failures else f"{text}."
     if verdict == Verdict.EMPTY:
         answered = ", ".join(s["source"] for s in sources if s["state"] == "empty")
         text = f"No results on {topic} were found: {answered} answered with nothing"
