@@ -35,6 +35,10 @@ FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
     "partial": ("failures with partial results", RunQuerySet.with_partial_results),
     "empty": ("valid empty results", RunQuerySet.valid_empty),
     "avoided": ("failures not blindly retried", RunQuerySet.avoided_retries),
+    "futile": (
+        "failures retried although they said a retry cannot help",
+        RunQuerySet.futile_retries,
+    ),
     "retrying": ("retries waiting for their due time", RunQuerySet.retrying),
     "in_flight": ("runs in flight (started, not finished)", RunQuerySet.in_flight),
 }

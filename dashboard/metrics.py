@@ -1,6 +1,6 @@
 """The Prometheus text endpoint: run counts from the rollups, the review queue, breaker states.
 
-Run counts and the named run sets (retries spent, wasted, early and avoided; switched runs;
+Run counts and the named run sets (retries spent, wasted, early, futile and avoided; switched runs;
 partial results) are the rollups' sums of the `RunSets` conditions the tiles count too.
 
 Scrapers do not sign in: the endpoint accepts `Authorization: Bearer <METRICS_TOKEN>` or a
@@ -30,6 +30,12 @@ SET_COUNTERS = (
         "failsight_early_retries_total",
         "Retries started before their due time.",
         "early_retries",
+        False,
+    ),
+    (
+        "failsight_futile_retries_total",
+        "Failures retried although they said a retry cannot help.",
+        "futile_retries",
         False,
     ),
     (

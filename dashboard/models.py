@@ -35,6 +35,8 @@ class RollupCounts(models.Model):
     switched = models.PositiveIntegerField(default=0)
     # failures the coordinator did not retry although a blind retry-everything policy would have
     avoided_retries = models.PositiveIntegerField(default=0)
+    # failures retried although they said a retry cannot help (RunSets.FUTILE_RETRIES): should be 0
+    futile_retries = models.PositiveIntegerField(default=0)
 
     class Meta:
         abstract = True

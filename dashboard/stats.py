@@ -8,10 +8,10 @@ windows read 4 or 28 blocks per key and window instead of 24 or 168 hourly rows 
 the last few complete hours after the last whole block are read hourly. The 1-hour window is
 small enough to be counted live entirely, at minute resolution.
 
-The sets of runs counted here (failures, retries, wasted, early and avoided retries, switched runs,
-partial results, valid empty results) are defined once, in `orchestrator.models.RunSets`, and
-counted here with those same conditions; the runs page's filters and the API read them through
-the `Run` QuerySet methods of the same names.
+The sets of runs counted here (failures, retries, wasted, early, avoided and futile retries,
+switched runs, partial results, valid empty results) are defined once, in
+`orchestrator.models.RunSets`, and counted here with those same conditions; the runs page's
+filters and the API read them through the `Run` QuerySet methods of the same names.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ METRICS = (
     "early_retries",
     "switched",
     "avoided_retries",
+    "futile_retries",
 )
 HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
@@ -62,6 +63,7 @@ def _metric_aggregates() -> dict[str, Any]:
         "early_retries": Count("id", filter=RunSets.EARLY_RETRIES),
         "switched": Count("id", filter=RunSets.SWITCHED),
         "avoided_retries": Count("id", filter=RunSets.AVOIDED_RETRIES),
+        "futile_retries": Count("id", filter=RunSets.FUTILE_RETRIES),
     }
 
 

@@ -125,6 +125,7 @@ def failure_tiles(s: WindowStats) -> list[Tile]:
 def recovery_tiles(s: WindowStats) -> list[Tile]:
     cur, w = s.current, s.window
     wasted = sorted(cur.wasted.items(), key=lambda kv: -kv[1])[:4]
+    futile = cur.metric["futile_retries"]
     early = cur.metric["early_retries"]
     unclassified_type = FailureType.UNCLASSIFIED
     unclassified = _rate(cur.by_type[unclassified_type], cur.failures)
@@ -135,9 +136,10 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
             "Wasted retries",
             f"{cur.wasted_total:,}",
             runs_url(w, flag="wasted"),
-            sub="retries that still failed",
+            sub=f"retries that still failed; {futile:,} spent on failures that said a retry "
+            "cannot help",
             rows=[(f"{ft} · {src}", n) for (ft, src), n in wasted],
-            tone="warn" if cur.wasted_total else "ok",
+            tone="bad" if futile else "warn" if cur.wasted_total else "ok",
         ),
         Tile(
             "early",
@@ -146,6 +148,14 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
             runs_url(w, flag="early"),
             sub="retries before their due time (should be 0)",
             tone="bad" if early else "ok",
+        ),
+        Tile(
+            "futile",
+            "Retry-signal compliance",
+            f"{futile:,} futile",
+            runs_url(w, flag="futile"),
+            sub="failures retried although they said a retry cannot help (should be 0)",
+            tone="bad" if futile else "ok",
         ),
         Tile(
             "unclassified",

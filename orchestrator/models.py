@@ -274,6 +274,10 @@ class RunQuerySet(models.QuerySet):
         """Failures routed elsewhere than a retry: a blind policy would have retried each."""
         return self.filter(RunSets.AVOIDED_RETRIES)
 
+    def futile_retries(self) -> RunQuerySet:
+        """Failures retried although they said a retry cannot help (a credential refresh aside)."""
+        return self.filter(RunSets.FUTILE_RETRIES)
+
     def retrying(self) -> RunQuerySet:
         """Queued retries waiting for their due time."""
         return self.filter(RunSets.RETRYING)
@@ -336,11 +340,15 @@ class RunQuerySet(models.QuerySet):
         set: str | None = None,
     ) -> RunQuerySet:
         """The runs list's filters (API and dashboard); None means "any". `until` is exclusive;
-        `set` names one of the NAMED_SETS.
+        `set` names one of the NAMED_SETS. `status` also takes the envelope's words: "ok" is a
+        succeeded run, "error" a failure (failed, or failed and escalated).
 
         Each equality filter pairs with created_at in one of Run's indexes, so a window of one
         status / failure type / source / agent / workflow is an index range scan.
         """
+        qs = self
+        if status in ENVELOPE_STATUSES:
+            qs, status = qs.filter(status__in=ENVELOPE_STATUSES[status]), None
         exact = {
             "status": status,
             "failure_type": failure_type,
@@ -349,7 +357,7 @@ class RunQuerySet(models.QuerySet):
             "workflow_id": workflow,
             "topic": topic,
         }
-        qs = self.filter(**{name: value for name, value in exact.items() if value is not None})
+        qs = qs.filter(**{name: value for name, value in exact.items() if value is not None})
         if since is not None:
             qs = qs.filter(created_at__gte=since)
         if until is not None:
@@ -446,6 +454,11 @@ class Run(models.Model):
     failure_type = models.CharField(
         max_length=20, choices=FailureType.choices, null=True, blank=True
     )
+    # The failure type as the agent wrote it, when that was an alias ("auth_error"): the run is
+    # stored and counted under the canonical name, and the page shows what was sent.
+    reported_failure_type = models.CharField(max_length=50, null=True, blank=True)
+    # Which evidence decided the category (classifier.Signal: status, provider_code, type, …).
+    signal = models.CharField(max_length=20, blank=True)
     retryable = models.BooleanField(null=True, blank=True)
     retry_after = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -551,6 +564,11 @@ class Run(models.Model):
         return self.status in self.PENDING
 
     @property
+    def signal_label(self) -> str:
+        """Which evidence decided the failure type, in words ("provider code")."""
+        return self.signal.replace("_", " ")
+
+    @property
     def is_failure(self) -> bool:
         return self.status in self.FAILURE
 
@@ -599,6 +617,7 @@ class Run(models.Model):
             else envelope.get("failure_type") or FailureCategory.UNCLASSIFIED,
             retryable=None if ok else envelope.get("retryable"),
             retry_after=None if ok else envelope.get("retry_after"),
+            signal="" if ok else envelope.get("signal") or "",
             status_code=envelope.get("status_code"),
             provider_code=envelope.get("provider_code") or "",
             exception_type=envelope.get("exception_type") or "",
@@ -634,6 +653,9 @@ class Run(models.Model):
         self.decision, self.decision_reason = action, reason
 
 
+# The envelope's two words for a run's outcome, as filters over run statuses.
+ENVELOPE_STATUSES = {"ok": (Run.Status.SUCCEEDED,), "error": Run.FAILURE}
+
 # The named sets a client may ask for by name (GET /api/v1/runs?set=…): name → RunQuerySet method.
 NAMED_SETS = {
     "failures": "failures",
@@ -644,6 +666,7 @@ NAMED_SETS = {
     "early_retries": "early_retries",
     "switched": "switched",
     "avoided_retries": "avoided_retries",
+    "futile_retries": "futile_retries",
     "retrying": "retrying",
     "in_flight": "in_flight",
 }
@@ -656,8 +679,11 @@ class RunSets:
     a *wasted* retry failed again; an *early* retry started before its due time (before the
     provider's Retry-After); a *switched* run started on another source after a switch_source
     decision; an *avoided* retry is a failure routed elsewhere than a retry (switch, escalate,
-    abort, accept partial), which a blind policy would have retried. The README's "What an
-    operator sees" repeats these definitions.
+    abort, accept partial), which a blind policy would have retried; a *futile* retry is a
+    failure that said a retry cannot help (retryable false) and was retried anyway, except an
+    auth failure retried once after refreshing its credentials (the request changes; routing
+    retries an auth failure in no other way). The README's "What an operator sees" repeats
+    these definitions.
     """
 
     FAILURES = Q(status__in=Run.FAILURE)
@@ -674,6 +700,11 @@ class RunSets:
         Action.ACCEPT_PARTIAL,
     )
     AVOIDED_RETRIES = FAILURES & Q(decision__in=AVOIDING_DECISIONS)
+    FUTILE_RETRIES = (
+        FAILURES
+        & Q(retryable=False, decision=Action.RETRY)
+        & ~Q(failure_type=FailureCategory.AUTH_FAILURE)
+    )
     RETRYING = Q(status=Run.Status.QUEUED, retry_of__isnull=False, due_at__isnull=False)
 
 
