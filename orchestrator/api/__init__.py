@@ -2,8 +2,9 @@
 
 Cross-cutting behaviour is set once on `api`, so any router mounted on it gets the same: bearer
 auth on every operation (`auth`), the per-token rate limit, the JSON body parser (size, depth, NUL),
-and the error envelope for every failure (`errors`). A router added later needs only
-`api.add_router("/prefix", router)` and `response={200: X, **error_responses()}` in its decorators.
+the error envelope for every failure (`errors`) and the `X-Policy-Version` header on every answer
+(`policies`). A router added later needs only `api.add_router("/prefix", router)` and
+`response={200: X, **error_responses()}` in its decorators.
 The routers: `runs` (report, list, read), `policies`, `decisions` (routing as a service and
 classification), `workflows` (the built-in coordinator). Business rules live in the models and in
 `orchestrator.coordination`, never here.
@@ -26,6 +27,7 @@ from orchestrator.api.errors import (
     json_method_not_allowed,
     not_found,
 )
+from orchestrator.api.policies import with_policy_version
 
 DESCRIPTION = """
 Agents report every run with its structured outcome; coordinators read runs and routing policies.
@@ -36,6 +38,12 @@ Agents report every run with its structured outcome; coordinators read runs and 
 `failure_type`, `retryable`, `retry_after` (seconds; also the `Retry-After` header on 429 and
 503), `detail`, `errors` (one `{path, message}` per invalid field on 422), `attempted`,
 `partial_results`, `alternatives`.
+
+**Failure types** are the taxonomy's eight names; names from other vocabularies (`auth_error`,
+`rate_limit`, `not_found`, `unknown` …) are read as their canonical one (README: "Failure types and
+their aliases") wherever a failure type is read; any other name is a 422 listing the valid ones.
+
+**Policy version**: every answer carries `X-Policy-Version`; fetch `GET /policies` when it changes.
 
 **Limits**: bodies up to `API_MAX_BODY_BYTES` (413 beyond), JSON nested at most
 `API_MAX_JSON_DEPTH` levels, batches of at most `API_MAX_BATCH` runs, `API_RATE_LIMIT_PER_MINUTE`
@@ -54,9 +62,9 @@ class FailsightAPI(NinjaAPI):
         ]
         for pattern in urls:
             if isinstance(pattern, URLPattern):
-                pattern.callback = json_method_not_allowed(pattern.callback)
+                pattern.callback = with_policy_version(json_method_not_allowed(pattern.callback))
         # Last: any other path under the mount point is a JSON 404, not Django's HTML page.
-        urls.append(re_path(r"^.*$", not_found, name="not-found"))
+        urls.append(re_path(r"^.*$", with_policy_version(not_found), name="not-found"))
         return urls
 
 

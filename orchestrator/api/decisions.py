@@ -11,11 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Body, Router
+from ninja import Router
 
-from classifier.described import classify_description
-from orchestrator.api.errors import error_responses, invalid, not_found_error
-from orchestrator.api.schemas import ClassificationOut, DecisionIn, DecisionOut
+from classifier.described import classify_description, describe_mcp_result
+from classifier.taxonomy import UnknownFailureType, parse_failure_type
+from orchestrator.api.errors import (
+    EnvelopeParser,
+    FieldError,
+    error_responses,
+    invalid,
+    not_found_error,
+)
+from orchestrator.api.schemas import (
+    ClassificationOut,
+    ClassifyIn,
+    DecisionIn,
+    DecisionOut,
+)
 from orchestrator.coordination import budget, clock, policy, routing
 from orchestrator.coordination.registry import registry
 from orchestrator.models import Workflow
@@ -23,75 +35,83 @@ from orchestrator.vocabulary import Action
 
 router = Router(tags=["coordination"])
 
+# The keys of ClassifyIn that are not part of a described error.
+MCP_FIELDS = {
+    "provider",
+    "is_error",
+    "content",
+    "structured_content",
+    "meta",
+    "error_category",
+    "is_retryable",
+    "code",
+}
 
-@router.post("/decisions", response={200: DecisionOut, **error_responses()})
+
+@router.post("/decisions", response={200: DecisionOut, **error_responses(404, body=True)})
 def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
-    """Routing as a service: what to do after a failure, with the current policy version."""
+    """Routing as a service: what to do after a failure, with the current policy version.
+
+    `retryable: false` in the failure is never answered with a blind retry; `switch_to` names the
+    source a `switch_source` goes to (the capability's next untried source, else an alternative
+    the failure suggested that names a registered source)."""
     wf = None
     if payload.workflow:
         wf = Workflow.objects.filter(pk=payload.workflow).first()
         if wf is None:
             raise not_found_error(f"No workflow with id {payload.workflow}.")
     failure = payload.failure
-    partial = failure.get("partial_results")
+    tried = {payload.source, *payload.tried}
+    if wf is not None and payload.topic:
+        tried |= wf.sources_tried(payload.topic)
+    capability = wf.capability if wf is not None and wf.capability else None
+    target, suggested = registry().switch_target(
+        payload.source, tried, failure.suggested_sources(), capability=capability
+    )
     ctx = routing.Context(
         source=payload.source,
-        has_alternative=_has_alternative(payload.source, wf),
+        has_alternative=target is not None,
+        switch_to=target,
+        suggested=suggested,
         can_refresh=registry().has_refresher(payload.source),
-        partial_count=len(partial) if isinstance(partial, list) else 0,
+        partial_count=len(failure.partial_results),
     )
+    facts = failure.facts()
     snap = policy.current_snapshot()
     state = budget.state(payload.source)
     now = clock.now()
-    decision = routing.decide(failure, payload.attempt, snap, state, ctx, now=now)
+    decision = routing.decide(facts, payload.attempt, snap, state, ctx, now=now)
     if decision.action == Action.RETRY and not budget.try_spend(
         payload.source, decision.budget_cost
     ):
         empty = routing.Budget(source=payload.source, tokens=0)
-        decision = routing.decide(failure, payload.attempt, snap, empty, ctx, now=now)
+        decision = routing.decide(facts, payload.attempt, snap, empty, ctx, now=now)
     return decision.to_dict()
 
 
-def _has_alternative(source: str, wf: Workflow | None) -> bool:
-    reg = registry()
-    if wf is not None and wf.capability:
-        return any(s != source for s in reg.sources_for(wf.capability))
-    return any(source in names and len(names) > 1 for names in reg.capabilities.values())
-
-
-@router.post("/classify", response={200: ClassificationOut, **error_responses()})
-def classify(request: HttpRequest, payload: Body[dict[str, Any]]) -> dict[str, Any]:
-    """Classify a raw error described as data, or an MCP tool result with isError true."""
-    if "isError" in payload:
-        if payload.get("isError") is not True:
+@router.post("/classify", response={200: ClassificationOut, **error_responses(body=True)})
+def classify(request: HttpRequest, payload: ClassifyIn) -> dict[str, Any]:
+    """Classify a raw error described as data, or an MCP tool result with isError true, with the
+    enabled provider overrides (those scoped to `provider` too)."""
+    if payload.is_error is not None:
+        if payload.is_error is not True:
             raise invalid("An MCP tool result is classified only when isError is true.")
-        payload = describe_mcp_result(payload)
-    failure = classify_description(payload, classifier=policy.current_classifier())
+        described = describe_mcp_result(EnvelopeParser.parsed(request))
+        _check_mcp_category(described)
+    else:
+        described = payload.model_dump(exclude_none=True, exclude=MCP_FIELDS)
+    classifier = policy.current_classifier()
+    failure = classify_description(described, classifier=classifier, provider=payload.provider)
     data = failure.to_dict()
     return data | {"failure_type": data["category"]}
 
 
-def describe_mcp_result(result: dict[str, Any]) -> dict[str, Any]:
-    """Map an MCP tool result (isError: true) onto a described error the classifier reads."""
-    texts = [
-        c.get("text", "")
-        for c in result.get("content") or []
-        if isinstance(c, dict) and c.get("type") == "text"
-    ]
-    sc = result.get("structuredContent")
-    sc = sc if isinstance(sc, dict) else {}
-    err = sc.get("error") if isinstance(sc.get("error"), dict) else sc
-    code = err.get("code", err.get("status"))
-    described: dict[str, Any] = {"exception_type": "mcp.ToolError", "message": " ".join(texts)}
-    if isinstance(code, int) and not isinstance(code, bool):
-        described["status_code"] = code
-    elif isinstance(code, str) and code:
-        described["provider_code"] = code
-    if isinstance(err.get("retryable"), bool):
-        described["retryable"] = err["retryable"]
-    delay = err.get("retry_after", err.get("retryAfter", err.get("retry_after_seconds")))
-    if isinstance(delay, int | float | str) and not isinstance(delay, bool):
-        described["headers"] = {"Retry-After": str(delay)}
-    if isinstance(err.get("message"), str) and not texts:
-        described["message"] = err["message"]
-    return described
+def _check_mcp_category(described: dict[str, Any]) -> None:
+    """Refuse an errorCategory nested in the MCP result that no vocabulary knows (422)."""
+    stated = described.get("failure_type")
+    if stated is None:
+        return
+    try:
+        parse_failure_type(stated)
+    except UnknownFailureType as exc:
+        raise invalid("Invalid request.", [FieldError("errorCategory", str(exc))]) from None

@@ -43,8 +43,11 @@ logger = logging.getLogger(__name__)
 DB_RETRY_AFTER = 5.0
 
 
-# Status codes of the errors every operation may answer, for the OpenAPI document.
-COMMON_ERRORS = (401, 405, 413, 422, 429, 500, 503)
+# Status codes of the errors every operation may answer, for the OpenAPI document: no token,
+# another method, the rate limit, an internal error, the database unavailable.
+COMMON_ERRORS = (401, 405, 429, 500, 503)
+# ...and those of an operation with a JSON body: unparsable (400), too large (413), invalid (422).
+BODY_ERRORS = (400, 413, 422)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +97,11 @@ def not_found_error(detail: str) -> ApiError:
     return ApiError(404, FailureCategory.RESOURCE_MISSING, detail)
 
 
-def error_responses(*extra: int) -> dict[int, type[ErrorOut]]:
-    """The `response=` entries documenting our error envelope, for `@router.get(response=…)`."""
-    return dict.fromkeys(sorted({*COMMON_ERRORS, *extra}), ErrorOut)
+def error_responses(*extra: int, body: bool = False) -> dict[int, type[ErrorOut]]:
+    """The `response=` entries documenting our error envelope, for `@router.get(response=…)`:
+    the common ones, those of a JSON body when `body`, and `extra` (404, 409, 422 …)."""
+    codes = {*COMMON_ERRORS, *(BODY_ERRORS if body else ()), *extra}
+    return dict.fromkeys(sorted(codes), ErrorOut)
 
 
 def error_response(request: HttpRequest, error: ApiError) -> HttpResponse:

@@ -46,11 +46,13 @@ ROW_FIELDS = (
     "result_count",
     "results",
     "failure_type",
+    "reported_failure_type",
     "retryable",
     "retry_after",
     "status_code",
     "provider_code",
     "exception_type",
+    "signal",
     "detail",
     "exception_chain",
     "partial_results",
@@ -234,11 +236,13 @@ def _row(p: Pending) -> tuple:
         len(run.results),
         run.results,
         run.failure_type.value if run.failure_type else None,
+        run.reported_failure_type,
         run.retryable,
         run.retry_after,
         run.status_code,
-        run.provider_code,
+        run.provider_code or "",
         run.exception_type,
+        run.signal.value if run.signal else "",
         run.detail,
         run.chain,
         run.partial_results,
@@ -457,8 +461,11 @@ def ingest_batch(token_id: int, items: Sequence[Any]) -> list[Outcome]:
     return [outcomes[index] for index in range(len(items))]
 
 
-def ingest_one(token_id: int, run: RunIn, raw: dict[str, Any], header_key: str | None) -> Run:
-    """Store one report (or find its identical earlier report); raise ApiError otherwise."""
+def ingest_one(
+    token_id: int, run: RunIn, raw: dict[str, Any], header_key: str | None
+) -> tuple[Run, bool]:
+    """Store one report, or find its identical earlier report; return the run and whether it
+    was the earlier one (an idempotent replay). Raise ApiError otherwise."""
     if header_key and run.idempotency_key and header_key != run.idempotency_key:
         raise invalid(
             "The Idempotency-Key header and the body's idempotency_key differ.",
@@ -475,4 +482,4 @@ def ingest_one(token_id: int, run: RunIn, raw: dict[str, Any], header_key: str |
     outcome = store(token_id, [p], lambda i: "Idempotency-Key")[0]
     if outcome.error is not None:
         raise outcome.error
-    return Run.objects.get(pk=outcome.id)
+    return Run.objects.get(pk=outcome.id), outcome.status == "existing"

@@ -1,21 +1,47 @@
-"""The policies endpoint: the routing table and the enabled provider overrides, with their version.
+"""The policies endpoint: the routing table and the enabled provider overrides, with their version,
+and the `X-Policy-Version` header every API answer carries.
 
 Read-only for agents; operators edit policies on the dashboard or in the admin, through
-`models.save_policy_change`, which bumps the version every decision records.
+`models.save_policy_change`, which bumps the version every decision records. The header lets an
+agent that embeds the classifier (`AgentClient`) notice an edit on any answer and fetch this
+endpoint again, so that operators' overrides reach its classifications too.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
-from django.http import HttpRequest
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse
 from ninja import Router
 
 from orchestrator.api.errors import error_responses
 from orchestrator.api.schemas import PoliciesOut
 from orchestrator.models import PolicyState, ProviderOverride, RoutingPolicy
 
+logger = logging.getLogger(__name__)
+
 router = Router(tags=["policies"])
+
+VERSION_HEADER = "X-Policy-Version"
+
+
+def with_policy_version(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Wrap an API view so that its answer, errors included, carries the policy version."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        try:
+            response[VERSION_HEADER] = str(PolicyState.current_version())
+        except DatabaseError:  # the database is down: the answer says so; no version to tell
+            logger.warning("policy version unavailable for %s", request.path, exc_info=True)
+        return response
+
+    return wrapper
 
 
 @router.get("", response={200: PoliciesOut, **error_responses()})

@@ -36,21 +36,30 @@ from orchestrator.models import Run
 
 router = Router(tags=["runs"])
 
+# Set on the answer to a report whose Idempotency-Key was already stored: nothing new was stored.
+REPLAYED_HEADER = "Idempotent-Replayed"
 
-@router.post("", response={201: RunOut, **error_responses(404, 409)})
+
+@router.post("", response={201: RunOut, **error_responses(409, body=True)})
 def report_run(
     request: HttpRequest,
+    response: HttpResponse,
     payload: RunIn,
     idempotency_key: Annotated[Str255 | None, Header(alias="Idempotency-Key")] = None,
 ) -> Status:
     """Report one run. With an `Idempotency-Key` header, repeating the request returns the stored
-    run (201 again) and never stores a second one; the same key with another body is a 409."""
+    run (201 again, with `Idempotent-Replayed: true`) and never stores a second one; the same key
+    with another body is a 409. The output of `error_envelope()` / `success_envelope()` is
+    accepted as it is, and a failure type from another vocabulary ("auth_error") is stored under
+    its canonical name, with what was sent kept in `reported_failure_type`."""
     raw = EnvelopeParser.parsed(request)
-    run = ingest.ingest_one(request.auth.pk, payload, raw, idempotency_key)
+    run, replayed = ingest.ingest_one(request.auth.pk, payload, raw, idempotency_key)
+    if replayed:
+        response[REPLAYED_HEADER] = "true"
     return Status(201, run)
 
 
-@router.post("/batch", response={200: BatchResultOut, **error_responses()})
+@router.post("/batch", response={200: BatchResultOut, **error_responses(409, body=True)})
 def report_runs(request: HttpRequest, payload: RunBatchIn) -> HttpResponse:
     """Report up to `API_MAX_BATCH` runs, each with its own `idempotency_key`. Each item is
     judged alone: `created`, `existing` (an identical earlier report, with its id) or `rejected`
@@ -66,7 +75,7 @@ def report_runs(request: HttpRequest, payload: RunBatchIn) -> HttpResponse:
     return HttpResponse(orjson.dumps(body), content_type="application/json")
 
 
-@router.get("", response={200: RunListOut, **error_responses()})
+@router.get("", response={200: RunListOut, **error_responses(422)})
 def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any]:
     """Runs newest first, filtered; pass `next_cursor` back as `cursor` for the next page."""
     after = None

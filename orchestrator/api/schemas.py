@@ -4,6 +4,11 @@ Input schemas are plain pydantic models (no ORM access needed, and they validate
 `Schema`, which matters on the batch path); output schemas are ninja `Schema`s read from model rows.
 String limits match the model columns, integer limits match the column types (PostgreSQL `integer`,
 `smallint`, `bigint`), so nothing valid here can overflow or be truncated in the database.
+
+Every failure type arriving as text is read by `FailureTypeName`, the classifier's one parser
+(canonical names and their aliases; anything else is a 422 naming the valid values), and a run's
+fields are also read under the names other envelope conventions use (`classifier.envelope`'s
+aliases and camelCase forms); unknown keys are still refused.
 """
 
 from __future__ import annotations
@@ -14,18 +19,33 @@ from typing import Annotated, Any, Literal
 
 from ninja import Schema
 from pydantic import (
+    AliasChoices,
+    AliasGenerator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     SkipValidation,
     StringConstraints,
+    ValidationError,
+    WithJsonSchema,
     field_validator,
+    model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from classifier import FailureCategory
-from orchestrator.models import NAMED_SETS, Run
+from classifier import TAXONOMY_VERSION, FailureCategory, Signal
+from classifier.envelope import ATTEMPTED_QUERY, field_names
+from classifier.taxonomy import ALIASES, UnknownFailureType, parse_failure_type
+from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, Run
+from orchestrator.vocabulary import Action
 
 RunSetName = Enum("RunSetName", {name: name for name in NAMED_SETS}, type=str)
+# A run status, or one of the envelope's two words for an outcome (ok, error).
+RunStatusFilter = Enum(
+    "RunStatusFilter", {v: v for v in [*Run.Status.values, *ENVELOPE_STATUSES]}, type=str
+)
 INT_MAX = 2**31 - 1  # PostgreSQL integer (attempt, result counts)
 SMALLINT_MAX = 2**15 - 1  # PostgreSQL smallint (status_code)
 BIGINT_MAX = 2**63 - 1  # PostgreSQL bigint (primary keys)
@@ -39,6 +59,88 @@ Str100 = Annotated[str, StringConstraints(max_length=100)]
 Str200 = Annotated[str, StringConstraints(max_length=200)]
 Str255 = Annotated[str, StringConstraints(max_length=255)]
 Str300 = Annotated[str, StringConstraints(max_length=300)]
+
+
+def _failure_type(value: Any) -> FailureCategory:
+    try:
+        return parse_failure_type(value)
+    except UnknownFailureType as exc:
+        raise PydanticCustomError("failure_type", str(exc)) from None
+
+
+# A failure type as any client writes it: one of the eight names, or an alias ("auth_error").
+FailureTypeName = Annotated[
+    FailureCategory,
+    BeforeValidator(_failure_type),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": "One of the taxonomy's eight names, or an alias of one from another "
+            "vocabulary (README: 'Failure types and their aliases'); stored under the "
+            f"canonical name. Canonical: {', '.join(FailureCategory)}. Aliases: "
+            + ", ".join(f"{alias} → {category}" for alias, category in ALIASES.items()),
+            "examples": ["timeout", "auth_error", "rate_limit"],
+        }
+    ),
+]
+
+
+def _other_names(name: str) -> AliasChoices:
+    """Every name a field is read under: itself first (the documented one), then the rest."""
+    return AliasChoices(*field_names(name))
+
+
+def _error(kind: str, message: str, key: str, value: Any) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError(kind, message), loc=(key,), input=value)
+
+
+def _duplicates(model: type[BaseModel], data: dict[str, Any]) -> list[InitErrorDetails]:
+    """One error per field given under two of its names (a silent pick would lose a value)."""
+    groups = [
+        alias.choices if isinstance(alias, AliasChoices) else ()
+        for alias in (field.validation_alias for field in model.model_fields.values())
+    ]
+    groups.append(field_names(ATTEMPTED_QUERY))
+    errors = []
+    for names in groups:
+        given = [name for name in names if isinstance(name, str) and name in data]
+        message = f"{given[0] if given else ''} and this key name the same field: send one"
+        errors += [_error("duplicate_field", message, other, data[other]) for other in given[1:]]
+    return errors
+
+
+def _fold_query(data: dict[str, Any]) -> tuple[dict[str, Any], list[InitErrorDetails]]:
+    """Fold a bare attempted_query into attempted ({"query": …}), or say why it cannot be."""
+    key = next((name for name in field_names(ATTEMPTED_QUERY) if name in data), None)
+    if key is None:
+        return data, []
+    query = data[key]
+    attempted_key = next((n for n in field_names("attempted") if n in data), "attempted")
+    attempted = data.get(attempted_key, {})
+    if not isinstance(query, str):
+        return data, [_error("string_type", "a query string, read as attempted.query", key, query)]
+    if not isinstance(attempted, dict):
+        return data, []  # `attempted` itself is refused for its type
+    if attempted.get("query", query) != query:
+        message = f"differs from {attempted_key}.query: send the query once"
+        return data, [_error("conflict", message, key, query)]
+    folded = {k: v for k, v in data.items() if k != key}
+    folded[attempted_key] = {"query": query} | attempted
+    return folded, []
+
+
+def fold_other_names(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """Return `data` ready for `model`: a bare attempted_query folded into `attempted`.
+
+    Raise a ValidationError when one field is given under two of its names, or when the query
+    differs from attempted's own.
+    """
+    errors = _duplicates(model, data)
+    if not errors:
+        data, errors = _fold_query(data)
+    if errors:
+        raise ValidationError.from_exception_data(model.__name__, errors)
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,21 +180,40 @@ class RunIn(BaseModel):
     `status` is the envelope's: "ok" is stored as a succeeded run (zero results is the valid empty
     case), "error" as a failed run, which then needs a `failure_type`. Other run statuses
     (skipped, cancelled, escalated …) are the coordinator's to set, not an agent's to report: v1
-    accepts the envelope's two, and a value can be added later without breaking clients. Unknown
-    fields are refused (422) so that a misspelt field is not silently lost.
+    accepts the envelope's two, and a value can be added later without breaking clients.
+
+    The output of `classifier.envelope.error_envelope()` and `success_envelope()` is accepted as
+    it is. Every field is also read under its camelCase form (`failureType`, `partialResults` …),
+    `alternatives` also as `alternatives_suggested`, `retryable` as `retry_recommended`, and a bare
+    `attempted_query` string as `attempted.query`; one field sent under two names is refused.
+    Unknown fields are refused (422) so that a misspelt field is not silently lost.
     """
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        alias_generator=AliasGenerator(validation_alias=_other_names),
+    )
 
     status: Literal["ok", "error"]
-    failure_type: FailureCategory | None = None
-    retryable: bool | None = None
+    failure_type: FailureTypeName | None = None
+    retryable: bool | None = Field(
+        None,
+        description="false: a retry cannot help (never retried blindly); also read as "
+        "retry_recommended",
+    )
     retry_after: float | None = Field(None, ge=0, description="Seconds, when the provider said so")
     attempted: dict[str, Any] = Field(
-        default_factory=dict, description="The exact operation/query attempted"
+        default_factory=dict,
+        description="The exact operation/query attempted (a bare attempted_query string is read "
+        "as attempted.query)",
     )
     partial_results: list[Any] = Field(default_factory=list, description="Gathered before failing")
-    alternatives: list[str] = Field(default_factory=list, description="What could be tried instead")
+    alternatives: list[str] = Field(
+        default_factory=list,
+        description="What could be tried instead (also read as alternatives_suggested); one "
+        "naming a registered source is a switch target",
+    )
     detail: str = Field("", description="Human-readable error, kept verbatim")
     results: list[Any] = Field(default_factory=list, description="The results, when ok")
 
@@ -110,12 +231,38 @@ class RunIn(BaseModel):
     status_code: int | None = Field(
         None, ge=0, le=SMALLINT_MAX, description="HTTP or RPC status code"
     )
-    provider_code: Str200 = ""
+    provider_code: Str200 | None = None
     exception_type: Str300 = ""
+    signal: Signal | None = Field(None, description="Which evidence decided the failure type")
     chain: list[str] = Field(default_factory=list, description="Exception chain, outermost first")
+    taxonomy_version: int | None = Field(
+        None,
+        ge=1,
+        le=TAXONOMY_VERSION,
+        description=f"The taxonomy the failure type is from; this server speaks {TAXONOMY_VERSION}",
+    )
     idempotency_key: Str255 = Field(
         "", description="Batch items only (single reports use the Idempotency-Key header)"
     )
+
+    _sent_failure_type: str | None = PrivateAttr(None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _read_other_names(cls, data: Any, handler: Any) -> RunIn:
+        if not isinstance(data, dict):
+            return handler(data)
+        data = fold_other_names(cls, data)
+        run = handler(data)
+        sent = next((data[n] for n in field_names("failure_type") if n in data), None)
+        if isinstance(sent, str) and run.failure_type is not None and sent != run.failure_type:
+            run._sent_failure_type = sent  # an alias: stored canonical, kept as it was sent
+        return run
+
+    @property
+    def reported_failure_type(self) -> str | None:
+        """The failure type as the agent wrote it, when that differs from the canonical name."""
+        return self._sent_failure_type
 
     @field_validator("started_at", "finished_at")
     @classmethod
@@ -157,13 +304,18 @@ class RunOut(Schema):
     result_count: int
     results: list[Any]
     failure_type: FailureCategory | None
+    reported_failure_type: str | None = Field(
+        description="The failure type as the agent sent it, when that was an alias (null if not)"
+    )
     retryable: bool | None
     retry_after: float | None
     status_code: int | None
-    provider_code: str
+    provider_code: str | None
     exception_type: str
+    signal: Signal | None = Field(description="Which evidence decided the failure type")
     detail: str
     chain: list[Any] = Field(validation_alias="exception_chain")
+    taxonomy_version: int = Field(TAXONOMY_VERSION, description="The taxonomy failure_type is from")
     partial_results: list[Any]
     partial_count: int
     alternatives: list[Any]
@@ -180,6 +332,18 @@ class RunOut(Schema):
     def resolve_valid_empty(obj: Run) -> bool:
         return obj.is_valid_empty
 
+    @staticmethod
+    def resolve_provider_code(obj: Run) -> str | None:
+        return obj.provider_code or None  # as the envelope writes "no code": null
+
+    @staticmethod
+    def resolve_signal(obj: Run) -> str | None:
+        return obj.signal or None
+
+    @staticmethod
+    def resolve_taxonomy_version(obj: Run) -> int:
+        return TAXONOMY_VERSION
+
 
 class RunListOut(Schema):
     items: list[RunOut]
@@ -189,8 +353,12 @@ class RunListOut(Schema):
 class RunFilters(Schema):
     """Query filters of GET /runs; every one is optional and they combine with AND."""
 
-    status: Run.Status | None = None
-    failure_type: FailureCategory | None = None
+    status: RunStatusFilter | None = Field(
+        None,
+        description="A run status, or the envelope's word: ok (succeeded), error (failed or "
+        "escalated)",
+    )
+    failure_type: FailureTypeName | None = None
     source: Annotated[str, NoNul] | None = Field(None, max_length=100)
     agent: Annotated[str, NoNul] | None = Field(None, max_length=100)
     topic: Annotated[str, NoNul] | None = Field(None, max_length=200)
@@ -205,7 +373,8 @@ class RunFilters(Schema):
         description="A named set of runs, counted the same way by the dashboard's tiles: "
         "failures, valid_empty, partial (failures with partial results), retries, "
         "wasted_retries, early_retries (before their Retry-After), switched, avoided_retries, "
-        "retrying (queued retries), in_flight",
+        "futile_retries (retried although they said a retry cannot help), retrying (queued "
+        "retries), in_flight",
     )
     cursor: Annotated[str, NoNul] | None = Field(None, max_length=200)
     limit: int = Field(50, ge=1, le=500)
@@ -278,18 +447,209 @@ class PoliciesOut(Schema):
 Topic = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 
+class FailureIn(BaseModel):
+    """The failure a decision is about: an envelope (any name `RunIn` reads), a run as
+    `GET /runs/{id}` returns it, or the output of `/classify`.
+
+    Only what routing reads is validated; other keys are ignored, so a whole envelope or run can
+    be sent. `failure_type` (or `category`, /classify's name for it) is required and read like
+    every failure type: an unknown name is a 422, never routed as unclassified.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+        allow_inf_nan=False,
+        alias_generator=AliasGenerator(validation_alias=_other_names),
+    )
+
+    failure_type: FailureTypeName = Field(description="Also read as `category`")
+    retryable: bool | None = Field(
+        None, description="false: a retry cannot help, so the decision is never a blind retry"
+    )
+    retry_after: float | None = Field(None, ge=0, description="Seconds the provider asked for")
+    status_code: int | None = Field(None, ge=0, le=SMALLINT_MAX)
+    partial_results: list[Any] = Field(default_factory=list)
+    alternatives: list[Any] = Field(
+        default_factory=list,
+        description="An alternative naming a registered source is a switch "
+        "target when the capability has no other source left",
+    )
+    detail: str = ""
+    signal: str | None = Field(None, description="Set by the classifier: the provider spoke")
+
+    _retryable_by: str = PrivateAttr("the agent")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _read_other_names(cls, data: Any, handler: Any) -> FailureIn:
+        if not isinstance(data, dict):
+            return handler(data)
+        data = _category_as_failure_type(fold_other_names(cls, data))
+        failure = handler(data)
+        if any(name in data for name in field_names("retryable")[1:]):
+            failure._retryable_by = "the agent"  # retry_recommended: the agent's own advice
+        elif failure.signal not in (None, "", Signal.NONE):
+            failure._retryable_by = "the provider"  # the classifier read it from the provider
+        return failure
+
+    def facts(self) -> dict[str, Any]:
+        """What routing reads, with who said whether a retry can help."""
+        return {
+            "failure_type": self.failure_type,
+            "retryable": self.retryable,
+            "retryable_by": self._retryable_by,
+            "retry_after": self.retry_after,
+            "status_code": self.status_code,
+            "detail": self.detail,
+        }
+
+    def suggested_sources(self) -> list[str]:
+        return [a for a in self.alternatives if isinstance(a, str)]
+
+
+def _category_as_failure_type(data: dict[str, Any]) -> dict[str, Any]:
+    """Read /classify's `category` as the failure type; refuse it beside a different one."""
+    if "category" not in data:
+        return data
+    data = dict(data)
+    category = data.pop("category")
+    named = next((n for n in field_names("failure_type") if n in data), None)
+    if named is None:
+        return data | {"failure_type": category}
+    try:
+        same = parse_failure_type(category) == parse_failure_type(data[named])
+    except UnknownFailureType:
+        same = False
+    if not same:
+        message = f"category and {named} disagree: send one failure type"
+        error = _error("conflict", message, "category", category)
+        raise ValidationError.from_exception_data(FailureIn.__name__, [error])
+    return data
+
+
 class DecisionIn(Schema):
-    failure: dict[str, Any] = Field(description="An envelope or the output of /classify")
+    failure: FailureIn = Field(description="An envelope, a run, or the output of /classify")
     attempt: int = Field(1, ge=1, le=1000, description="The attempt that just failed")
     source: Name
-    workflow: int | None = Field(None, ge=1)
+    workflow: int | None = Field(None, ge=1, description="A workflow of the built-in coordinator")
+    topic: Str200 = Field("", description="With `workflow`: the sources its runs tried are skipped")
+    tried: list[Name] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Sources this task already tried: never proposed as `switch_to`",
+    )
 
 
 class DecisionOut(Schema):
-    action: str
+    action: Action
     delay_seconds: float
     reason: str
     policy_version: int
+    refresh: bool = Field(
+        False, description="retry only: refresh the credentials first (an auth failure's one retry)"
+    )
+    switch_to: str | None = Field(
+        None, description="switch_source only: the source to try next, when one is known"
+    )
+
+
+class DescribedErrorIn(BaseModel):
+    """An error described as data: what an exception would have told the classifier.
+
+    Every key is optional; the same rules, provider overrides and precedence apply as for a real
+    exception. `cause` and `context` describe the exceptions it wraps, in the same shape.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        alias_generator=AliasGenerator(validation_alias=_other_names),
+    )
+
+    exception_type: Str300 | None = Field(
+        None,
+        description="'module.ClassName'; a builtin name resolves to the real class, so "
+        "'ConnectionResetError' counts as a ConnectionError",
+        examples=["httpx.ReadTimeout"],
+    )
+    message: str | None = Field(None, examples=["read timed out"])
+    status_code: int | None = Field(None, ge=0, le=SMALLINT_MAX, examples=[504])
+    headers: dict[str, Any] | list[Any] | None = Field(
+        None,
+        description="Response headers: Retry-After, retry-after-ms, x-ratelimit-reset-*, "
+        "x-should-retry …",
+        examples=[{"Retry-After": "3"}],
+    )
+    provider_code: Str200 | None = Field(
+        None, description="A provider's own error code", examples=["ThrottlingException"]
+    )
+    error_code: Str200 | None = Field(None, description="Read like provider_code")
+    grpc_status: Str100 | None = Field(None, examples=["UNAVAILABLE"])
+    sqlstate: Str100 | None = Field(None, examples=["40001"])
+    retryable: bool | None = Field(None, description="The error's own say, if it has one")
+    retry_after: float | None = Field(None, ge=0, description="Seconds, if the error says")
+    failure_type: FailureTypeName | None = Field(
+        None,
+        description="The describer's own category (an alias works); decides unless a provider "
+        "override matched",
+    )
+    cause: DescribedErrorIn | None = None
+    context: DescribedErrorIn | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_per_field(cls, data: Any) -> Any:
+        return fold_other_names(cls, data) if isinstance(data, dict) else data
+
+
+class ClassifyIn(DescribedErrorIn):
+    """A described error, or an MCP tool result whose `isError` is true.
+
+    An MCP result is recognised by `isError` (or `is_error`): its text content is the message,
+    and `errorCategory` (a failure type name, aliases included), `isRetryable`, `retryAfter`,
+    `code`/`status` and `message` are read at the top level, in `_meta`, in `structuredContent`
+    and in `structuredContent.error`, each in camelCase or snake_case.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "exception_type": "ToolError",
+                    "message": "search failed",
+                    "cause": {
+                        "exception_type": "httpx.HTTPStatusError",
+                        "status_code": 429,
+                        "headers": {"Retry-After": "3"},
+                    },
+                },
+                {
+                    "isError": True,
+                    "content": [{"type": "text", "text": "token expired"}],
+                    "structuredContent": {"errorCategory": "auth_error", "isRetryable": False},
+                },
+            ]
+        }
+    )
+
+    provider: Name | None = Field(
+        None, description="The source or provider, so that overrides scoped to it apply too"
+    )
+    is_error: bool | None = Field(None, description="MCP: true marks a failed tool call")
+    content: list[dict[str, Any]] | None = Field(
+        None, description="MCP: content items; the text ones are the message"
+    )
+    structured_content: dict[str, Any] | None = Field(
+        None, description="MCP: may hold errorCategory, isRetryable, retryAfter, code, error {…}"
+    )
+    meta: dict[str, Any] | None = Field(
+        None, validation_alias="_meta", description="MCP: _meta, read like structuredContent"
+    )
+    error_category: FailureTypeName | None = Field(
+        None, description="MCP: the tool's own failure type (an alias works)"
+    )
+    is_retryable: bool | None = Field(None, description="MCP: the tool's own retry say")
+    code: int | str | None = Field(None, description="MCP: a status code or a provider code")
 
 
 class ClassificationOut(Schema):

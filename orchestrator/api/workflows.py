@@ -22,7 +22,7 @@ from orchestrator.models import ReviewItem, Run, Workflow
 router = Router(tags=["workflows"])
 
 
-@router.post("", response={201: WorkflowOut, **error_responses()})
+@router.post("", response={201: WorkflowOut, **error_responses(body=True)})
 def start(request: HttpRequest, payload: WorkflowIn) -> tuple[int, dict[str, Any]]:
     """Start a workflow run by this product's coordinator over the registered sources."""
     if not registry().sources_for(payload.capability):
