@@ -8,13 +8,21 @@
 The client retries its own HTTP calls only when the classifier says a retry can help (a timeout, a
 reset connection, a 5xx, a 429 after its Retry-After), never a 401 or a 422; every report carries an
 idempotency key that stays the same across those retries, so a retried report never doubles a run.
+
+What `track` raises is classified here, with the provider overrides operators edit on the server:
+every answer carries `X-Policy-Version`, and when it differs from the version of the overrides the
+client holds, the next classification fetches `GET /policies` first (once per version; a failed
+fetch keeps the overrides it had). This module talks to the server over HTTP only: it imports
+`classifier` and httpx, nothing of the server's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,8 +31,15 @@ from typing import Any
 
 import httpx
 
-from classifier import Classifier, Failure, FailureCategory, classify
+from classifier import Classifier, Failure, FailureCategory, Overrides, classify
 from classifier.envelope import error_envelope, success_envelope
+
+logger = logging.getLogger(__name__)
+
+# The header every answer of the API carries (the server's `X-Policy-Version`).
+POLICY_VERSION_HEADER = "X-Policy-Version"
+# After a failed fetch of the policies, how long before the next attempt (seconds).
+POLICY_RETRY_SECONDS = 30.0
 
 
 class ClientError(Exception):
@@ -59,7 +74,10 @@ class AgentClient:
         max_wait: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         classifier: Classifier | None = None,
+        sync_policies: bool = True,
     ) -> None:
+        """`classifier`, if given, classifies what `track` raises (instead of one holding the
+        server's overrides, which `sync_policies` keeps current) and the client's own errors."""
         root = base_url.rstrip("/")
         root = root if root.endswith("/api/v1") else f"{root}/api/v1"
         self.http = httpx.Client(
@@ -69,6 +87,13 @@ class AgentClient:
         self.max_wait = max_wait
         self.sleep = sleep
         self.classify_exc = classifier.classify if classifier else classify
+        self.classifier = classifier
+        self.sync_policies = sync_policies and classifier is None
+        self.policy_version: str | None = None  # the version of the overrides held
+        self.server_policy_version: str | None = None  # the latest version an answer named
+        self._policy_classifier = Classifier()
+        self._policy_lock = threading.Lock()
+        self._policy_failed_at: float | None = None
 
     def close(self) -> None:
         self.http.close()
@@ -93,7 +118,7 @@ class AgentClient:
         """Report one run's envelope; return the stored run (replayed if the key was used)."""
         keep = ("status", "failure_type", "retryable", "retry_after", "attempted")
         keep += ("partial_results", "alternatives", "detail", "results", "status_code")
-        keep += ("provider_code", "exception_type", "chain")
+        keep += ("provider_code", "exception_type", "signal", "chain", "taxonomy_version")
         body = {k: envelope[k] for k in keep if k in envelope and envelope[k] is not None}
         body |= {"agent": agent, "source": source} | {
             k: v for k, v in fields.items() if v is not None
@@ -109,6 +134,53 @@ class AgentClient:
 
     def classify(self, description: dict[str, Any]) -> dict[str, Any]:
         return self._request("POST", "/classify", json=description)
+
+    def policies(self) -> dict[str, Any]:
+        """The routing table and the enabled provider overrides, with their version."""
+        return self._request("GET", "/policies")
+
+    # -- the server's overrides, for classifying here --------------------------------------------
+
+    def report_classifier(self) -> Classifier:
+        """The classifier for what `track` raises: the one given, else one holding the server's
+        enabled provider overrides, fetched again first if an answer named a newer version."""
+        if self.classifier is not None:
+            return self.classifier
+        if self.sync_policies and self._policies_stale():
+            self.refresh_policies()
+        return self._policy_classifier
+
+    def refresh_policies(self) -> bool:
+        """Fetch the server's enabled overrides; False (keeping the old ones) if that failed."""
+        with self._policy_lock:
+            try:
+                body = self._fetch_policies()
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                logger.warning("could not fetch the server's policies", exc_info=True)
+                self._policy_failed_at = time.monotonic()
+                return False
+            self._policy_classifier = Classifier(overrides=Overrides.from_data(body["overrides"]))
+            self.policy_version = str(body["version"])
+            self._policy_failed_at = None
+            return True
+
+    def _fetch_policies(self) -> dict[str, Any]:
+        # One attempt, no retry loop: a classification must never wait on a struggling server.
+        response = self.http.get("/policies")
+        self._note_policy_version(response)
+        response.raise_for_status()
+        return response.json()
+
+    def _policies_stale(self) -> bool:
+        failed = self._policy_failed_at
+        if failed is not None and time.monotonic() - failed < POLICY_RETRY_SECONDS:
+            return False
+        return self.policy_version is None or self.server_policy_version != self.policy_version
+
+    def _note_policy_version(self, response: httpx.Response) -> None:
+        version = response.headers.get(POLICY_VERSION_HEADER)
+        if version:
+            self.server_policy_version = version
 
     # -- tracking subagent calls -----------------------------------------------------------------
 
@@ -136,6 +208,8 @@ class AgentClient:
                 attempted=call.attempted,
                 partial_results=call.partial_results,
                 alternatives=call.alternatives,
+                classifier=self.report_classifier(),
+                provider=source,
             )
             self._report_call(call, agent, source, operation, started, fields)
             if reraise:
@@ -181,6 +255,7 @@ class AgentClient:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 response = self.http.request(method, path, **kwargs)
+                self._note_policy_version(response)
                 response.raise_for_status()
                 return response.json()
             except httpx.HTTPError as exc:
