@@ -2,10 +2,11 @@
 
 1,000 subagent tasks (100 workflows of 10 topics; each workflow's capability has a primary and a
 backup source) with the failure mix of a real pipeline: about a third permanent failures (auth,
-missing, invalid), two thirds transient ones (timeouts, 5xx, rate limits with Retry-After), some
-failing after gathering partial results, some sources valid-empty. The workload runs twice through
-the coordinator's own code (workflow.step / dispatch_due / execute_run, routing.decide, the
-budget and coverage), driven in-process with a simulated clock:
+missing, invalid, and server faults that say a retry cannot help: a 501, a 503 with
+`x-should-retry: false`), two thirds transient ones (timeouts, 5xx, rate limits with
+Retry-After), some failing after gathering partial results, some sources valid-empty. The
+workload runs twice through the coordinator's own code (workflow.step / dispatch_due /
+execute_run, routing.decide, the budget and coverage), driven in-process with a simulated clock:
 
 * blind: every failure looks the same (no classification, no Retry-After), is retried 3 times,
   and a subagent's partial results die with its exception; the report says "no results" for a
@@ -14,7 +15,10 @@ budget and coverage), driven in-process with a simulated clock:
   coverage).
 
 A call is *wasted* if it could not succeed: a repeat of a request that already failed permanently
-on that source, or a call made while the provider's Retry-After was still running.
+on that source, or a call made while the provider's Retry-After was still running. A *retry
+against the signal* is a repeat of a request whose failure said a retry cannot help although its
+kind is usually retryable (the 501 and the x-should-retry: false above); the product's own count
+of them (`Run.objects.futile_retries()`) is printed for the classified arm.
 
     .venv/bin/python benchmarks/recovery.py [--tasks 1000] [--seed 7]
 """
@@ -46,12 +50,16 @@ MIX = [
     ("invalid", 8),
     ("partial_then_auth", 4),
     ("timeout", 17),
-    ("server_fault", 16),
+    ("server_fault", 11),
+    ("not_implemented", 3),
+    ("declined", 2),
     ("rate_limited", 15),
     ("partial_then_timeout", 8),
     ("empty", 10),
 ]
-PERMANENT = {"auth", "missing", "invalid", "partial_then_auth"}
+# A 501 and a 503 with x-should-retry: false: server faults whose answer says a retry cannot help.
+SAYS_NO_RETRY = {"not_implemented", "declined"}
+PERMANENT = {"auth", "missing", "invalid", "partial_then_auth", *SAYS_NO_RETRY}
 RETRY_AFTERS = [1, 2, 5, 10, 30]
 CALL_SECONDS = 0.2
 TIMEOUT_SECONDS = 10.0
@@ -93,6 +101,8 @@ class World:
     calls: int = 0
     wasted: int = 0
     early: int = 0
+    against_signal: int = 0
+    said_no_retry: set[tuple[str, str]] = field(default_factory=set)
     windows: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
     failed_permanently: set[tuple[str, str]] = field(default_factory=set)
     attempts: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
@@ -126,6 +136,7 @@ class World:
         early = window is not None and window[0] <= now < window[1]
         self.early += early
         self.wasted += early or key in self.failed_permanently
+        self.against_signal += key in self.said_no_retry
         url = f"https://{source}.example/search?q={topic}"
         if early:
             self.clock.sleep(CALL_SECONDS)
@@ -149,6 +160,9 @@ class World:
             self.partial_of[key].update(i["url"] for i in items)
             self.failed_permanently.add(key)
             self.failed_topics.add(topic)
+            if sc.kind in SAYS_NO_RETRY:
+                self.said_no_retry.add(key)
+                raise says_no_retry(sc.kind, url)
             kind = "auth" if sc.kind == "partial_then_auth" else sc.kind
             raise _exception(kind, "", url)
         if sc.kind == "server_fault" and self.attempts[key] <= sc.fails:
@@ -162,6 +176,18 @@ class World:
         if sc.kind == "empty":
             return []
         return [{"url": f"{url}&r={i}"} for i in range(3)]
+
+
+def says_no_retry(kind: str, url: str) -> Exception:
+    """A server fault whose answer says a retry cannot help, as httpx raises it."""
+    import httpx
+
+    from demo.inprocess import _exception, _status_error
+
+    if kind == "not_implemented":
+        return _exception("server_fault", "501", url)
+    headers = {"x-should-retry": "false"}
+    return _status_error(httpx.Request("GET", url), 503, headers, {"error": "not retryable"})
 
 
 def workload(tasks: int, seed: int) -> tuple[dict, list[tuple[str, list[str]]]]:
@@ -276,6 +302,9 @@ def run_arm(blind: bool, tasks: int, seed: int) -> dict[str, Any]:
     wfs = list(Workflow.objects.filter(pk__in=ids))
     runs = list(Run.objects.filter(workflow_id__in=ids))
     stats = measure(world, wfs, runs, blind)
+    stats["futile retries recorded"] = (
+        Run.objects.filter(workflow_id__in=ids).futile_retries().count()
+    )
     Workflow.objects.filter(pk__in=ids).delete()
     registry.use_registry(None)
     return stats
@@ -305,6 +334,7 @@ def measure(world: World, wfs, runs, blind: bool) -> dict[str, Any]:
         "calls made": world.calls,
         "wasted calls": world.wasted,
         "calls before Retry-After": world.early,
+        "retries against the signal": world.against_signal,
         "partial results preserved": len(preserved),
         "partial results gathered": len(needed),
         "topics reported as gaps with a reason": gaps,
@@ -321,7 +351,8 @@ def ratio(blind: float, classified: float) -> str:
 def report(blind: dict, classified: dict, seconds: float) -> str:
     lines = [f"{'metric':<40}{'blind':>12}{'classified':>14}"]
     for key in blind:
-        lines.append(f"{key:<40}{blind[key]:>12}{classified[key]:>14}")
+        if key != "futile retries recorded":  # the blind arm cannot know: it classifies nothing
+            lines.append(f"{key:<40}{blind[key]:>12}{classified[key]:>14}")
     pb = blind["partial results gathered"] or 1
     pc = classified["partial results gathered"] or 1
     lines += [
@@ -335,6 +366,10 @@ def report(blind: dict, classified: dict, seconds: float) -> str:
         "(target 0)",
         f"calls before Retry-After (classified): {classified['calls before Retry-After']} "
         "(target 0)",
+        "retries against a 'retry cannot help' signal: "
+        f"blind {blind['retries against the signal']}, "
+        f"classified {classified['retries against the signal']} (target 0); the product's "
+        f"futile-retries set counts {classified['futile retries recorded']} (target 0)",
         f"(benchmark ran in {seconds:.1f} s real time)",
     ]
     return "\n".join(lines)

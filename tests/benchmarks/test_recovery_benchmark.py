@@ -32,3 +32,7 @@ def test_the_recovery_benchmark_runs_and_meets_its_targets():
     assert rows["partial results preserved"][1] == rows["partial results gathered"][1]
     assert rows["wasted calls"][1] <= 0.03 * rows["wasted calls"][0]
     assert rows["workflows not settled"] == (0, 0)
+    # A 501 or an x-should-retry: false is never retried by the product, by ground truth and by
+    # its own futile-retries set; the blind arm retried them.
+    assert rows["retries against the signal"][1] == 0
+    assert "the product's futile-retries set counts 0 (target 0)" in out.stdout
