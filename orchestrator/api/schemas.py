@@ -602,6 +602,11 @@ class DescribedErrorIn(BaseModel):
         return fold_other_names(cls, data) if isinstance(data, dict) else data
 
 
+def _mcp(name: str) -> AliasChoices:
+    """An MCP field's names, camelCase first (the protocol's own spelling, as documented)."""
+    return AliasChoices(*reversed(field_names(name)))
+
+
 class ClassifyIn(DescribedErrorIn):
     """A described error, or an MCP tool result whose `isError` is true.
 
@@ -635,20 +640,28 @@ class ClassifyIn(DescribedErrorIn):
     provider: Name | None = Field(
         None, description="The source or provider, so that overrides scoped to it apply too"
     )
-    is_error: bool | None = Field(None, description="MCP: true marks a failed tool call")
+    is_error: bool | None = Field(
+        None, validation_alias=_mcp("is_error"), description="MCP: true marks a failed tool call"
+    )
     content: list[dict[str, Any]] | None = Field(
         None, description="MCP: content items; the text ones are the message"
     )
     structured_content: dict[str, Any] | None = Field(
-        None, description="MCP: may hold errorCategory, isRetryable, retryAfter, code, error {…}"
+        None,
+        validation_alias=_mcp("structured_content"),
+        description="MCP: may hold errorCategory, isRetryable, retryAfter, code, error {…}",
     )
     meta: dict[str, Any] | None = Field(
         None, validation_alias="_meta", description="MCP: _meta, read like structuredContent"
     )
     error_category: FailureTypeName | None = Field(
-        None, description="MCP: the tool's own failure type (an alias works)"
+        None,
+        validation_alias=_mcp("error_category"),
+        description="MCP: the tool's own failure type (an alias works)",
     )
-    is_retryable: bool | None = Field(None, description="MCP: the tool's own retry say")
+    is_retryable: bool | None = Field(
+        None, validation_alias=_mcp("is_retryable"), description="MCP: the tool's own retry say"
+    )
     code: int | str | None = Field(None, description="MCP: a status code or a provider code")
 
 

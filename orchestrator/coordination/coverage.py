@@ -111,15 +111,11 @@ def _why(
 ) -> str:
     failures = "; ".join(
         f"{s['source']} could not be reached ({', '.join(s['failure_types'])}"
-        f"{', kept ' + str(s['partial']) + ' partial results' if s['partial'] else ''})"
+        f"{', kept ' + _count(s['partial'], 'partial result') if s['partial'] else ''})"
         for s in failed
     )
     if verdict in (Verdict.WELL_SUPPORTED, Verdict.THIN):
-        parts = ", ".join(
-            f"{s['source']} ({s['results'] or s['partial']} "
-            f"{'results' if s['results'] else 'partial results'})"
-            for s in support
-        )
+        parts = ", ".join(f"{s['source']} ({_gathered(s)})" for s in support)
         how = "well" if verdict == Verdict.WELL_SUPPORTED else "thinly"
         only = "" if any(s["results"] for s in support) else " only partial results from"
         text = f"{topic} is {how} supported by{only} {parts}"
@@ -131,6 +127,17 @@ def _why(
     if not sources:
         return f"{topic} could not be assessed: no source was tried."
     return f"{topic} could not be assessed: {failures}."
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _gathered(entry: dict[str, Any]) -> str:
+    """What one supporting source gave: its results, else its partial results."""
+    if entry["results"]:
+        return _count(entry["results"], "result")
+    return _count(entry["partial"], "partial result")
 
 
 def summarise(coverage: dict[str, dict[str, Any]]) -> str:

@@ -401,7 +401,7 @@ class _Sayer:
         target = self.ctx.switch_to
         if target is None:
             return self.decision(SWITCH_SOURCE, 0, f"{why} the next source is tried")
-        whose = ", which the agent suggested" if self.ctx.suggested else ""
+        whose = ", which the agent suggested," if self.ctx.suggested else ""
         return self.decision(SWITCH_SOURCE, 0, f"{why} {target}{whose} is tried next")
 
     def decision(

@@ -52,8 +52,24 @@ def test_metrics_report_runs_reviews_and_breakers(client, db, settings):
     )
     assert 'source="we\\"ird\\nsource"' in body
     assert "failsight_review_open 1" in body
+    assert 'failsight_futile_retries_total{source="news_api"} 0' in body
     assert 'failsight_breaker_state{source="news_api",state="open"} 1' in body
     assert 'failsight_breaker_state{source="news_api",state="closed"} 0' in body
+
+
+def test_metrics_count_retries_spent_on_failures_that_said_no(client, db, settings):
+    settings.METRICS_ALLOWED_IPS = ["127.0.0.1"]
+    for created in (ago(hours=3), ago(minutes=1)):  # one folded hour, one live
+        make_failure(
+            "server_fault",
+            source="news_api",
+            retryable=False,
+            decision="retry",
+            created_at=created,
+        )
+    refresh_rollups(timezone.now() - timedelta(hours=5))
+    body = client.get(METRICS).content.decode()
+    assert 'failsight_futile_retries_total{source="news_api"} 2' in body
 
 
 class Receiver(BaseHTTPRequestHandler):

@@ -128,6 +128,21 @@ def test_recovery_health_definitions(db, clock):
     assert cur.by_type["unclassified"] == 1 and cur.failures == 4
 
 
+def test_futile_retries_are_counted_by_the_wasted_and_compliance_tiles(db, clock):
+    said_no = dict(source="news_api", retryable=False, decision=Action.RETRY)
+    fail_at(2.5, "server_fault", status_code=501, **said_no)  # folded into the rollups
+    fail_at(0.2, "server_fault", **said_no)  # the live hour
+    fail_at(0.2, "auth_failure", **said_no)  # the credential refresh: not futile
+    fail_at(0.2, "server_fault", source="news_api", retryable=True, decision=Action.RETRY)
+    fail_at(0.2, "server_fault", source="news_api", retryable=False, decision=Action.ABORT)
+    refresh_rollups(NOW - timedelta(hours=6))
+    assert Run.objects.futile_retries().count() == 2
+    tiles = {t.key: t for t in overview_tiles(WINDOWS["24h"])["recovery"]}
+    assert tiles["futile"].value == "2 futile" and tiles["futile"].tone == "bad"
+    assert "flag=futile" in tiles["futile"].href
+    assert "2 spent on failures that said a retry cannot help" in tiles["wasted"].sub
+
+
 def test_tiles_link_to_the_runs_behind_them(db, clock):
     fail_at(0.2, "timeout")
     tiles = overview_tiles(WINDOWS["24h"])
@@ -236,7 +251,7 @@ def test_the_seven_day_window_sums_rollups_into_six_hour_buckets(db, clock):
 
 
 SOURCES = ("news_api", "web_search", "scholar_api")
-FAILURE_TYPES = ("timeout", "rate_limited", "server_fault", "unclassified")
+FAILURE_TYPES = ("timeout", "rate_limited", "server_fault", "unclassified", "auth_failure")
 DECISIONS = (Action.RETRY, Action.SWITCH_SOURCE, Action.ESCALATE, Action.ABORT, "")
 
 
@@ -253,6 +268,7 @@ def random_runs(rng: random.Random, times: list[datetime]) -> None:
                 "failure_type": rng.choice(FAILURE_TYPES),
                 "partial_count": rng.choice([0, 0, 2]),
                 "decision": rng.choice(DECISIONS),
+                "retryable": rng.choice([None, True, False]),
             }
         elif status == "succeeded":
             fields["result_count"] = rng.choice([0, 3])
@@ -297,6 +313,11 @@ def raw_window(window, now: datetime) -> dict:
                 "early_retries": retry and run.started_at < run.due_at,
                 "switched": run.switched_from_id is not None,
                 "avoided_retries": failure and run.decision in RunSets.AVOIDING_DECISIONS,
+                # retried although it said a retry cannot help; an auth refresh is no blind retry
+                "futile_retries": failure
+                and run.retryable is False
+                and run.decision == Action.RETRY
+                and run.failure_type != "auth_failure",
             }
         )
         if failure and retry and run.created_at >= start:  # shown for the current window only
@@ -426,8 +447,14 @@ def test_the_migration_fills_the_blocks_the_refresh_keeps(db, clock):
     random_runs(rng, sorted(NOW - timedelta(days=2) * rng.random() for _ in range(150)))
     refresh_rollups(NOW - timedelta(days=3))
     folded = stored_blocks()
+    hourly = sorted(RunRollup.objects.values_list("hour", "source", "futile_retries"))
+    assert any(n for *_, n in hourly)  # the random runs hold futile retries
     SixHourRollup.objects.all().delete()
     SixHourWastedRetries.objects.all().delete()
-    migration = importlib.import_module("dashboard.migrations.0003_six_hour_rollups")
-    migration.fill_blocks(django_apps, None)
+    RunRollup.objects.update(futile_retries=0)  # as it was before the column existed
+    blocks = importlib.import_module("dashboard.migrations.0003_six_hour_rollups")
+    blocks.fill_blocks(django_apps, None)
+    futile = importlib.import_module("dashboard.migrations.0004_issue12_futile_retries")
+    futile.fill_futile_retries(django_apps, None)
     assert stored_blocks() == folded
+    assert sorted(RunRollup.objects.values_list("hour", "source", "futile_retries")) == hourly

@@ -56,6 +56,21 @@ def test_the_envelope_is_shown_in_full(operator_client):
         assert text in html, text
 
 
+def test_the_failure_type_as_sent_and_the_deciding_signal_are_shown(operator_client):
+    run = make_failure("auth_failure", reported_failure_type="auth_error", signal="provider_code")
+    html = detail(operator_client, run)
+    assert "Failure type sent" in html and "data-reported-failure-type>auth_error<" in html
+    assert "(read as auth_failure)" in html and "provider code" in html
+    plain = detail(operator_client, make_failure("timeout"))
+    assert "Failure type sent" not in plain and "Decided by" not in plain
+
+
+def test_a_hostile_failure_type_as_sent_is_escaped(operator_client):
+    run = make_failure("timeout", reported_failure_type=HOSTILE_SCRIPT[:50])
+    html = detail(operator_client, run)
+    assert HOSTILE_SCRIPT[:50] not in html and "&lt;script&gt;" in html
+
+
 def test_hostile_agent_content_is_escaped_everywhere(operator_client):
     run = make_failure(
         "unclassified",

@@ -57,6 +57,16 @@ def test_flags_select_retries_partials_and_valid_empties(operator_client):
     assert ids(operator_client.get(RUNS + "?flag=empty")) == [empty.pk]
 
 
+def test_the_futile_flag_lists_failures_retried_against_their_signal(operator_client):
+    futile = make_failure("server_fault", retryable=False, decision="retry")
+    make_failure("server_fault", retryable=True, decision="retry")
+    make_failure("auth_failure", retryable=False, decision="retry")  # a credential refresh
+    make_failure("server_fault", retryable=False, decision="switch_source")
+    response = operator_client.get(RUNS + "?flag=futile")
+    assert ids(response) == [futile.pk]
+    assert "failures retried although they said a retry cannot help" in response.content.decode()
+
+
 def test_the_switched_flag_lists_runs_started_after_a_switch(operator_client):
     wf = make_workflow()
     failed = make_failure(

@@ -7,8 +7,9 @@ import socket
 import httpx
 import pytest
 
+from classifier import classify
 from orchestrator.client import AgentClient, ClientError
-from orchestrator.models import ApiToken, Run
+from orchestrator.models import ApiToken, ProviderOverride, Run, save_policy_change
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -87,3 +88,48 @@ def test_a_refused_connection_is_retried_with_backoff(db):
     with pytest.raises(ClientError) as err:
         client.classify({})
     assert err.value.failure.category.value == "transient" and len(sleeps) == 2
+
+
+def _status_error(status: int) -> httpx.HTTPStatusError:
+    request = httpx.Request("GET", "https://maps.example/v1/query")
+    response = httpx.Response(status, json={"error": "token"}, request=request)
+    return httpx.HTTPStatusError(f"HTTP {status}", request=request, response=response)
+
+
+@pytest.mark.slow
+def test_an_embedded_agent_classifies_with_the_servers_overrides(agent, policy_editor):
+    fetched: list[str] = []
+    agent.http.event_hooks["request"] = [
+        lambda r: fetched.append(r.url.path) if r.url.path.endswith("/policies") else None
+    ]
+    # Without the server's overrides a 498 is just another 4xx.
+    assert classify(_status_error(498)).category.value == "invalid_input"
+    for _ in range(2):
+        with pytest.raises(httpx.HTTPStatusError), agent.track("maps-agent", "esri") as call:
+            raise _status_error(498)
+        run = Run.objects.get(pk=call.run["id"])
+        assert (run.failure_type, run.retryable) == ("auth_failure", False)  # the seeded override
+    assert len(fetched) == 1  # once per version, not once per classification
+
+    # An operator edits the overrides: the next answer names a new version, and the next
+    # classification fetches the policies again before classifying.
+    override = ProviderOverride(
+        match_on="status_code", match_value="499", failure_type="rate_limited", retryable=True
+    )
+    version = save_policy_change(override, policy_editor)
+    assert agent.policies()["version"] == version
+    with pytest.raises(httpx.HTTPStatusError), agent.track("maps-agent", "esri") as call:
+        raise _status_error(499)
+    assert Run.objects.get(pk=call.run["id"]).failure_type == "rate_limited"
+    assert agent.policy_version == str(version) and len(fetched) == 3
+
+
+def test_an_unreachable_server_leaves_classification_on_the_default_rules(db):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = AgentClient(f"http://127.0.0.1:{port}", "fs_x", sleep=lambda s: None)
+    assert client.report_classifier().classify(_status_error(404)).category.value == (
+        "resource_missing"
+    )
+    assert client.policy_version is None

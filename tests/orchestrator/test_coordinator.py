@@ -13,7 +13,15 @@ import pytest
 
 from orchestrator.coordination import actions, budget, dispatch, execution, review, workflow
 from orchestrator.coordination.simulation import drive, simulated
-from orchestrator.models import AuditEntry, ReviewItem, Run, SourceHealth, Workflow
+from orchestrator.models import (
+    AuditEntry,
+    ProviderOverride,
+    ReviewItem,
+    Run,
+    SourceHealth,
+    Workflow,
+    save_policy_change,
+)
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -147,6 +155,98 @@ def test_auth_failure_with_a_refresher_is_retried_once_after_refreshing(sim):
     first, second = runs_of(wf, "film")
     assert first.decision == "retry" and "refreshing its credentials" in first.decision_reason
     assert second.status == "succeeded"
+    # The 401 said a retry cannot help; the refresh changed the request, so it is not futile.
+    assert first.retryable is False
+    assert not Run.objects.futile_retries().exists()
+
+
+def test_a_501_classified_non_retryable_is_never_retried_by_the_coordinator(sim):
+    wf = sim.start(["film"], {"news_api:film": "server_fault:501", "news_wire:film": "ok:2"})
+    sim.drive()
+    first, switched = runs_of(wf, "film")
+    assert (first.failure_type, first.status_code, first.retryable) == ("server_fault", 501, False)
+    assert first.signal == "status"
+    assert first.decision == "switch_source"
+    assert "the provider says a retry cannot help" in first.decision_reason
+    assert "news_wire is tried next" in first.decision_reason
+    assert (switched.source, switched.switched_from_id) == ("news_wire", first.pk)
+    assert not Run.objects.filter(retry_of=first).exists()
+    assert not Run.objects.futile_retries().exists()
+
+
+def test_an_override_saying_no_retry_is_honoured_and_named(sim, policy_editor):
+    override = ProviderOverride(
+        provider="news_api",
+        match_on="status_code",
+        match_value="503",
+        failure_type="server_fault",
+        retryable=False,
+    )
+    save_policy_change(override, policy_editor)
+    wf = sim.start(["film"], {"news_api:film": "server_fault:503"})
+    sim.drive()
+    first = runs_of(wf, "film")[0]
+    assert (first.failure_type, first.retryable, first.decision) == (
+        "server_fault",
+        False,
+        "switch_source",
+    )
+    assert "a provider override says a retry cannot help" in first.decision_reason
+
+
+def test_an_alternative_the_run_suggested_is_used_when_the_capability_has_none_left(
+    sim, client, auth_headers
+):
+    wf = Workflow.objects.create(name="film", topics=["film"], capability="web")
+    tried = Run.objects.create(
+        workflow=wf,
+        topic="film",
+        capability="web",
+        agent="a",
+        source="web_search",
+        status=Run.Status.FAILED,
+        failure_type="resource_missing",
+        decision="switch_source",
+    )
+    report = {
+        "status": "error",
+        "failure_type": "not_found",
+        "agent": "web-agent",
+        "source": "web_archive",
+        "workflow": wf.pk,
+        "topic": "film",
+        "capability": "web",
+        "alternatives_suggested": ["use scholar_api instead of web_archive", "web_search"],
+    }
+    response = client.post("/api/v1/runs", report, content_type="application/json", **auth_headers)
+    assert response.status_code == 201, response.content
+    with sim.commit():
+        workflow.step(wf.pk)
+    reported = Run.objects.get(pk=response.json()["id"])
+    assert reported.decision == "switch_source"
+    assert "scholar_api, which the agent suggested, is tried next" in reported.decision_reason
+    nxt = Run.objects.get(workflow=wf, source="scholar_api")
+    assert nxt.switched_from_id == reported.pk and nxt.is_pending  # queued, then dispatched
+    assert tried.pk != nxt.pk
+
+
+def test_a_run_an_agent_reported_is_said_to_be_the_agents_word(sim, client, auth_headers):
+    wf = Workflow.objects.create(name="x", topics=["film"], capability="news")
+    report = {
+        "status": "error",
+        "failure_type": "server_error",
+        "retry_recommended": False,
+        "agent": "news-agent",
+        "source": "news_api",
+        "workflow": wf.pk,
+        "topic": "film",
+        "capability": "news",
+    }
+    response = client.post("/api/v1/runs", report, content_type="application/json", **auth_headers)
+    run = Run.objects.get(pk=response.json()["id"])
+    decision = workflow.decide_for(wf, run)
+    assert decision.action == "switch_source"
+    assert "the agent says a retry cannot help" in decision.reason
 
 
 def test_unclassified_is_retried_once_then_escalated_with_its_raw_detail(sim):

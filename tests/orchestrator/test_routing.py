@@ -7,6 +7,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.coordination import routing
 from orchestrator.coordination.routing import (
@@ -239,3 +241,167 @@ def test_equal_and_no_jitter_bounds():
     assert routing.delay_bounds(equal, 2) == (3.0, 6.0)
     none = Rule("timeout", max_attempts=3, base_delay=2, max_delay=5, multiplier=3, jitter="none")
     assert routing.delay_bounds(none, 3) == (5.0, 5.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The failure's own retry signal
+
+
+@pytest.mark.parametrize("ftype", RETRYABLE)
+def test_retryable_false_is_never_retried_and_says_why(ftype):
+    f = {"failure_type": ftype, "retryable": False, "status_code": 501}
+    for attempt in (1, 2):
+        d = decide(f, attempt, POLICY, Budget(), ctx(has_alternative=True), now=NOW, rng=bottom)
+        assert d.action == SWITCH_SOURCE and d.delay_seconds == 0
+        assert "the provider says a retry cannot help" in d.reason
+    gap = decide(f, 1, POLICY, Budget(), ctx(partial_count=2))
+    assert gap.action == ACCEPT_PARTIAL and "keeping its 2 partial results" in gap.reason
+
+
+def test_the_reason_names_who_said_a_retry_cannot_help():
+    f = {"failure_type": "server_fault", "retryable": False, "retryable_by": "the agent"}
+    d = decide(f, 1, POLICY, Budget(), ctx())
+    assert d.reason == (
+        "Server fault at news_api; the agent says a retry cannot help and no other source is "
+        "left; recording a gap."
+    )
+
+
+def test_an_unclassified_failure_that_says_no_retry_goes_to_a_human_at_once():
+    d = decide({"failure_type": "unclassified", "retryable": False}, 1, POLICY, Budget(), ctx())
+    assert d.action == ESCALATE and "cannot help" in d.reason
+
+
+@pytest.mark.parametrize("ftype", HARD)
+def test_retryable_true_never_makes_a_hard_fail_type_retry(ftype):
+    for attempt in (1, 2, 3):
+        d = decide({"failure_type": ftype, "retryable": True}, attempt, POLICY, Budget(), ctx())
+        assert d.action != RETRY or (ftype == "auth_failure" and d.refresh)
+
+
+@pytest.mark.parametrize("ftype", RETRYABLE)
+def test_unknown_retryability_keeps_the_tables_behaviour(ftype):
+    with_none = decide({"failure_type": ftype, "retryable": None}, 1, POLICY, rng=bottom)
+    without = decide({"failure_type": ftype}, 1, POLICY, rng=bottom)
+    assert with_none == without and with_none.action == RETRY
+
+
+def test_an_auth_failure_that_says_no_retry_is_refreshed_once_or_escalated():
+    f = {"failure_type": "auth_failure", "retryable": False, "status_code": 401}
+    refresh = decide(f, 1, POLICY, Budget(), ctx(can_refresh=True))
+    assert (refresh.action, refresh.refresh, refresh.delay_seconds) == (RETRY, True, 0)
+    assert "refreshing its credentials once" in refresh.reason
+    escalated = decide(f, 1, POLICY, Budget(), ctx())
+    assert (escalated.action, escalated.refresh) == (ESCALATE, False)
+    after = decide(f, 2, POLICY, Budget(), ctx(can_refresh=True, refreshed=True))
+    assert after.action == ESCALATE
+
+
+def test_only_the_credential_refresh_is_marked_as_one():
+    for ftype in ALL_TYPES:
+        d = decide({"failure_type": ftype}, 1, POLICY, Budget(), ctx(), rng=bottom)
+        assert d.refresh is False
+
+
+def _rules():
+    return st.builds(
+        dict,
+        failure_type=st.sampled_from(ALL_TYPES),
+        max_attempts=st.integers(1, 20),
+        base_delay=st.floats(0, 100),
+        max_delay=st.floats(0, 1000),
+        multiplier=st.floats(1, 5),
+        jitter=st.sampled_from(["full", "equal", "none"]),
+        action_when_exhausted=st.sampled_from(list(Action)),
+        hard_fail=st.booleans(),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    ftype=st.sampled_from(ALL_TYPES),
+    attempt=st.integers(1, 30),
+    rows=st.lists(_rules(), max_size=8),
+    retry_after=st.one_of(st.none(), st.floats(0, 10_000)),
+    status=st.one_of(st.none(), st.integers(100, 599)),
+    tokens=st.floats(0, 1000),
+    breaker=st.sampled_from(["closed", "open", "half_open"]),
+    opened_ago=st.floats(0, 7200),
+    has_alternative=st.booleans(),
+    can_refresh=st.booleans(),
+    refreshed=st.booleans(),
+    partial=st.integers(0, 10),
+    rng=st.floats(0, 0.999999),
+    who=st.sampled_from(["the provider", "the agent", "a provider override"]),
+)
+def test_a_failure_that_says_no_retry_is_never_retried_blindly(
+    ftype,
+    attempt,
+    rows,
+    retry_after,
+    status,
+    tokens,
+    breaker,
+    opened_ago,
+    has_alternative,
+    can_refresh,
+    refreshed,
+    partial,
+    rng,
+    who,
+):
+    """Whatever the routing table, budget, breaker, context and attempt: retryable false never
+    yields a retry, except the one credential refresh of an auth failure (the request changes)."""
+    policy = PolicySnapshot.from_rows(3, rows)
+    failure = {"failure_type": ftype, "retryable": False, "retryable_by": who}
+    failure |= {"retry_after": retry_after, "status_code": status}
+    budget = Budget(tokens=tokens, breaker=breaker, opened_at=NOW - timedelta(seconds=opened_ago))
+    context = ctx(
+        has_alternative=has_alternative,
+        can_refresh=can_refresh,
+        refreshed=refreshed,
+        partial_count=partial,
+    )
+    d = decide(failure, attempt, policy, budget, context, now=NOW, rng=lambda: rng)
+    if d.action == RETRY:
+        assert d.refresh and ftype == "auth_failure" and can_refresh and not refreshed
+    else:
+        assert not d.refresh
+
+
+# ---------------------------------------------------------------------------------------------
+# Reason sentences and switch targets
+
+
+@pytest.mark.parametrize(
+    ("jitter", "phrase"),
+    [
+        ("full", "backoff with full jitter"),
+        ("equal", "backoff with equal jitter"),
+        ("none", "fixed backoff without jitter"),
+    ],
+)
+def test_backoff_reasons_read_as_sentences(jitter, phrase):
+    rows = [{"failure_type": "timeout", "jitter": jitter, "base_delay": 2, "max_delay": 60}]
+    d = decide({"failure_type": "timeout"}, 1, PolicySnapshot.from_rows(1, rows), rng=top)
+    assert phrase in d.reason and "none jitter" not in d.reason
+    assert (
+        d.reason
+        == f"Timed out waiting for the source; retrying in 2.0 s, {phrase} (attempt 2 of 3)."
+    )
+
+
+def test_a_switch_names_its_target_and_whether_the_agent_suggested_it():
+    f = {"failure_type": "resource_missing", "status_code": 404}
+    known = decide(f, 1, POLICY, Budget(), ctx(has_alternative=True, switch_to="news_wire"))
+    assert (known.action, known.switch_to) == (SWITCH_SOURCE, "news_wire")
+    assert known.reason.endswith("; news_wire is tried next.")
+    suggested = ctx(has_alternative=True, switch_to="scholar_api", suggested=True)
+    d = decide(f, 1, POLICY, Budget(), suggested)
+    assert d.switch_to == "scholar_api" and "scholar_api, which the agent suggested" in d.reason
+    assert decide(f, 1, POLICY, Budget(), ctx()).switch_to is None
+
+
+def test_an_alias_is_routed_as_its_category():
+    d = decide({"failure_type": "rate_limit", "retry_after": 2}, 1, POLICY, rng=bottom)
+    assert d.failure_type == "rate_limited" and d.delay_seconds == 2.0
