@@ -17,9 +17,10 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from dashboard.stats import WINDOWS
 from orchestrator import keyset
-from orchestrator.models import FailureType, Run, RunQuerySet
+from orchestrator.models import Run, RunQuerySet
 
 PAGE_SIZE = 50
 SEARCH_DEFAULT = timedelta(hours=24)
@@ -47,6 +48,17 @@ FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
 def _values(params: QueryDict, key: str) -> list[str]:
     """A multi-valued filter: repeated keys and comma-separated values both work."""
     return [v.strip() for raw in params.getlist(key) for v in raw.split(",") if v.strip()]
+
+
+def _failure_types(names: list[str]) -> list[str]:
+    """The canonical names of the failure types asked for, aliases included ("auth_error")."""
+    found = []
+    for name in names:
+        try:
+            found.append(parse_failure_type(name).value)
+        except UnknownFailureType:
+            continue  # an unknown name filters nothing, as any unknown filter value here
+    return list(dict.fromkeys(found))
 
 
 def _parse_time(raw: str | None) -> datetime | None:
@@ -79,11 +91,10 @@ class RunFilter:
     def from_query(cls, params: QueryDict, now: datetime | None = None) -> RunFilter:
         now = now or timezone.now()
         statuses = set(Run.Status.values)
-        types = set(FailureType.values)
         workflow = params.get("workflow", "")
         f = cls(
             status=[s for s in _values(params, "status") if s in statuses],
-            failure_type=[t for t in _values(params, "failure_type") if t in types],
+            failure_type=_failure_types(_values(params, "failure_type")),
             source=_values(params, "source")[:20],
             agent=_values(params, "agent")[:20],
             workflow=int(workflow) if workflow.isdigit() else None,

@@ -104,8 +104,9 @@ def _duplicates(model: type[BaseModel], data: dict[str, Any]) -> list[InitErrorD
     errors = []
     for names in groups:
         given = [name for name in names if isinstance(name, str) and name in data]
-        message = f"{given[0] if given else ''} and this key name the same field: send one"
-        errors += [_error("duplicate_field", message, other, data[other]) for other in given[1:]]
+        for other in given[1:]:
+            message = f"{given[0]} and this key name the same field: send one"
+            errors.append(_error("duplicate_field", message, other, data[other]))
     return errors
 
 

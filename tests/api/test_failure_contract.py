@@ -367,3 +367,24 @@ def test_an_idempotent_replay_says_so(client, auth_headers):
     assert "Idempotent-Replayed" not in first
     assert again["Idempotent-Replayed"] == "true"
     assert first.json() == again.json() and Run.objects.count() == 1
+
+
+def test_futile_retries_are_a_named_set_of_the_runs_api(client, auth_headers):
+    futile = Run.objects.create(
+        agent="a",
+        source="s",
+        status=Run.Status.FAILED,
+        failure_type="server_fault",
+        retryable=False,
+        decision="retry",
+    )
+    Run.objects.create(
+        agent="a",
+        source="s",
+        status=Run.Status.FAILED,
+        failure_type="auth_failure",
+        retryable=False,
+        decision="retry",
+    )
+    listed = client.get("/api/v1/runs", {"set": "futile_retries"}, **auth_headers).json()
+    assert [r["id"] for r in listed["items"]] == [futile.pk]

@@ -67,6 +67,13 @@ def test_the_futile_flag_lists_failures_retried_against_their_signal(operator_cl
     assert "failures retried although they said a retry cannot help" in response.content.decode()
 
 
+def test_the_failure_type_filter_reads_aliases(operator_client):
+    auth = make_failure("auth_failure")
+    make_failure("timeout")
+    assert ids(operator_client.get(RUNS + "?failure_type=auth_error")) == [auth.pk]
+    assert ids(operator_client.get(RUNS + "?failure_type=Unauthorized,auth_failure")) == [auth.pk]
+
+
 def test_the_switched_flag_lists_runs_started_after_a_switch(operator_client):
     wf = make_workflow()
     failed = make_failure(
