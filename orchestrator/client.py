@@ -175,7 +175,11 @@ class AgentClient:
         failed = self._policy_failed_at
         if failed is not None and time.monotonic() - failed < POLICY_RETRY_SECONDS:
             return False
-        return self.policy_version is None or self.server_policy_version != self.policy_version
+        if self.policy_version is None:
+            return True
+        # A server that names no version (an older one) is not asked again on every failure.
+        named = self.server_policy_version
+        return named is not None and named != self.policy_version
 
     def _note_policy_version(self, response: httpx.Response) -> None:
         version = response.headers.get(POLICY_VERSION_HEADER)

@@ -72,7 +72,10 @@ def bench_database_url() -> str | None:
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
         return None
-    return urlunsplit(urlsplit(url)._replace(path="/failsight_dash_smoke"))
+    # Named after the test database's own name, so that two checkouts sharing one PostgreSQL
+    # server never load the benchmark into each other's schema.
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{parts.path.strip('/')}_dash_smoke"))
 
 
 @pytest.fixture(scope="module")
