@@ -1,11 +1,14 @@
 """Judging the evidence: the verdict on each exception of a chain, and the one that decides.
 Here: how strong each kind of evidence is, `judge` (the core rules' verdict on one node: a
-specific provider code, the status, a generic provider code, the class, the class name, the
-message, a broad class), and `decide` (registered overrides over the whole chain first, then the
-strongest verdict; between equals the outer exception wins, except that a generic TRANSIENT
-yields to a more specific verdict inside it: requests' ConnectionError wrapping urllib3's
-ReadTimeoutError is a timeout). Not here: reading the evidence (`classifier.signals`), the tables
-themselves (`classifier.rules`), and what a verdict makes of retryable, delay and detail
+specific code (a provider's; a protocol family's, such as a TLS reason or an AMQP reply code; a
+SQLSTATE), the status, a generic provider code, the class, the class name, the message, a broad
+class), and `decide` (registered overrides over the whole chain first, then the strongest
+verdict, wherever it sits: httpx's ConnectError around a certificate that failed verification is
+an auth failure, the inner reason being a code and the outer class only a class; between equals
+the outer exception wins, except that a generic TRANSIENT yields to a more specific verdict
+inside it: requests' ConnectionError wrapping urllib3's ReadTimeoutError is a timeout). Not here:
+reading the evidence (`classifier.signals`), the tables themselves (`classifier.rules`,
+`classifier.protocols`), and what a verdict makes of retryable, delay and detail
 (`classifier.failure`).
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Final, NamedTuple
 
-from classifier import rules
+from classifier import protocols, rules
 from classifier.overrides import MatchOn, OverrideRule, Overrides
 from classifier.signals import Node
 from classifier.taxonomy import FailureCategory, Signal
@@ -119,16 +122,24 @@ def judge(node: Node, *, read_message: bool = True) -> Verdict:
     if status_category is not None:
         return Verdict(Strength.STATUS, status_category, Signal.STATUS, None, node)
     for code in node.codes:  # too generic to beat a status: used only without one
-        category = rules.GENERIC_PROVIDER_CODES.get(code)
+        category = rules.generic_code_category(code)
         if category is not None:
             return Verdict(Strength.PROVIDER_CODE, category, Signal.PROVIDER_CODE, code, node)
     return _class_or_message(node, read_message)
 
 
 def _specific_code(node: Node, strength: Strength) -> Verdict | None:
-    """Return the verdict of the first provider code (else the SQLSTATE) a table knows."""
+    """Return the verdict of the first code a table knows, else of the SQLSTATE.
+
+    A class that keeps a protocol family's code (a TLS reason, a MySQL error number, an AMQP,
+    SMTP or FTP reply code) has its codes read by that family's table first: 404 from a broker
+    is AMQP's not-found, and 1049 from MySQL an unknown database, whatever SQLSTATE came along.
+    """
+    source = node.kind.code_source
     for code in node.codes:
-        category = rules.provider_code_category(code)
+        category = protocols.code_category(source.family, code) if source else None
+        if category is None:
+            category = rules.provider_code_category(code)
         if category is not None:
             return Verdict(strength, category, Signal.PROVIDER_CODE, code, node)
     if node.sqlstate:

@@ -1,7 +1,9 @@
 """The core rules as ordered data tables, and the small lookups that read them. Here: which HTTP
-statuses, gRPC statuses, provider codes, SQLSTATEs, exception classes, class names and message
-phrases mean which failure category, and which categories are retryable by default. Each table
-says where its entries come from. Not here: reading an exception (`classifier.signals`),
+statuses, gRPC statuses, provider codes (cloud services' own included), SQLSTATEs, exception
+classes, class names and message phrases mean which failure category, and which categories are
+retryable by default. Each table says where its entries come from. Not here: the reply codes of
+other protocols (TLS, MySQL, AMQP, SMTP, FTP, SSH: `classifier.protocols`), reading an exception
+(`classifier.signals`),
 weighing evidence against other evidence (`classifier.judge`), and provider-specific quirks (498
 token expired, 420 enhance-your-calm, an SDK's private error names), which callers register as
 overrides (`classifier.overrides.Overrides`), consulted before these tables.
@@ -147,10 +149,29 @@ PROVIDER_CODES: Final = MappingProxyType(
         "NotAuthorizedException": C.AUTH_FAILURE,
         "RequestExpired": C.AUTH_FAILURE,
         "TokenRefreshRequired": C.AUTH_FAILURE,
-        # AWS missing targets
+        "AuthorizationError": C.AUTH_FAILURE,  # SNS, a 403
+        "ForbiddenException": C.AUTH_FAILURE,  # API Gateway
+        "UnauthorizedException": C.AUTH_FAILURE,
+        "InvalidIdentityToken": C.AUTH_FAILURE,  # STS AssumeRoleWithWebIdentity, a 400
+        "IDPRejectedClaim": C.AUTH_FAILURE,
+        "InvalidGrantTokenException": C.AUTH_FAILURE,  # KMS
+        "InvalidSecurity": C.AUTH_FAILURE,  # SQS
+        "InvalidAuthenticationCode": C.AUTH_FAILURE,  # IAM MFA
+        "OptInRequired": C.AUTH_FAILURE,  # the account is not subscribed to the service
+        "Blocked": C.AUTH_FAILURE,
+        "AccountProblem": C.AUTH_FAILURE,  # S3
+        "AllAccessDisabled": C.AUTH_FAILURE,  # S3
+        "DisabledException": C.AUTH_FAILURE,  # KMS: the key is disabled for this use
+        # Lambda reports its own KMS or EC2 permissions failing as 502s: no retry fixes them
+        "KMSAccessDeniedException": C.AUTH_FAILURE,
+        "EC2AccessDeniedException": C.AUTH_FAILURE,
+        # AWS missing targets (each a 400 in its service unless said otherwise)
         "NotFound": C.RESOURCE_MISSING,
         "ResourceNotFoundException": C.RESOURCE_MISSING,
-        "NotFoundException": C.RESOURCE_MISSING,
+        "NotFoundException": C.RESOURCE_MISSING,  # KMS, and the Lambda, ECS, Glue families
+        "QueueDoesNotExist": C.RESOURCE_MISSING,  # SQS (JSON protocol)
+        "NonExistentQueue": C.RESOURCE_MISSING,  # SQS (query protocol, after its namespace)
+        "NoSuchEntity": C.RESOURCE_MISSING,  # IAM, a 404
         # AWS request errors
         "ValidationException": C.INVALID_INPUT,
         "ValidationError": C.INVALID_INPUT,
@@ -195,16 +216,42 @@ PROVIDER_CODES: Final = MappingProxyType(
         "authError": C.AUTH_FAILURE,
         "ACCESS_TOKEN_EXPIRED": C.AUTH_FAILURE,
         "API_KEY_INVALID": C.AUTH_FAILURE,
+        "notFound": C.RESOURCE_MISSING,
+        "forbidden": C.AUTH_FAILURE,
+        "insufficientPermissions": C.AUTH_FAILURE,
+        "accessNotConfigured": C.AUTH_FAILURE,  # the API is not enabled for the project
+        "SERVICE_DISABLED": C.AUTH_FAILURE,
+        "BILLING_DISABLED": C.AUTH_FAILURE,
+        "IAM_PERMISSION_DENIED": C.AUTH_FAILURE,
+        "CONSUMER_INVALID": C.AUTH_FAILURE,
+        # Azure (ARM and Storage error codes)
+        "AuthenticationFailed": C.AUTH_FAILURE,
+        "AuthorizationFailed": C.AUTH_FAILURE,
+        "AuthorizationPermissionMismatch": C.AUTH_FAILURE,
+        "InsufficientAccountPermissions": C.AUTH_FAILURE,
+        "InvalidAuthenticationInfo": C.AUTH_FAILURE,
+        "InvalidAuthenticationTokenTenant": C.AUTH_FAILURE,
+        "ExpiredAuthenticationToken": C.AUTH_FAILURE,
+        "KeyBasedAuthenticationNotPermitted": C.AUTH_FAILURE,
     }
 )
 
+# Namespaced codes ("AWS.SimpleQueueService.NonExistentQueue", "com.amazonaws.kms#NotFound-
+# Exception", "KMS.NotFoundException") are also looked up exactly by their last part, after
+# the last of these separators, when the whole code is not an exact entry.
+CODE_NAMESPACE_SEPARATORS: Final = ("#", ".")
+
 # Suffix and prefix patterns over provider codes, tried in this order after an exact miss (AWS
 # families: "ThrottlingException.Foo", "ExpiredTokenException", "NoSuchBucket",
-# "InvalidInstanceID.NotFound", "DBInstanceNotFound", "InvalidParameterValue").
+# "InvalidInstanceID.NotFound", "DBInstanceNotFound", "UserNotFoundException", Azure's
+# "ResourceGroupNotFound", "KMSAccessDeniedException"-like service variants).
 PROVIDER_CODE_SUFFIXES: Final = (
     ("NotFound", C.RESOURCE_MISSING),
     ("NotFoundException", C.RESOURCE_MISSING),
     ("NotFoundFault", C.RESOURCE_MISSING),
+    ("DoesNotExist", C.RESOURCE_MISSING),
+    ("DoesNotExistException", C.RESOURCE_MISSING),
+    ("AccessDeniedException", C.AUTH_FAILURE),
     ("ThrottledException", C.RATE_LIMITED),
     ("LimitExceeded", C.RATE_LIMITED),
 )
@@ -212,7 +259,17 @@ PROVIDER_CODE_PREFIXES: Final = (
     ("Throttling", C.RATE_LIMITED),
     ("ExpiredToken", C.AUTH_FAILURE),
     ("AccessDenied", C.AUTH_FAILURE),
+    ("NotAuthorized", C.AUTH_FAILURE),
+    ("Unauthorized", C.AUTH_FAILURE),
     ("NoSuch", C.RESOURCE_MISSING),
+    ("NonExistent", C.RESOURCE_MISSING),
+)
+
+# Prefixes that say only "the request is wrong" ("InvalidParameterValue", "InvalidParameter-
+# Combination", "MalformedQueryString"): what any 4xx says already, so, like the generic codes
+# below, they decide only without a status. A 403 "InvalidSecurity"-like code the exact table
+# does not know then stays the 403's AUTH_FAILURE.
+GENERIC_PROVIDER_CODE_PREFIXES: Final = (
     ("Invalid", C.INVALID_INPUT),
     ("Malformed", C.INVALID_INPUT),
 )
@@ -245,6 +302,7 @@ SQLSTATE_CODES: Final = MappingProxyType(
         "53300": C.RATE_LIMITED,  # too_many_connections
         "42501": C.AUTH_FAILURE,  # insufficient_privilege
         "3D000": C.RESOURCE_MISSING,  # invalid_catalog_name: the database does not exist
+        "42P01": C.RESOURCE_MISSING,  # undefined_table, as MySQL's 1146 no such table
         "25P03": C.TIMEOUT,  # idle_in_transaction_session_timeout
     }
 )
@@ -358,6 +416,31 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "psycopg.IntegrityError": C.INVALID_INPUT,
         "psycopg.ProgrammingError": C.INVALID_INPUT,
         "sqlalchemy.exc.TimeoutError": C.TIMEOUT,
+        "pymysql.err.IntegrityError": C.INVALID_INPUT,
+        "pymysql.err.DataError": C.INVALID_INPUT,
+        "pymysql.err.ProgrammingError": C.INVALID_INPUT,
+        "MySQLdb._exceptions.IntegrityError": C.INVALID_INPUT,
+        "MySQLdb._exceptions.DataError": C.INVALID_INPUT,
+        "MySQLdb._exceptions.ProgrammingError": C.INVALID_INPUT,
+        # message brokers (AMQP reply codes are read by classifier.protocols first). pika raises
+        # these two for a connection the broker closed with 403 and 530, keeping only the text.
+        "pika.exceptions.ProbableAuthenticationError": C.AUTH_FAILURE,
+        "pika.exceptions.ProbableAccessDeniedError": C.AUTH_FAILURE,
+        "pika.exceptions.AMQPConnectionError": C.TRANSIENT,
+        "pika.exceptions.StreamLostError": C.TRANSIENT,
+        "amqp.exceptions.RecoverableConnectionError": C.TRANSIENT,
+        "kombu.exceptions.OperationalError": C.TRANSIENT,
+        # SSH (paramiko): a host key that does not match is the server failing to prove who it
+        # is, as a TLS certificate that fails verification
+        "paramiko.ssh_exception.AuthenticationException": C.AUTH_FAILURE,
+        "paramiko.ssh_exception.PasswordRequiredException": C.AUTH_FAILURE,
+        "paramiko.ssh_exception.BadHostKeyException": C.AUTH_FAILURE,
+        "paramiko.ssh_exception.IncompatiblePeer": C.INVALID_INPUT,
+        "paramiko.ssh_exception.ProxyCommandFailure": C.TRANSIENT,
+        # mail and file transfer (reply codes are read by classifier.protocols first)
+        "smtplib.SMTPServerDisconnected": C.TRANSIENT,
+        "smtplib.SMTPNotSupportedError": C.INVALID_INPUT,
+        "ftplib.error_temp": C.TRANSIENT,
         # validation libraries
         "pydantic_core._pydantic_core.ValidationError": C.INVALID_INPUT,
         "pydantic.v1.error_wrappers.ValidationError": C.INVALID_INPUT,
@@ -381,14 +464,18 @@ EXCEPTION_TYPES: Final = MappingProxyType(
     }
 )
 
-# Classes whose `code` attribute is not an HTTP status or a provider code, so it is never read:
-# SystemExit's exit status, aiohttp's HTTP *parser* errors (a local 400 for a response body cut
-# short), and aiohttp's ClientResponseError, whose `code` is a deprecated alias of `status`.
+# Classes whose `code` attribute is not an HTTP status or a provider code, so it is never read
+# as one: SystemExit's exit status, aiohttp's HTTP *parser* errors (a local 400 for a response
+# body cut short), aiohttp's ClientResponseError, whose `code` is a deprecated alias of `status`,
+# and the protocol codes that classifier.protocols reads in their own tables (py-amqp's AMQP reply
+# code, whose 530 is not an HTTP 530; paramiko's SSH channel-open failure reason).
 CODE_IS_NOT_EVIDENCE: Final = frozenset(
     {
         "builtins.SystemExit",
         "aiohttp.http_exceptions.HttpProcessingError",
         "aiohttp.client_exceptions.ClientResponseError",
+        "amqp.exceptions.AMQPError",
+        "paramiko.ssh_exception.ChannelException",
     }
 )
 
@@ -403,6 +490,8 @@ FALLBACK_TYPES: Final = MappingProxyType(
         "django.db.utils.OperationalError": C.TRANSIENT,
         "sqlalchemy.exc.OperationalError": C.TRANSIENT,
         "sqlite3.OperationalError": C.TRANSIENT,  # "database is locked"
+        "pymysql.err.OperationalError": C.TRANSIENT,
+        "MySQLdb._exceptions.OperationalError": C.TRANSIENT,
     }
 )
 
@@ -482,6 +571,10 @@ MESSAGE_PATTERNS: Final = (
     ("token has expired", C.AUTH_FAILURE),
     ("expired token", C.AUTH_FAILURE),
     ("invalid credentials", C.AUTH_FAILURE),
+    ("certificate verify failed", C.AUTH_FAILURE),
+    ("not found in known_hosts", C.AUTH_FAILURE),  # paramiko: the server's key is unknown
+    ("certificate required", C.AUTH_FAILURE),
+    ("does not match host name", C.AUTH_FAILURE),  # libpq's check of the server certificate
     ("connection refused", C.TRANSIENT),
     ("connection reset", C.TRANSIENT),
     ("connection aborted", C.TRANSIENT),
@@ -492,6 +585,7 @@ MESSAGE_PATTERNS: Final = (
     ("temporary failure in name resolution", C.TRANSIENT),
     ("network is unreachable", C.TRANSIENT),
     ("eof occurred", C.TRANSIENT),
+    ("error reading ssh protocol banner", C.TRANSIENT),
     ("internal server error", C.SERVER_FAULT),
     ("service unavailable", C.SERVER_FAULT),
     ("bad gateway", C.SERVER_FAULT),
@@ -528,16 +622,33 @@ def status_category(status: int) -> C | None:
 def provider_code_category(code: str) -> C | None:
     """Return the category of a specific provider error code, or None if no table knows it.
 
-    An exact entry (provider code or gRPC status name) first, then the suffixes, then the
-    prefixes, each in table order; codes longer than 128 characters match exactly or not at all.
+    An exact entry (provider code or gRPC status name) first, then the last part of a namespaced
+    code exactly, then the suffixes, then the prefixes, each in table order; codes longer than
+    128 characters match exactly or not at all.
     """
     category = PROVIDER_CODES.get(code) or GRPC_STATUS.get(code)
     if category is not None or len(code) > 128:
         return category
+    for separator in CODE_NAMESPACE_SEPARATORS:
+        if separator in code:
+            category = PROVIDER_CODES.get(code.rpartition(separator)[2])
+            if category is not None:
+                return category
     for suffix, category in PROVIDER_CODE_SUFFIXES:
         if code.endswith(suffix):
             return category
     for prefix, category in PROVIDER_CODE_PREFIXES:
+        if code.startswith(prefix):
+            return category
+    return None
+
+
+def generic_code_category(code: str) -> C | None:
+    """Return the category of a generic provider code (one that never beats a status), or None."""
+    category = GENERIC_PROVIDER_CODES.get(code)
+    if category is not None or len(code) > 128:
+        return category
+    for prefix, category in GENERIC_PROVIDER_CODE_PREFIXES:
         if code.startswith(prefix):
             return category
     return None

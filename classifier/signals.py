@@ -1,23 +1,27 @@
 """Reading the signals of an exception and of the exceptions it carries, into evidence nodes.
 Here: what the rules tables say about an exception class (`exception_class`, a pure function of
 the class, cached), reading one exception into a `Node` (its HTTP or gRPC status, provider codes,
-SQLSTATE, headers, retryable flag, delay and message), and walking its chain (`read_chain`:
-`__cause__`, `__context__`, the link attributes libraries use, exception-group members; breadth
-first, each exception once, at most MAX_CHAIN exceptions and MAX_DEPTH links deep). Reading is
-pure: attributes and in-memory headers only (a response body is never read, a gRPC error's
-`code()` is a getter), and an attribute that raises when read counts as absent. Not here: what
-the evidence means (`classifier.judge`) and the Failure built from it (`classifier.failure`).
+SQLSTATE, the code of a protocol family, headers, retryable flag, delay and message), and
+walking its chain (`read_chain`: `__cause__`, `__context__`, the link attributes libraries use,
+exceptions kept in containers: exception-group members, a dict or list of per-address errors, a
+retry library's finished last attempt; breadth first, each exception once, at most MAX_CHAIN
+exceptions and MAX_DEPTH links deep). Reading is pure: attributes and in-memory headers only (a
+response body is never read, a gRPC error's `code()` is a getter, a finished future's exception
+is read with a zero timeout), and an attribute that raises when read counts as absent. Not here:
+what the evidence means (`classifier.judge`) and the Failure built from it (`classifier.failure`).
 """
 
 from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-from classifier import rules
+from classifier import protocols, rules
+from classifier.protocols import CodeSource, Read
 from classifier.retry_after import MAX_RETRY_AFTER
 from classifier.taxonomy import FailureCategory
 
@@ -28,8 +32,18 @@ MAX_DEPTH: Final = 16
 MESSAGE_LIMIT: Final = 300
 # Attributes besides __cause__/__context__ that libraries use to carry the underlying exception:
 # urllib's URLError.reason and urllib3's MaxRetryError.reason, SQLAlchemy's DBAPIError.orig,
-# google-api-core's RetryError.cause.
-LINK_ATTRIBUTES: Final = ("reason", "orig", "cause")
+# google-api-core's RetryError.cause, aiohttp's os_error and certificate_error; and containers of
+# them: paramiko's NoValidConnectionsError.errors (a dict of address -> error, one per address
+# tried), google-api-core's errors list, tenacity's RetryError.last_attempt (a finished future).
+LINK_ATTRIBUTES: Final = (
+    "reason",
+    "orig",
+    "cause",
+    "os_error",
+    "certificate_error",
+    "errors",
+    "last_attempt",
+)
 # Every attribute the evidence of an exception is read from, links included.
 READ_ATTRIBUTES: Final = frozenset(
     {
@@ -57,6 +71,7 @@ UNPRINTABLE: Final = "<unprintable message>"
 
 # Reads one attribute of the exception at hand: None if it is absent or raises when read.
 Getter = Callable[[str], Any]
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +91,7 @@ class ExceptionClass:
     # answers any name (a custom __getattr__ or __getattribute__).
     attributes: frozenset[str] = frozenset()
     answers_any_name: bool = False
+    code_source: CodeSource | None = None  # where the class keeps a protocol family's code
 
 
 @dataclass(slots=True)
@@ -180,6 +196,7 @@ def _describe(
         code_is_evidence=all(full not in rules.CODE_IS_NOT_EVIDENCE for full, _ in looked_up),
         attributes=attributes,
         answers_any_name=answers_any_name,
+        code_source=_first_entry(protocols.CODE_SOURCES, looked_up),
     )
 
 
@@ -191,9 +208,7 @@ def _lookup_names(module: str, qualname: str) -> tuple[str, str]:
     return f"{module}.{qualname}", f"{module.partition('.')[0]}.{qualname}"
 
 
-def _first_entry(
-    table: Mapping[str, FailureCategory], looked_up: list[tuple[str, str]]
-) -> FailureCategory | None:
+def _first_entry(table: Mapping[str, V], looked_up: list[tuple[str, str]]) -> V | None:
     """Return the entry of the most derived class in the MRO that `table` names either way."""
     for full, short in looked_up:
         category = table.get(full) or table.get(short)
@@ -253,10 +268,13 @@ def read_exception(exc: Any) -> tuple[Node, list[BaseException]]:
         return attribute(exc, name) if name in present else None
 
     links = _linked_exceptions(exc, get)
-    if not present:  # nothing to read (most exceptions): the class and the message speak
+    if not present and kind.code_source is None:  # most exceptions: class and message speak
         return Node(kind, message), links
     try:
-        return _read_evidence(get, kind, message), links
+        node = _read_evidence(get, kind, message) if present else Node(kind, message)
+        if kind.code_source is not None:
+            node.codes = (*_source_codes(exc, kind.code_source, message), *node.codes)
+        return node, links
     except Exception:  # evidence that cannot be read (a hostile value) counts as absent
         return Node(kind, message), links
 
@@ -275,10 +293,63 @@ def _present_attributes(exc: Any, kind: ExceptionClass) -> frozenset[str]:
 def _linked_exceptions(exc: Any, get: Getter) -> list[BaseException]:
     """Return the exceptions `exc` carries: cause, context, library links, group members."""
     candidates = [attribute(exc, "__cause__"), attribute(exc, "__context__")]
-    candidates.extend(get(name) for name in LINK_ATTRIBUTES)
+    for name in LINK_ATTRIBUTES:
+        value = get(name)
+        if value is not None:
+            candidates.extend(_carried(value))
     if isinstance(exc, BaseExceptionGroup):
         candidates.extend(exc.exceptions[:MAX_CHAIN])
     return [candidate for candidate in candidates if isinstance(candidate, BaseException)]
+
+
+def _carried(value: Any) -> list[Any]:
+    """Return what a link attribute holds: an exception, the exception of a finished future, or
+    the values of a list, tuple or dict of them (at most MAX_CHAIN)."""
+    if isinstance(value, BaseException):
+        return [value]
+    if isinstance(value, Future):
+        # A zero timeout: an unfinished future is skipped, never waited for.
+        try:
+            return [value.exception(timeout=0)] if value.done() else []
+        except Exception:  # cancelled, or a future that defeats reading
+            return []
+    if type(value) is dict:
+        value = list(value.values())
+    if type(value) in (list, tuple):
+        return list(value[:MAX_CHAIN])
+    return []
+
+
+def _source_codes(exc: Any, source: CodeSource, message: str) -> tuple[str, ...]:
+    """Return the codes of the family `source` names, read where it says (as strings)."""
+    if source.read is Read.MESSAGE_PREFIX:
+        code = protocols.reply_code_opening(message)
+    elif source.read is Read.SERVER_MESSAGE:
+        code = protocols.sqlstate_in_message(message)
+    elif source.read is Read.PER_ADDRESS:
+        replies = attribute(exc, source.attribute)
+        if type(replies) is not dict:
+            return ()
+        return tuple(
+            str(reply[0])
+            for reply in list(replies.values())[:MAX_CHAIN]
+            if type(reply) is tuple and reply and _is_code(reply[0])
+        )
+    else:
+        if source.read is Read.FIRST_ARG:
+            args = attribute(exc, "args")
+            value = args[0] if type(args) is tuple and args else None
+        else:
+            value = attribute(exc, source.attribute)
+        code = str(value) if _is_code(value) else None
+    return (code,) if code else ()
+
+
+def _is_code(value: Any) -> bool:
+    """Return whether `value` can be a family's code: an int (not a bool) or a short string."""
+    if isinstance(value, bool):
+        return False
+    return type(value) is int or (isinstance(value, str) and 0 < len(value) <= 64)
 
 
 def message_of(exc: Any) -> str:
