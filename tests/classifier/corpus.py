@@ -1,6 +1,8 @@
-"""The corpus: real exceptions raised by real client libraries calling a local fault-injecting
-server (statuses, provider bodies, rate-limit headers, slow and dropped responses) and refused
-ports, each with the category (and evidence) the classifier must find.
+"""The corpus: real exceptions raised by real client libraries calling local fault servers
+(HTTP statuses, provider bodies, rate-limit headers, slow and dropped responses; TLS servers with
+bad certificates; scripted SMTP and FTP servers; an SSH server; AWS services' own error codes),
+the machine's PostgreSQL, MariaDB and RabbitMQ, and refused ports, each with the category (and
+evidence) the classifier must find, and a one-line reason where the category is not obvious.
 
 Each case prepares what exists before the failure (a client, a session, a pool, an event loop)
 and yields the failing call. The corpus test (test_corpus.py) makes the call once and checks
@@ -11,19 +13,28 @@ the failure path an agent pays before `classify` runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+import ssl
+import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from classifier import FailureCategory
+from tests.classifier import protocol_faults
 from tests.classifier.faults import FaultEnv
 
 T = FailureCategory
 
 TIMEOUT_S = 0.3
+
+# The machine's services some cases call, by the name require_service reports.
+POSTGRES, MARIADB, RABBITMQ = "PostgreSQL", "MariaDB", "RabbitMQ"
+PRIVATE_POSTGRES = "a PostgreSQL installation (initdb) for a private cluster"
 
 # Who raised the exception, for the benchmark's per-group figures: a client library, the
 # standard library or the interpreter itself, or an agent's own wrapper around a library's.
@@ -31,6 +42,16 @@ LIBRARY, BUILTINS, WRAPPED = "library", "builtins", "wrapped"
 
 Call = Callable[[], object]
 Prepare = Callable[[FaultEnv], AbstractContextManager[Call]]
+
+
+_PORTS = {POSTGRES: 5432, MARIADB: 3306, RABBITMQ: 5672}
+
+
+def service_available(needs: str) -> bool:
+    """Return whether the service a case needs is here: listening, or installed (initdb)."""
+    if needs == PRIVATE_POSTGRES:
+        return protocol_faults.postgres_binaries() is not None
+    return protocol_faults.listening(_PORTS[needs])
 
 
 def caught(call: Call) -> BaseException:
@@ -51,6 +72,7 @@ class Case:
     category: FailureCategory
     expect: dict[str, Any] = field(default_factory=dict)
     group: str = LIBRARY
+    needs: str | None = None  # a service of the machine the case calls (POSTGRES, ...)
 
     def __str__(self) -> str:
         return self.name
@@ -313,10 +335,21 @@ AIOHTTP = [
 # --- urllib and urllib3 -------------------------------------------------------------------------
 
 
+def _closing_urlopen(url: str, timeout: float = TIMEOUT_S, **options: Any) -> bytes:
+    """Read `url` with urlopen as an agent should: an HTTPError holds the open response, which
+    is closed before it propagates (its status and headers stay readable)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, **options) as response:
+            return response.read()
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise
+
+
 def _urllib(path: str) -> Prepare:
     def make(env: FaultEnv) -> Call:
         url = _url(env, path)
-        return lambda: urllib.request.urlopen(url, timeout=TIMEOUT_S).read()
+        return lambda: _closing_urlopen(url)
 
     return _calling(make)
 
@@ -851,6 +884,971 @@ OTHERS = [
     ),
 ]
 
+# --- TLS: certificates that fail verification, behind every HTTP client -------------------------
+#
+# A certificate that fails verification fails the same way on every retry: auth_failure, never
+# the transient its client's connection error says. The inner ssl error's reason decides.
+
+TLS_VERIFY = {"provider_code": "CERTIFICATE_VERIFY_FAILED", "retryable": False}
+TLS_CLIENT_CERT = {"provider_code": "TLSV13_ALERT_CERTIFICATE_REQUIRED", "retryable": False}
+
+
+def _trust(env: FaultEnv, kind: str) -> str | None:
+    """Return the CA file a client trusts for a TLS scenario (None: the system's CAs only)."""
+    certs = env.certificates()
+    return {"untrusted": None, "other-host": str(certs.other[0])}.get(kind, str(certs.good[0]))
+
+
+def _tls_url(env: FaultEnv, kind: str) -> str:
+    if kind == "plain-port":  # https:// to the plain HTTP fault server
+        return env.url.replace("http://", "https://") + "/s/status-200"
+    return env.tls(kind) + "/s/status-200"
+
+
+def _tls_context(env: FaultEnv, kind: str) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=_trust(env, kind))
+
+
+def _httpx_tls(kind: str) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import httpx
+
+        url = _tls_url(env, kind)
+        with httpx.Client(timeout=TIMEOUT_S * 3, verify=_tls_context(env, kind)) as client:
+            yield lambda: client.get(url).raise_for_status()
+
+    return prepare
+
+
+def _requests_tls(kind: str) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import requests
+
+        url, trust = _tls_url(env, kind), _trust(env, kind) or True
+        with requests.Session() as session:
+            yield lambda: session.get(url, timeout=TIMEOUT_S * 3, verify=trust).raise_for_status()
+
+    return prepare
+
+
+def _urllib3_tls(kind: str) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import urllib3
+
+        url = _tls_url(env, kind)
+        with urllib3.PoolManager(
+            timeout=TIMEOUT_S * 3, retries=False, ssl_context=_tls_context(env, kind)
+        ) as pool:
+            yield lambda: pool.request("GET", url)
+
+    return prepare
+
+
+def _urllib_tls(kind: str) -> Prepare:
+    def make(env: FaultEnv) -> Call:
+        url, context = _tls_url(env, kind), _tls_context(env, kind)
+        return lambda: _closing_urlopen(url, TIMEOUT_S * 3, context=context)
+
+    return _calling(make)
+
+
+def _aiohttp_tls(kind: str) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import aiohttp
+
+        url, context = _tls_url(env, kind), _tls_context(env, kind)
+
+        async def call() -> None:
+            timeout = aiohttp.ClientTimeout(total=TIMEOUT_S * 3)
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.get(url, ssl=context) as response,
+            ):
+                await response.read()
+
+        yield lambda: asyncio.run(call())
+
+    return prepare
+
+
+def _boto_tls(env: FaultEnv) -> Call:
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.session.Session().client(
+        "s3",
+        region_name="us-east-1",
+        endpoint_url=env.tls("untrusted"),
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="secret",
+        config=Config(retries={"total_max_attempts": 1}, connect_timeout=1, read_timeout=1),
+    )
+    return lambda: client.get_object(Bucket="s", Key="k")
+
+
+TLS = [
+    Case(
+        "httpx: an untrusted self-signed certificate is auth_failure, not transient",
+        _httpx_tls("untrusted"),
+        T.AUTH_FAILURE,
+        {**TLS_VERIFY, "exception_type": "ssl.SSLCertVerificationError"},
+    ),
+    Case(
+        "httpx: a certificate for another host is auth_failure",
+        _httpx_tls("other-host"),
+        T.AUTH_FAILURE,
+        TLS_VERIFY,
+    ),
+    Case(
+        "httpx: a server demanding a client certificate is auth_failure (inside a ReadError)",
+        _httpx_tls("client-cert"),
+        T.AUTH_FAILURE,
+        TLS_CLIENT_CERT,
+    ),
+    # TLS spoken to a plain-text port fails the same way every time: configuration, not a blip.
+    Case(
+        "httpx: https:// to a plain HTTP port is invalid_input",
+        _httpx_tls("plain-port"),
+        T.INVALID_INPUT,
+        {"provider_code": "WRONG_VERSION_NUMBER"},
+    ),
+    Case(
+        "requests: an untrusted certificate (SSLError, a ConnectionError) is auth_failure",
+        _requests_tls("untrusted"),
+        T.AUTH_FAILURE,
+        TLS_VERIFY,
+    ),
+    Case(
+        "requests: a certificate for another host is auth_failure",
+        _requests_tls("other-host"),
+        T.AUTH_FAILURE,
+        TLS_VERIFY,
+    ),
+    Case(
+        "requests: a server demanding a client certificate is auth_failure",
+        _requests_tls("client-cert"),
+        T.AUTH_FAILURE,
+        TLS_CLIENT_CERT,
+    ),
+    Case(
+        "urllib3: an untrusted certificate is auth_failure",
+        _urllib3_tls("untrusted"),
+        T.AUTH_FAILURE,
+        TLS_VERIFY,
+    ),
+    Case(
+        "urllib3: a server demanding a client certificate is auth_failure",
+        _urllib3_tls("client-cert"),
+        T.AUTH_FAILURE,
+        TLS_CLIENT_CERT,
+    ),
+    Case(
+        "urllib: an untrusted certificate (URLError) is auth_failure",
+        _urllib_tls("untrusted"),
+        T.AUTH_FAILURE,
+        TLS_VERIFY,
+    ),
+    Case(
+        "aiohttp: an untrusted certificate (ClientConnectorCertificateError) is auth_failure",
+        _aiohttp_tls("untrusted"),
+        T.AUTH_FAILURE,
+        TLS_VERIFY,
+    ),
+    Case(
+        "aiohttp: a server demanding a client certificate is auth_failure",
+        _aiohttp_tls("client-cert"),
+        T.AUTH_FAILURE,
+        TLS_CLIENT_CERT,
+    ),
+    Case(
+        "boto3: an endpoint with an untrusted certificate (botocore SSLError) is auth_failure",
+        _calling(_boto_tls),
+        T.AUTH_FAILURE,
+        TLS_VERIFY,
+    ),
+]
+
+# --- PostgreSQL: SQLSTATE class 28 through psycopg and asyncpg ----------------------------------
+#
+# The machine's PostgreSQL trusts every existing role, so a wrong password needs a private
+# cluster with password authentication; a role that does not exist fails on either.
+
+MISSING_ROLE, MISSING_DB = "failsight_no_such_role", "failsight_no_such_db"
+
+
+def _psycopg_login(user: str, dbname: str, *, private: bool = False) -> Prepare:
+    def make(env: FaultEnv) -> Call:
+        import psycopg
+
+        port = env.private_postgres() if private else 5432
+        password = "wrong-password" if private else None
+        return lambda: psycopg.connect(
+            host="127.0.0.1",
+            port=port,
+            user=user,
+            password=password,
+            dbname=dbname,
+            connect_timeout=3,
+        )
+
+    return _calling(make)
+
+
+def _asyncpg_login(user: str, database: str, *, private: bool = False) -> Prepare:
+    def make(env: FaultEnv) -> Call:
+        import asyncpg
+
+        port = env.private_postgres() if private else 5432
+        password = "wrong-password" if private else None
+
+        async def call() -> None:
+            connection = await asyncpg.connect(
+                host="127.0.0.1",
+                port=port,
+                user=user,
+                password=password,
+                database=database,
+                timeout=3,
+            )
+            await connection.close()
+
+        return lambda: asyncio.run(call())
+
+    return _calling(make)
+
+
+def _psycopg_query(sql: str) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import psycopg
+
+        with psycopg.connect(
+            host="127.0.0.1",
+            port=5432,
+            user="postgres",
+            dbname="postgres",
+            connect_timeout=3,
+            autocommit=True,
+        ) as connection:
+            yield lambda: connection.execute(sql)
+
+    return prepare
+
+
+POSTGRESQL = [
+    # libpq keeps only the text of a connection failure: the server's own message for a missing
+    # role says "does not exist", but its SQLSTATE is 28000, and the code beats the message.
+    Case(
+        "psycopg: a role that does not exist is auth_failure (SQLSTATE 28000), not missing",
+        _psycopg_login(MISSING_ROLE, "postgres"),
+        T.AUTH_FAILURE,
+        {"provider_code": "28000", "signal": "provider_code", "retryable": False},
+        needs=POSTGRES,
+    ),
+    Case(
+        "psycopg: a wrong password is auth_failure (SQLSTATE 28P01)",
+        _psycopg_login("postgres", "postgres", private=True),
+        T.AUTH_FAILURE,
+        {"provider_code": "28P01"},
+        needs=PRIVATE_POSTGRES,
+    ),
+    Case(
+        "psycopg: a database that does not exist is resource_missing (SQLSTATE 3D000)",
+        _psycopg_login("postgres", MISSING_DB),
+        T.RESOURCE_MISSING,
+        {"provider_code": "3D000"},
+        needs=POSTGRES,
+    ),
+    Case(
+        "psycopg: a query on a missing table is resource_missing (SQLSTATE 42P01)",
+        _psycopg_query("SELECT * FROM failsight_no_such_table"),
+        T.RESOURCE_MISSING,
+        {"provider_code": "42P01"},
+        needs=POSTGRES,
+    ),
+    Case(
+        "psycopg: a syntax error is invalid_input (SQLSTATE 42601)",
+        _psycopg_query("SELEC 1"),
+        T.INVALID_INPUT,
+        {"provider_code": "42601"},
+        needs=POSTGRES,
+    ),
+    Case(
+        "asyncpg: a role that does not exist is auth_failure (its sqlstate 28000)",
+        _asyncpg_login(MISSING_ROLE, "postgres"),
+        T.AUTH_FAILURE,
+        {"provider_code": "28000"},
+        needs=POSTGRES,
+    ),
+    Case(
+        "asyncpg: a wrong password is auth_failure (28P01)",
+        _asyncpg_login("postgres", "postgres", private=True),
+        T.AUTH_FAILURE,
+        {"provider_code": "28P01"},
+        needs=PRIVATE_POSTGRES,
+    ),
+    Case(
+        "asyncpg: a database that does not exist is resource_missing (3D000)",
+        _asyncpg_login("postgres", MISSING_DB),
+        T.RESOURCE_MISSING,
+        {"provider_code": "3D000"},
+        needs=POSTGRES,
+    ),
+]
+
+# --- MySQL / MariaDB: error numbers, not their generic SQLSTATE ---------------------------------
+
+
+def _pymysql_login(password: str | None = None, database: str | None = None) -> Prepare:
+    def make(env: FaultEnv) -> Call:
+        import pymysql
+
+        return lambda: pymysql.connect(
+            host="127.0.0.1",
+            user="root",
+            password=password or "",
+            database=database,
+            connect_timeout=3,
+        )
+
+    return _calling(make)
+
+
+def _pymysql_query(*statements: str) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import pymysql
+
+        connection = pymysql.connect(
+            host="127.0.0.1", user="root", database="test", connect_timeout=3
+        )
+        try:
+            with connection.cursor() as cursor:
+                for statement in statements[:-1]:
+                    cursor.execute(statement)
+                yield lambda: cursor.execute(statements[-1])
+        finally:
+            connection.close()
+
+    return prepare
+
+
+def _pymysql_refused(env: FaultEnv) -> Call:
+    import pymysql
+
+    return lambda: pymysql.connect(host="127.0.0.1", port=env.closed, connect_timeout=1)
+
+
+MYSQL = [
+    Case(
+        "PyMySQL: a wrong password is auth_failure (error 1045)",
+        _pymysql_login(password="wrong-password"),
+        T.AUTH_FAILURE,
+        {"provider_code": "1045", "retryable": False},
+        needs=MARIADB,
+    ),
+    # 1049's SQLSTATE is 42000, the syntax-error class: the number says what happened.
+    Case(
+        "PyMySQL: an unknown database is resource_missing (1049), not its SQLSTATE 42000",
+        _pymysql_login(database="failsight_no_such_db"),
+        T.RESOURCE_MISSING,
+        {"provider_code": "1049"},
+        needs=MARIADB,
+    ),
+    Case(
+        "PyMySQL: a missing table is resource_missing (1146), not its SQLSTATE 42S02",
+        _pymysql_query("SELECT * FROM failsight_no_such_table"),
+        T.RESOURCE_MISSING,
+        {"provider_code": "1146"},
+        needs=MARIADB,
+    ),
+    Case(
+        "PyMySQL: a syntax error is invalid_input (1064)",
+        _pymysql_query("SELEC 1"),
+        T.INVALID_INPUT,
+        {"provider_code": "1064"},
+        needs=MARIADB,
+    ),
+    Case(
+        "PyMySQL: a duplicate key is invalid_input (1062)",
+        _pymysql_query(
+            "CREATE TEMPORARY TABLE failsight_dup (id INT PRIMARY KEY)",
+            "INSERT INTO failsight_dup VALUES (1)",
+            "INSERT INTO failsight_dup VALUES (1)",
+        ),
+        T.INVALID_INPUT,
+        {"provider_code": "1062"},
+        needs=MARIADB,
+    ),
+    Case(
+        "PyMySQL: connection refused is transient (2003)",
+        _calling(_pymysql_refused),
+        T.TRANSIENT,
+        {"provider_code": "2003"},
+    ),
+]
+
+# --- message brokers: AMQP reply codes through pika and kombu (py-amqp) -------------------------
+
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+
+
+def _pika_parameters(port: int = 5672, password: str = "guest", vhost: str = "/") -> Any:
+    import pika
+
+    return pika.ConnectionParameters(
+        host="127.0.0.1",
+        port=port,
+        virtual_host=vhost,
+        credentials=pika.PlainCredentials("guest", password),
+        connection_attempts=1,
+        socket_timeout=3,
+        blocked_connection_timeout=3,
+    )
+
+
+def _pika_connect(password: str = "guest", vhost: str = "/", refused: bool = False) -> Prepare:
+    def make(env: FaultEnv) -> Call:
+        import pika
+
+        port = env.closed if refused else 5672
+        parameters = _pika_parameters(port, password, vhost)
+        return lambda: pika.BlockingConnection(parameters).close()
+
+    return _calling(make)
+
+
+def _pika_channel(action: Callable[[Any], object]) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import pika
+
+        connection = pika.BlockingConnection(_pika_parameters())
+        try:
+            yield lambda: action(connection.channel())
+        finally:
+            connection.close()
+
+    return prepare
+
+
+def _kombu_connect(url: str) -> Prepare:
+    def make(env: FaultEnv) -> Call:
+        import kombu
+
+        def call() -> None:
+            with kombu.Connection(url, connect_timeout=3) as connection:
+                connection.connect()
+
+        return call
+
+    return _calling(make)
+
+
+def _kombu_channel(action: Callable[[Any], object]) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import kombu
+
+        with kombu.Connection(AMQP_URL, connect_timeout=3) as connection:
+            connection.connect()
+
+            def call() -> None:
+                channel = connection.channel()
+                try:
+                    action(channel)
+                finally:
+                    channel.close()
+
+            yield call
+
+    return prepare
+
+
+@contextmanager
+def _kombu_locked_queue(env: FaultEnv) -> Iterator[Call]:
+    """A queue declared exclusive by one connection, declared again by another."""
+    import kombu
+
+    name = f"failsight-exclusive-{uuid.uuid4().hex[:12]}"
+    with (
+        kombu.Connection(AMQP_URL, connect_timeout=3) as owner,
+        kombu.Connection(AMQP_URL, connect_timeout=3) as other,
+    ):
+        owner.default_channel.queue_declare(name, exclusive=True, auto_delete=True)
+        yield lambda: other.channel().queue_declare(name, exclusive=True)
+
+
+BROKERS = [
+    Case(
+        "pika: a wrong password is auth_failure",
+        _pika_connect(password="wrong-password"),
+        T.AUTH_FAILURE,
+        needs=RABBITMQ,
+    ),
+    Case(
+        "pika: a missing virtual host (530 not-allowed) is auth_failure",
+        _pika_connect(vhost="failsight-no-such-vhost"),
+        T.AUTH_FAILURE,
+        needs=RABBITMQ,
+    ),
+    Case(
+        "pika: a missing exchange (channel closed with 404) is resource_missing",
+        _pika_channel(lambda ch: ch.exchange_declare("failsight-no-such-exchange", passive=True)),
+        T.RESOURCE_MISSING,
+        {"provider_code": "404", "signal": "provider_code"},
+        needs=RABBITMQ,
+    ),
+    Case(
+        "pika: redeclaring an exchange with another type (406) is invalid_input",
+        _pika_channel(lambda ch: ch.exchange_declare("amq.direct", exchange_type="fanout")),
+        T.INVALID_INPUT,
+        {"provider_code": "406"},
+        needs=RABBITMQ,
+    ),
+    Case(
+        "pika: connection refused is transient",
+        _pika_connect(refused=True),
+        T.TRANSIENT,
+    ),
+    Case(
+        "kombu: a wrong password (403 access-refused) is auth_failure",
+        _kombu_connect("amqp://guest:wrong-password@127.0.0.1:5672//"),
+        T.AUTH_FAILURE,
+        {"provider_code": "403"},
+        needs=RABBITMQ,
+    ),
+    # 530 is AMQP's not-allowed, not an HTTP 5xx: it is not a server fault to retry.
+    Case(
+        "kombu: a missing virtual host (530) is auth_failure, not a server fault",
+        _kombu_connect("amqp://guest:guest@127.0.0.1:5672/failsight-no-such-vhost"),
+        T.AUTH_FAILURE,
+        {"provider_code": "530", "status_code": None},
+        needs=RABBITMQ,
+    ),
+    Case(
+        "kombu: a passive declare of a missing queue (404) is resource_missing",
+        _kombu_channel(lambda ch: ch.queue_declare("failsight-no-such-queue", passive=True)),
+        T.RESOURCE_MISSING,
+        {"provider_code": "404"},
+        needs=RABBITMQ,
+    ),
+    Case(
+        "kombu: an inequivalent redeclare (406 precondition-failed) is invalid_input",
+        _kombu_channel(lambda ch: ch.exchange_declare("amq.direct", "fanout")),
+        T.INVALID_INPUT,
+        {"provider_code": "406"},
+        needs=RABBITMQ,
+    ),
+    Case(
+        "kombu: another connection's exclusive queue (405 resource-locked) is transient",
+        _kombu_locked_queue,
+        T.TRANSIENT,
+        {"provider_code": "405"},
+        needs=RABBITMQ,
+    ),
+]
+
+# --- SSH (paramiko) -----------------------------------------------------------------------------
+
+
+@contextmanager
+def _quiet_paramiko() -> Iterator[None]:
+    """Silence paramiko's transport threads, which log the failures the cases cause on purpose."""
+    logger = logging.getLogger("paramiko")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _ssh(scenario: str) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import paramiko
+
+        from tests.classifier.protocol_faults import SSH_PASSWORD, SSH_USER
+
+        if scenario == "refused":
+            port = env.closed
+        elif scenario == "garbage":
+            port = env.garbage()
+        else:
+            port = env.ssh().port
+        client = paramiko.SSHClient()
+        if scenario == "host-key":  # we know another key for this server: it cannot prove itself
+            other = paramiko.ECDSAKey.generate()
+            client.get_host_keys().add(f"[127.0.0.1]:{port}", other.get_name(), other)
+        elif scenario != "unknown-host":
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        password = "wrong-password" if scenario == "password" else SSH_PASSWORD
+        options = {"timeout": 2, "banner_timeout": 2, "auth_timeout": 2}
+
+        def call() -> None:
+            client.connect(
+                "127.0.0.1",
+                port=port,
+                username=SSH_USER,
+                password=password,
+                look_for_keys=False,
+                allow_agent=False,
+                **options,
+            )
+            try:
+                if scenario == "session":
+                    client.exec_command("true", timeout=2)
+                elif scenario == "forward":
+                    client.get_transport().open_channel(
+                        "direct-tcpip", ("127.0.0.1", env.closed), ("127.0.0.1", 0), timeout=2
+                    )
+            finally:
+                client.close()
+
+        with _quiet_paramiko():
+            try:
+                yield call
+            finally:
+                client.close()
+
+    return prepare
+
+
+SSH = [
+    Case(
+        "paramiko: a wrong password is auth_failure",
+        _ssh("password"),
+        T.AUTH_FAILURE,
+        {"exception_type": "paramiko.ssh_exception.AuthenticationException"},
+    ),
+    Case(
+        "paramiko: a host key other than the known one is auth_failure (BadHostKeyException)",
+        _ssh("host-key"),
+        T.AUTH_FAILURE,
+    ),
+    Case(
+        "paramiko: a host key not in known_hosts is auth_failure (the server is unproven)",
+        _ssh("unknown-host"),
+        T.AUTH_FAILURE,
+    ),
+    Case(
+        "paramiko: a session channel refused (administratively prohibited) is auth_failure",
+        _ssh("session"),
+        T.AUTH_FAILURE,
+        {"provider_code": "1"},
+    ),
+    Case(
+        "paramiko: a forwarded connection the target refused (connect failed) is transient",
+        _ssh("forward"),
+        T.TRANSIENT,
+        {"provider_code": "2"},
+    ),
+    # NoValidConnectionsError keeps one error per address tried, in a dict: read through it.
+    Case(
+        "paramiko: connection refused (NoValidConnectionsError's errors dict) is transient",
+        _ssh("refused"),
+        T.TRANSIENT,
+        {"exception_type": "builtins.ConnectionRefusedError"},
+    ),
+    Case(
+        "paramiko: a server that speaks no SSH (protocol banner) is transient",
+        _ssh("garbage"),
+        T.TRANSIENT,
+    ),
+]
+
+# --- FTP (ftplib) and SMTP (smtplib) reply codes --------------------------------------------------
+
+
+def _ftp(scenario: str) -> Prepare:
+    def make(env: FaultEnv) -> Call:
+        import ftplib
+
+        def call() -> None:
+            port = env.closed if scenario == "refused" else env.script(scenario)
+            with ftplib.FTP(timeout=2) as ftp:
+                ftp.connect("127.0.0.1", port)
+                ftp.login("agent", "password")
+                ftp.cwd("/reports/2031")
+                ftp.mkd("/reports/2031")
+
+        return call
+
+    return _calling(make)
+
+
+def _smtp(scenario: str) -> Prepare:
+    def make(env: FaultEnv) -> Call:
+        import smtplib
+
+        def call() -> None:
+            port = env.closed if scenario == "refused" else env.script(scenario)
+            with smtplib.SMTP("127.0.0.1", port, timeout=2) as smtp:
+                if scenario == "smtp-auth-535":
+                    smtp.login("agent", "password")
+                smtp.sendmail("agent@fault.test", ["nobody@fault.test"], "Subject: x\r\n\r\nhi")
+
+        return call
+
+    return _calling(make)
+
+
+FTP_SMTP = [
+    Case(
+        "ftplib: 530 not logged in is auth_failure",
+        _ftp("ftp-login-530"),
+        T.AUTH_FAILURE,
+        {"provider_code": "530", "signal": "provider_code", "retryable": False},
+    ),
+    Case(
+        "ftplib: 550 no such directory is resource_missing",
+        _ftp("ftp-missing-550"),
+        T.RESOURCE_MISSING,
+        {"provider_code": "550"},
+    ),
+    Case(
+        "ftplib: 421 at the greeting (too many connections) is transient",
+        _ftp("ftp-busy-421"),
+        T.TRANSIENT,
+        {"provider_code": "421"},
+    ),
+    Case(
+        "ftplib: 452 insufficient storage is server_fault",
+        _ftp("ftp-storage-452"),
+        T.SERVER_FAULT,
+        {"provider_code": "452"},
+    ),
+    Case(
+        "smtplib: 535 authentication credentials invalid is auth_failure",
+        _smtp("smtp-auth-535"),
+        T.AUTH_FAILURE,
+        {"provider_code": "535", "retryable": False},
+    ),
+    # SMTPRecipientsRefused keeps one (code, reply) per refused address, in a dict.
+    Case(
+        "smtplib: 550 for every recipient (SMTPRecipientsRefused) is resource_missing",
+        _smtp("smtp-recipient-550"),
+        T.RESOURCE_MISSING,
+        {"provider_code": "550"},
+    ),
+    Case(
+        "smtplib: 421 at the greeting (SMTPConnectError) is transient",
+        _smtp("smtp-busy-421"),
+        T.TRANSIENT,
+        {"provider_code": "421"},
+    ),
+    Case(
+        "smtplib: 552 message too big (SMTPDataError) is invalid_input",
+        _smtp("smtp-data-552"),
+        T.INVALID_INPUT,
+        {"provider_code": "552"},
+    ),
+    Case(
+        "smtplib: 450 greylisted sender (SMTPSenderRefused) is transient",
+        _smtp("smtp-greylisted-450"),
+        T.TRANSIENT,
+        {"provider_code": "450", "retryable": True},
+    ),
+]
+
+# --- cloud services' own codes (boto3 against the local fault endpoint) ---------------------------
+#
+# Each arrives with an HTTP status that says less (most are plain 400s; Lambda's KMS failure is
+# a 502): the service's code decides.
+
+
+def _aws(service: str, operation: str, **params: Any) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.session.Session().client(
+            service,
+            region_name="us-east-1",
+            endpoint_url=env.url,
+            aws_access_key_id="AKIDEXAMPLE",
+            aws_secret_access_key="secret",
+            config=Config(
+                retries={"total_max_attempts": 1},
+                connect_timeout=TIMEOUT_S,
+                read_timeout=TIMEOUT_S * 3,
+                s3={"addressing_style": "path"},
+            ),
+        )
+        try:
+            yield lambda: getattr(client, operation)(**params)
+        finally:
+            client.close()
+
+    return prepare
+
+
+CLOUD = [
+    Case(
+        "boto3 S3: NoSuchBucket is resource_missing",
+        _aws("s3", "get_object", Bucket="s", Key="NoSuchBucket"),
+        T.RESOURCE_MISSING,
+        {"provider_code": "NoSuchBucket"},
+    ),
+    Case(
+        "boto3 SQS: a missing queue (a 400, AWS.SimpleQueueService.NonExistentQueue) is missing",
+        _aws("sqs", "get_queue_url", QueueName="sqs-missing-queue"),
+        T.RESOURCE_MISSING,
+        {"status_code": 400, "provider_code": "AWS.SimpleQueueService.NonExistentQueue"},
+    ),
+    Case(
+        "boto3 SQS: InvalidSecurity on a 403 stays auth_failure",
+        _aws("sqs", "get_queue_url", QueueName="sqs-invalid-security"),
+        T.AUTH_FAILURE,
+        {"status_code": 403},
+    ),
+    Case(
+        "boto3 KMS: NotFoundException (a 400) is resource_missing",
+        _aws("kms", "describe_key", KeyId="kms-missing-key"),
+        T.RESOURCE_MISSING,
+        {"provider_code": "NotFoundException", "status_code": 400},
+    ),
+    Case(
+        "boto3 KMS: DisabledException (a 400) is auth_failure",
+        _aws("kms", "encrypt", KeyId="kms-disabled-key", Plaintext=b"x"),
+        T.AUTH_FAILURE,
+        {"provider_code": "DisabledException"},
+    ),
+    Case(
+        "boto3 Secrets Manager: ResourceNotFoundException (a 400) is resource_missing",
+        _aws("secretsmanager", "get_secret_value", SecretId="secret-missing"),
+        T.RESOURCE_MISSING,
+    ),
+    Case(
+        "boto3 Secrets Manager: AccessDeniedException (a 400) is auth_failure",
+        _aws("secretsmanager", "get_secret_value", SecretId="secret-denied"),
+        T.AUTH_FAILURE,
+    ),
+    Case(
+        "boto3 Lambda: KMSAccessDeniedException (a 502) is auth_failure, not a server fault",
+        _aws("lambda", "invoke", FunctionName="lambda-kms-denied"),
+        T.AUTH_FAILURE,
+        {"status_code": 502, "retryable": False},
+    ),
+    Case(
+        "boto3 Lambda: ResourceNotFoundException (a 404) is resource_missing",
+        _aws("lambda", "get_function", FunctionName="lambda-missing"),
+        T.RESOURCE_MISSING,
+    ),
+    Case(
+        "boto3 STS: InvalidIdentityToken (a 400) is auth_failure",
+        _aws(
+            "sts",
+            "assume_role_with_web_identity",
+            RoleArn="arn:aws:iam::123456789012:role/agent",
+            RoleSessionName="agent",
+            WebIdentityToken="sts-bad-token",
+        ),
+        T.AUTH_FAILURE,
+        {"provider_code": "InvalidIdentityToken"},
+    ),
+    Case(
+        "boto3 SNS: AuthorizationError is auth_failure",
+        _aws("sns", "publish", TopicArn="sns-not-authorized", Message="hi"),
+        T.AUTH_FAILURE,
+    ),
+    Case(
+        "boto3 IAM: NoSuchEntity is resource_missing",
+        _aws("iam", "get_user", UserName="iam-no-such-user"),
+        T.RESOURCE_MISSING,
+    ),
+    Case(
+        "boto3 EC2: InvalidParameterValue (a 400) is invalid_input",
+        _aws("ec2", "describe_instances", InstanceIds=["ec2-bad-parameter"]),
+        T.INVALID_INPUT,
+        {"provider_code": "InvalidParameterValue", "status_code": 400},
+    ),
+    Case(
+        "boto3 EC2: InvalidInstanceID.NotFound (a 400) is resource_missing",
+        _aws("ec2", "describe_instances", InstanceIds=["ec2-missing-instance"]),
+        T.RESOURCE_MISSING,
+    ),
+    Case(
+        "boto3 EC2: UnauthorizedOperation is auth_failure",
+        _aws("ec2", "describe_instances", InstanceIds=["ec2-unauthorized"]),
+        T.AUTH_FAILURE,
+    ),
+]
+
+# --- causes kept in containers: exception groups, a retry library's last attempt ----------------
+
+
+def _task_group(env: FaultEnv) -> Call:
+    """Two searches in an asyncio.TaskGroup: one fails with a 404, the other is cancelled."""
+    import httpx
+
+    url = env.at("status-404")
+
+    async def search(client: httpx.AsyncClient) -> None:
+        (await client.get(url)).raise_for_status()
+
+    async def main() -> None:
+        async with httpx.AsyncClient(timeout=TIMEOUT_S) as client, asyncio.TaskGroup() as group:
+            group.create_task(search(client))
+            group.create_task(asyncio.sleep(5))
+
+    return lambda: asyncio.run(main())
+
+
+def _all_errors(env: FaultEnv) -> Call:
+    return lambda: socket.create_connection(("127.0.0.1", env.closed), 1, all_errors=True)
+
+
+def _tenacity(path: str, attempts: int = 2) -> Prepare:
+    @contextmanager
+    def prepare(env: FaultEnv) -> Iterator[Call]:
+        import httpx
+        import tenacity
+
+        url = env.at(path)
+        with httpx.Client(timeout=TIMEOUT_S) as client:
+            retrying = tenacity.Retrying(
+                stop=tenacity.stop_after_attempt(attempts), wait=tenacity.wait_none()
+            )
+            yield lambda: retrying(lambda: client.get(url).raise_for_status())
+
+    return prepare
+
+
+CONTAINERS = [
+    Case(
+        "asyncio.TaskGroup: an ExceptionGroup around an httpx 404 is resource_missing",
+        _calling(_task_group),
+        T.RESOURCE_MISSING,
+        {"exception_type": "httpx.HTTPStatusError", "status_code": 404},
+    ),
+    Case(
+        "socket.create_connection(all_errors=True): an ExceptionGroup of refusals is transient",
+        _calling(_all_errors),
+        T.TRANSIENT,
+        {"exception_type": "builtins.ConnectionRefusedError"},
+        group=BUILTINS,
+    ),
+    Case(
+        "tenacity: RetryError after two 503s is server_fault (its last attempt decides)",
+        _tenacity("status-503"),
+        T.SERVER_FAULT,
+        {"status_code": 503, "exception_type": "httpx.HTTPStatusError"},
+    ),
+    Case(
+        "tenacity: RetryError after two 404s is resource_missing, not retryable",
+        _tenacity("status-404"),
+        T.RESOURCE_MISSING,
+        {"retryable": False},
+    ),
+]
+
 # --- an agent's own wrappers around a library's exception ---------------------------------------
 
 
@@ -910,6 +1908,14 @@ SECTIONS = {
     "gRPC": GRPC,
     "data stores": DATA_STORES,
     "others": OTHERS,
+    "TLS": TLS,
+    "PostgreSQL": POSTGRESQL,
+    "MySQL": MYSQL,
+    "brokers": BROKERS,
+    "SSH": SSH,
+    "FTP and SMTP": FTP_SMTP,
+    "cloud codes": CLOUD,
+    "containers": CONTAINERS,
     "agent wrappers": AGENT_WRAPPERS,
 }
 CORPUS = [case for cases in SECTIONS.values() for case in cases]

@@ -1,9 +1,12 @@
 """A fault-injecting HTTP server and gRPC server on 127.0.0.1, for the corpus of real exceptions.
 
 HTTP scenarios are chosen by path, `/s/<name>/...` (OpenAI and Anthropic clients append their
-own paths to the base URL; S3 in path style reads bucket "s" and key <name>), or, for DynamoDB's
-POST /, by the request's TableName. `running()` starts everything the corpus needs and yields a
-`FaultEnv` saying where it is; the tests' fixture and the classify benchmark both use it.
+own paths to the base URL; S3 in path style reads bucket "s" and key <name>), or, for the AWS
+services' POST / (JSON and query protocols) and Lambda's REST paths, by the first request
+parameter that names an AWS scenario (a DynamoDB TableName, a KMS KeyId, an SQS QueueName, ...).
+`running()` starts the HTTP and gRPC servers and yields a `FaultEnv` saying where they are; the
+other protocols' servers (protocol_faults.py: TLS, SMTP, FTP, SSH, a private PostgreSQL) start
+on first use and stop with it. The tests' fixture and the classify benchmark both use it.
 """
 
 from __future__ import annotations
@@ -13,15 +16,21 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+
+from tests.classifier import protocol_faults
+from tests.classifier.protocol_faults import POLL_S
 
 SLOW_SECONDS = 1.5
 JSON = "application/json"
 AMZ_JSON = "application/x-amz-json-1.0"
+XML = "text/xml"
 
 HeaderValue = str | Callable[[], str]
 
@@ -47,6 +56,130 @@ def _s3(code: str, message: str) -> bytes:
 
 def _dynamodb(code: str, message: str) -> bytes:
     return _json({"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": message})
+
+
+def _query_error(code: str, message: str) -> bytes:
+    """An AWS query-protocol error (STS, SNS, IAM)."""
+    return (
+        f'<ErrorResponse xmlns="https://fault.test/"><Error><Type>Sender</Type><Code>{code}</Code>'
+        f"<Message>{message}</Message></Error><RequestId>R1</RequestId></ErrorResponse>"
+    ).encode()
+
+
+def _ec2_error(code: str, message: str) -> bytes:
+    return (
+        f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+        "</Errors><RequestID>R1</RequestID></Response>"
+    ).encode()
+
+
+def _aws_json(namespace: str, code: str, message: str) -> bytes:
+    return _json({"__type": f"{namespace}#{code}", "message": message})
+
+
+# AWS services' own error codes beyond S3 and DynamoDB, each as its protocol sends it, chosen by
+# the request parameter that names the scenario. SQS speaks JSON but keeps its query-era codes in
+# the x-amzn-query-error header (botocore reports that one).
+AWS_SCENARIOS: dict[str, tuple[int, dict[str, HeaderValue], bytes, str]] = {
+    "sqs-missing-queue": (
+        400,
+        {"x-amzn-query-error": "AWS.SimpleQueueService.NonExistentQueue;Sender"},
+        _aws_json("com.amazonaws.sqs", "QueueDoesNotExist", "The specified queue does not exist."),
+        AMZ_JSON,
+    ),
+    "sqs-invalid-security": (
+        403,
+        {"x-amzn-query-error": "InvalidSecurity;Sender"},
+        _aws_json("com.amazonaws.sqs", "InvalidSecurity", "The request is not secure enough."),
+        AMZ_JSON,
+    ),
+    "kms-missing-key": (
+        400,
+        {},
+        _aws_json("com.amazonaws.kms", "NotFoundException", "Key 'alias/x' does not exist"),
+        AMZ_JSON,
+    ),
+    "kms-disabled-key": (
+        400,
+        {},
+        _aws_json("com.amazonaws.kms", "DisabledException", "The key is disabled."),
+        AMZ_JSON,
+    ),
+    "secret-missing": (
+        400,
+        {},
+        _aws_json(
+            "com.amazonaws.secretsmanager",
+            "ResourceNotFoundException",
+            "Secrets Manager can't find the specified secret.",
+        ),
+        AMZ_JSON,
+    ),
+    "secret-denied": (
+        400,
+        {},
+        _aws_json("com.amazonaws.secretsmanager", "AccessDeniedException", "not authorized"),
+        AMZ_JSON,
+    ),
+    "lambda-kms-denied": (
+        502,
+        {"x-amzn-ErrorType": "KMSAccessDeniedException"},
+        _json({"Type": "User", "message": "Lambda was unable to decrypt the environment"}),
+        JSON,
+    ),
+    "lambda-missing": (
+        404,
+        {"x-amzn-ErrorType": "ResourceNotFoundException"},
+        _json({"Type": "User", "message": "Function not found"}),
+        JSON,
+    ),
+    "sts-bad-token": (
+        400,
+        {},
+        _query_error("InvalidIdentityToken", "Couldn't retrieve verification key from issuer."),
+        XML,
+    ),
+    "sns-not-authorized": (
+        403,
+        {},
+        _query_error("AuthorizationError", "User is not authorized to perform SNS:Publish"),
+        XML,
+    ),
+    "iam-no-such-user": (404, {}, _query_error("NoSuchEntity", "The user cannot be found."), XML),
+    "ec2-bad-parameter": (
+        400,
+        {},
+        _ec2_error("InvalidParameterValue", "Value (x) for parameter instanceType is invalid."),
+        XML,
+    ),
+    "ec2-missing-instance": (
+        400,
+        {},
+        _ec2_error("InvalidInstanceID.NotFound", "The instance ID 'i-0' does not exist"),
+        XML,
+    ),
+    "ec2-unauthorized": (
+        403,
+        {},
+        _ec2_error("UnauthorizedOperation", "You are not authorized to perform this operation."),
+        XML,
+    ),
+}
+
+
+def aws_scenario(path: str, body: bytes) -> str | None:
+    """Return the AWS scenario a request names: in its path, JSON body or form (first match)."""
+    values = [part for part in path.split("?")[0].split("/") if part]
+    try:
+        data = json.loads(body) if body.startswith(b"{") else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        values += [value for value in data.values() if isinstance(value, str)]
+    elif body:
+        form = urllib.parse.parse_qs(body.decode("latin-1"))
+        values += [value for values_ in form.values() for value in values_]
+    return next((value for value in values if value in AWS_SCENARIOS), None)
 
 
 # name -> (status, headers, body, content type)
@@ -147,6 +280,12 @@ SCENARIOS: dict[str, tuple[int, dict[str, HeaderValue], bytes, str]] = {
         "application/xml",
     ),
     "InternalError": (500, {}, _s3("InternalError", "We encountered an error"), "application/xml"),
+    "NoSuchBucket": (
+        404,
+        {},
+        _s3("NoSuchBucket", "The specified bucket does not exist"),
+        "application/xml",
+    ),
     # DynamoDB JSON errors (TableName = scenario)
     **{
         code: (status, {}, _dynamodb(code, code), AMZ_JSON)
@@ -173,7 +312,7 @@ class FaultHandler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        self._serve(self._scenario_from_path())
+        self._serve(aws_scenario(self.path, b"") or self._scenario_from_path())
 
     def do_HEAD(self) -> None:
         self._serve(self._scenario_from_path())
@@ -181,8 +320,8 @@ class FaultHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        name = self._scenario_from_path()
-        if self.path.rstrip("/") == "":
+        name = aws_scenario(self.path, body) or self._scenario_from_path()
+        if self.path.rstrip("/") == "" and name == "":
             try:
                 name = json.loads(body or b"{}").get("TableName", "")
             except ValueError:
@@ -214,6 +353,8 @@ class FaultHandler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
         elif name in SCENARIOS:
             self._send(*SCENARIOS[name])
+        elif name in AWS_SCENARIOS:
+            self._send(*AWS_SCENARIOS[name])
         else:
             self._send(200, {}, b'{"ok": true}', JSON)
 
@@ -229,25 +370,67 @@ class FaultHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
+S = TypeVar("S")
+
+
 @dataclass(frozen=True)
 class FaultEnv:
-    """Where the faults live: the HTTP server's base URL, gRPC target, refused and silent ports."""
+    """Where the faults live: the HTTP server's base URL, gRPC target, refused and silent ports,
+    and the other protocols' servers, each started on first use and stopped with the env."""
 
     url: str
     grpc: str
     closed: int
     silent: int
+    stack: ExitStack
+    started: dict[str, Any]
 
     def at(self, scenario: str) -> str:
         """Return the URL of an HTTP scenario."""
         return f"{self.url}/s/{scenario}"
 
+    def _service(self, name: str, start: Callable[[], AbstractContextManager[S]]) -> S:
+        if name not in self.started:
+            self.started[name] = self.stack.enter_context(start())
+        return self.started[name]
+
+    def certificates(self) -> protocol_faults.Certificates:
+        return self._service("certificates", protocol_faults.certificates)
+
+    def tls(self, kind: str) -> str:
+        """Return the https:// base URL of the fault server behind TLS: "untrusted" (a
+        self-signed certificate), "other-host" (a certificate for elsewhere.test) or
+        "client-cert" (the server demands a client certificate)."""
+        certs = self.certificates()
+        cert = certs.other if kind == "other-host" else certs.good
+        client_ca = certs.good[0] if kind == "client-cert" else None
+        return self._service(
+            f"tls-{kind}", lambda: protocol_faults.tls_server(FaultHandler, cert, client_ca)
+        )
+
+    def script(self, name: str) -> int:
+        """Return the port of the scripted SMTP or FTP server `name`."""
+        script = {**protocol_faults.SMTP_SCRIPTS, **protocol_faults.FTP_SCRIPTS}[name]
+        return self._service(name, lambda: protocol_faults.script_server(script))
+
+    def garbage(self) -> int:
+        return self._service("garbage", protocol_faults.garbage_server)
+
+    def ssh(self) -> protocol_faults.SSHServer:
+        return self._service("ssh", protocol_faults.ssh_server)
+
+    def private_postgres(self) -> int:
+        return self._service("private-postgres", protocol_faults.private_postgres)
+
 
 @contextmanager
 def running() -> Iterator[FaultEnv]:
     """Start the HTTP and gRPC fault servers and a silent port; yield where they all are."""
-    with http_server() as url, grpc_server() as target, silent_port() as silent:
-        yield FaultEnv(url=url, grpc=target, closed=closed_port(), silent=silent)
+    with ExitStack() as stack:
+        url = stack.enter_context(http_server())
+        target = stack.enter_context(grpc_server())
+        silent = stack.enter_context(silent_port())
+        yield FaultEnv(url, target, closed_port(), silent, stack, {})
 
 
 class FaultServer(ThreadingHTTPServer):
@@ -265,7 +448,7 @@ class FaultServer(ThreadingHTTPServer):
 def http_server() -> Iterator[str]:
     """Yield the base URL of a running fault server; stop it afterwards."""
     server = FaultServer(("127.0.0.1", 0), FaultHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(POLL_S,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -9,14 +9,17 @@ import urllib.request
 import pytest
 
 from classifier import FailureCategory, classify
-from tests.classifier.corpus import CORPUS, Case, caught
+from tests.classifier.corpus import CORPUS, Case, caught, service_available
 from tests.classifier.faults import FaultEnv
+from tests.conftest import require_service
 
 T = FailureCategory
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=str)
 def test_it_classifies_each_real_library_exception(case: Case, faults_env: FaultEnv) -> None:
+    if case.needs:
+        require_service(service_available(case.needs), case.needs)
     exc = case.produce(faults_env)
     failure = classify(exc)
     assert failure.category is case.category, (failure, exc.__class__)
@@ -43,6 +46,7 @@ def test_case_names_are_unique() -> None:
 def test_it_reads_a_urllib_http_error_carried_inside_a_wrapper(faults_env: FaultEnv) -> None:
     inner = caught(lambda: urllib.request.urlopen(faults_env.at("status-404"), timeout=1))
     assert isinstance(inner, urllib.error.HTTPError)
+    inner.close()  # the response it holds; its status and headers stay readable
     try:
         raise RuntimeError("tool failed") from inner
     except RuntimeError as outer:
