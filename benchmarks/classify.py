@@ -23,10 +23,14 @@ costs more than the failure itself: the per-group medians are printed so that th
 median hides none of them.
 
 Also printed: the machine's load average when the run starts, classifications per second over
-the corpus, and the throughput on a plain HTTP status error (the corpus's httpx 404).
+the corpus, the throughput on a plain HTTP status error (the corpus's httpx 404), and per
+library the corpus's cases and how many classify as the corpus expects. Cases that call a
+service of the machine (PostgreSQL, MariaDB, RabbitMQ) are left out, and said so, when it is
+not running.
 
     .venv/bin/python benchmarks/classify.py            # full size
     .venv/bin/python benchmarks/classify.py --quick    # a smoke run: a few cases, a few seconds
+    .venv/bin/python benchmarks/classify.py --figures  # per-library figures only, no timing
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from tests.classifier.corpus import (
     Call,
     Case,
     caught,
+    service_available,
 )
 
 PLAIN_HTTP_STATUS = "httpx: 404 is resource_missing"
@@ -72,6 +77,11 @@ class Row(NamedTuple):
     @property
     def ratio(self) -> float:
         return self.classify_s / self.path_s
+
+    @property
+    def library(self) -> str:
+        """The library a case exercises: the first word of its name ("boto3 S3: ..." -> boto3)."""
+        return self.name.partition(":")[0].split(" ")[0]
 
 
 def quick_cases() -> list[Case]:
@@ -135,6 +145,24 @@ def print_rows(rows: list[Row]) -> None:
     print("-" * len(header))
 
 
+def classify_once(case: Case, env: faults.FaultEnv) -> Row:
+    """Return the case's category, classified once, without timing."""
+    category = classify(case.produce(env)).category
+    return Row(case.name, case.group, category.value, category is case.category, 0.0, 0.0)
+
+
+def print_libraries(rows: list[Row]) -> None:
+    """Print, per library, the corpus's cases and how many classify as the corpus expects."""
+    libraries: dict[str, list[Row]] = {}
+    for row in rows:
+        libraries.setdefault(row.library, []).append(row)
+    width = max(len(name) for name in libraries)
+    print(f"{'library':<{width}}  cases  as expected")
+    for name, group in libraries.items():
+        print(f"{name:<{width}}  {len(group):>5}  {sum(row.expected for row in group):>11}")
+    print(f"{'all':<{width}}  {len(rows):>5}  {sum(row.expected for row in rows):>11}")
+
+
 def print_summary(rows: list[Row], number: int, repeat: int) -> None:
     """Print the corpus figures: throughput, the plain status error, the median ratios."""
     print(
@@ -170,17 +198,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--number", type=int, default=10_000, help="classify calls per run")
     parser.add_argument("--repeat", type=int, default=5, help="timing runs (best is kept)")
     parser.add_argument("--quick", action="store_true", help="a few cases, tiny N: a smoke run")
+    parser.add_argument("--figures", action="store_true", help="per-library figures, no timing")
     args = parser.parse_args(argv)
     number, repeat = (20, 1) if args.quick else (args.number, args.repeat)
     cases = quick_cases() if args.quick else CORPUS
+    missing = sorted({case.needs for case in cases if case.needs} - available_services(cases))
+    cases = [case for case in cases if case.needs is None or case.needs not in missing]
 
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     print(f"load average (1, 5, 15 min) at the start: {load}")
+    if missing:
+        print(f"left out, not running here: the cases that need {', '.join(missing)}")
     with faults.running() as env:
-        rows = [measure(case, env, number, repeat) for case in cases]
-    print_rows(rows)
-    print_summary(rows, number, repeat)
+        if args.figures:
+            rows = [classify_once(case, env) for case in cases]
+        else:
+            rows = [measure(case, env, number, repeat) for case in cases]
+    if not args.figures:
+        print_rows(rows)
+        print_summary(rows, number, repeat)
+    print_libraries(rows)
     return 0
+
+
+def available_services(cases: list[Case]) -> set[str]:
+    """Return the services the cases need that are here."""
+    return {case.needs for case in cases if case.needs and service_available(case.needs)}
 
 
 if __name__ == "__main__":
