@@ -100,7 +100,8 @@ def header_values(headers: Any) -> dict[str, Any]:
             for count, key in enumerate(headers.keys()):
                 if count >= MAX_HEADERS:
                     break
-                name = _name(key)
+                # Most names are plain strings: lowercased here, without a call per name.
+                name = str.lower(key) if type(key) is str else _name(key)
                 if name in KNOWN_HEADERS and name not in found:
                     found[name] = headers[key]
         else:

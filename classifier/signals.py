@@ -92,6 +92,9 @@ class ExceptionClass:
     attributes: frozenset[str] = frozenset()
     answers_any_name: bool = False
     code_source: CodeSource | None = None  # where the class keeps a protocol family's code
+    # The READ_ATTRIBUTES worth reading on an instance: all but `code` where it is no evidence
+    # (aiohttp's deprecated alias warns when read).
+    readable: frozenset[str] = READ_ATTRIBUTES
 
 
 @dataclass(slots=True)
@@ -185,6 +188,8 @@ def _describe(
         for (full, short), (_, qualname) in zip(looked_up, classes, strict=True)
         for name in (full, short, qualname)
     ]
+    code_is_evidence = all(full not in rules.CODE_IS_NOT_EVIDENCE for full, _ in looked_up)
+    readable = READ_ATTRIBUTES if code_is_evidence else READ_ATTRIBUTES - {"code"}
     return ExceptionClass(
         name=looked_up[0][0],
         qualname=classes[0][1],
@@ -193,10 +198,11 @@ def _describe(
         name_category=_name_category(classes),
         fallback=_first_entry(rules.FALLBACK_TYPES, looked_up),
         grpc=any(short == "grpc.RpcError" for _, short in looked_up),
-        code_is_evidence=all(full not in rules.CODE_IS_NOT_EVIDENCE for full, _ in looked_up),
-        attributes=attributes,
+        code_is_evidence=code_is_evidence,
+        attributes=attributes & readable,
         answers_any_name=answers_any_name,
         code_source=_first_entry(protocols.CODE_SOURCES, looked_up),
+        readable=readable,
     )
 
 
@@ -263,11 +269,9 @@ def read_exception(exc: Any) -> tuple[Node, list[BaseException]]:
     kind = exception_class(type(exc))
     message = message_of(exc)
     present = _present_attributes(exc, kind)
-
-    def get(name: str) -> Any:
-        return attribute(exc, name) if name in present else None
-
-    links = _linked_exceptions(exc, get)
+    # Each attribute the exception can have is read once; the readers below look values up.
+    get: Getter = {name: attribute(exc, name) for name in present}.get if present else _absent
+    links = _linked_exceptions(exc, get, present)
     if not present and kind.code_source is None:  # most exceptions: class and message speak
         return Node(kind, message), links
     try:
@@ -279,24 +283,33 @@ def read_exception(exc: Any) -> tuple[Node, list[BaseException]]:
         return Node(kind, message), links
 
 
+def _absent(name: str) -> None:
+    """The getter of an exception with none of the READ_ATTRIBUTES."""
+    return None
+
+
 def _present_attributes(exc: Any, kind: ExceptionClass) -> frozenset[str]:
-    """Return which READ_ATTRIBUTES `exc` can have, without reading any of them."""
+    """Return which of its class's readable attributes `exc` can have, without reading any."""
     if kind.answers_any_name:
-        return READ_ATTRIBUTES
+        return kind.readable
     try:
-        present = READ_ATTRIBUTES.intersection(vars(exc))
+        present = kind.readable.intersection(vars(exc))
     except Exception:  # no __dict__: only what the class defines (slots) exists
         present = frozenset()
     return present | kind.attributes
 
 
-def _linked_exceptions(exc: Any, get: Getter) -> list[BaseException]:
+def _linked_exceptions(exc: Any, get: Getter, present: frozenset[str]) -> list[BaseException]:
     """Return the exceptions `exc` carries: cause, context, library links, group members."""
-    candidates = [attribute(exc, "__cause__"), attribute(exc, "__context__")]
-    for name in LINK_ATTRIBUTES:
-        value = get(name)
-        if value is not None:
-            candidates.extend(_carried(value))
+    try:
+        candidates = [exc.__cause__, exc.__context__]
+    except Exception:  # a hostile property: no chain to follow
+        candidates = []
+    if not present.isdisjoint(LINK_ATTRIBUTES):
+        for name in LINK_ATTRIBUTES:
+            value = get(name)
+            if value is not None:
+                candidates.extend(_carried(value))
     if isinstance(exc, BaseExceptionGroup):
         candidates.extend(exc.exceptions[:MAX_CHAIN])
     return [candidate for candidate in candidates if isinstance(candidate, BaseException)]
@@ -483,6 +496,8 @@ def as_status(value: Any) -> int | None:
 
 def grpc_name(value: Any) -> str | None:
     """Return the gRPC status name of a StatusCode-like object (or of its name), else None."""
+    if value is None:
+        return None
     name = value if isinstance(value, str) else attribute(value, "name")
     return name if isinstance(name, str) and name in rules.GRPC_STATUS else None
 
