@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import islice
 from typing import Any, Final, TypeVar
 
 from classifier import protocols, rules
@@ -327,7 +328,7 @@ def _carried(value: Any) -> list[Any]:
         except Exception:  # cancelled, or a future that defeats reading
             return []
     if type(value) is dict:
-        value = list(value.values())
+        return list(islice(value.values(), MAX_CHAIN))
     if type(value) in (list, tuple):
         return list(value[:MAX_CHAIN])
     return []
@@ -345,7 +346,7 @@ def _source_codes(exc: Any, source: CodeSource, message: str) -> tuple[str, ...]
             return ()
         return tuple(
             str(reply[0])
-            for reply in list(replies.values())[:MAX_CHAIN]
+            for reply in islice(replies.values(), MAX_CHAIN)
             if type(reply) is tuple and reply and _is_code(reply[0])
         )
     else:
