@@ -33,3 +33,9 @@ def test_the_classify_benchmark_prints_its_figures(capsys: pytest.CaptureFixture
     assert "median ratio classify / failure path:" in out
     assert "median ratio, library only" in out and "median ratio, builtins only" in out
     assert "median ratio, wrapped only" in out
+    # per library: the corpus's cases and how many classify as expected, all of them
+    assert "library" in out and "cases  as expected" in out
+    assert "\nparamiko " in out and "\nasyncio.TaskGroup " in out
+    total = next(line for line in out.splitlines() if line.startswith("all "))
+    cases, expected = total.split()[1:]
+    assert cases == expected
