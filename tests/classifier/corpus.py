@@ -73,6 +73,7 @@ class Case:
     expect: dict[str, Any] = field(default_factory=dict)
     group: str = LIBRARY
     needs: str | None = None  # a service of the machine the case calls (POSTGRES, ...)
+    why: str = ""  # the rationale, in one line, where the name alone does not give it
 
     def __str__(self) -> str:
         return self.name
@@ -975,7 +976,8 @@ def _aiohttp_tls(kind: str) -> Prepare:
     return prepare
 
 
-def _boto_tls(env: FaultEnv) -> Call:
+@contextmanager
+def _boto_tls(env: FaultEnv) -> Iterator[Call]:
     import boto3
     from botocore.config import Config
 
@@ -987,7 +989,10 @@ def _boto_tls(env: FaultEnv) -> Call:
         aws_secret_access_key="secret",
         config=Config(retries={"total_max_attempts": 1}, connect_timeout=1, read_timeout=1),
     )
-    return lambda: client.get_object(Bucket="s", Key="k")
+    try:
+        yield lambda: client.get_object(Bucket="s", Key="k")
+    finally:
+        client.close()
 
 
 TLS = [
@@ -996,18 +1001,21 @@ TLS = [
         _httpx_tls("untrusted"),
         T.AUTH_FAILURE,
         {**TLS_VERIFY, "exception_type": "ssl.SSLCertVerificationError"},
+        why="the server cannot prove who it is, on any retry; ConnectError alone says transient",
     ),
     Case(
         "httpx: a certificate for another host is auth_failure",
         _httpx_tls("other-host"),
         T.AUTH_FAILURE,
         TLS_VERIFY,
+        why="a host-name mismatch fails verification: the certificate will not change",
     ),
     Case(
         "httpx: a server demanding a client certificate is auth_failure (inside a ReadError)",
         _httpx_tls("client-cert"),
         T.AUTH_FAILURE,
         TLS_CLIENT_CERT,
+        why="TLS 1.3 alerts after the handshake, so httpx says ReadError; the alert decides",
     ),
     # TLS spoken to a plain-text port fails the same way every time: configuration, not a blip.
     Case(
@@ -1015,60 +1023,70 @@ TLS = [
         _httpx_tls("plain-port"),
         T.INVALID_INPUT,
         {"provider_code": "WRONG_VERSION_NUMBER"},
+        why="TLS spoken to a plain-text port fails the same way every time: a configuration error",
     ),
     Case(
         "requests: an untrusted certificate (SSLError, a ConnectionError) is auth_failure",
         _requests_tls("untrusted"),
         T.AUTH_FAILURE,
         TLS_VERIFY,
+        why="requests' SSLError is a ConnectionError; the ssl error three links down decides",
     ),
     Case(
         "requests: a certificate for another host is auth_failure",
         _requests_tls("other-host"),
         T.AUTH_FAILURE,
         TLS_VERIFY,
+        why="as with httpx, through urllib3's MaxRetryError.reason",
     ),
     Case(
         "requests: a server demanding a client certificate is auth_failure",
         _requests_tls("client-cert"),
         T.AUTH_FAILURE,
         TLS_CLIENT_CERT,
+        why="the fault server drains the connection, so the client reads the alert, not a reset",
     ),
     Case(
         "urllib3: an untrusted certificate is auth_failure",
         _urllib3_tls("untrusted"),
         T.AUTH_FAILURE,
         TLS_VERIFY,
+        why="urllib3's own SSLError carries no category; its cause's reason does",
     ),
     Case(
         "urllib3: a server demanding a client certificate is auth_failure",
         _urllib3_tls("client-cert"),
         T.AUTH_FAILURE,
         TLS_CLIENT_CERT,
+        why="the certificate-required alert, read on the first response",
     ),
     Case(
         "urllib: an untrusted certificate (URLError) is auth_failure",
         _urllib_tls("untrusted"),
         T.AUTH_FAILURE,
         TLS_VERIFY,
+        why="URLError.reason is the ssl error itself",
     ),
     Case(
         "aiohttp: an untrusted certificate (ClientConnectorCertificateError) is auth_failure",
         _aiohttp_tls("untrusted"),
         T.AUTH_FAILURE,
         TLS_VERIFY,
+        why="a ClientConnectionError (transient) whose certificate_error says otherwise",
     ),
     Case(
         "aiohttp: a server demanding a client certificate is auth_failure",
         _aiohttp_tls("client-cert"),
         T.AUTH_FAILURE,
         TLS_CLIENT_CERT,
+        why="aiohttp reports it as a ClientOSError around the ssl error",
     ),
     Case(
         "boto3: an endpoint with an untrusted certificate (botocore SSLError) is auth_failure",
-        _calling(_boto_tls),
+        _boto_tls,
         T.AUTH_FAILURE,
         TLS_VERIFY,
+        why="botocore's SSLError is one of its connection errors; the certificate decides",
     ),
 ]
 
@@ -1148,6 +1166,7 @@ POSTGRESQL = [
         T.AUTH_FAILURE,
         {"provider_code": "28000", "signal": "provider_code", "retryable": False},
         needs=POSTGRES,
+        why="libpq keeps only the text, which is the server's 28000: class 28 beats the message",
     ),
     Case(
         "psycopg: a wrong password is auth_failure (SQLSTATE 28P01)",
@@ -1155,6 +1174,7 @@ POSTGRESQL = [
         T.AUTH_FAILURE,
         {"provider_code": "28P01"},
         needs=PRIVATE_POSTGRES,
+        why="a private cluster with scram-sha-256: the machine's trusts every role",
     ),
     Case(
         "psycopg: a database that does not exist is resource_missing (SQLSTATE 3D000)",
@@ -1162,6 +1182,7 @@ POSTGRESQL = [
         T.RESOURCE_MISSING,
         {"provider_code": "3D000"},
         needs=POSTGRES,
+        why="'does not exist' again, but 3D000: the target is missing, not the credentials",
     ),
     Case(
         "psycopg: a query on a missing table is resource_missing (SQLSTATE 42P01)",
@@ -1169,6 +1190,7 @@ POSTGRESQL = [
         T.RESOURCE_MISSING,
         {"provider_code": "42P01"},
         needs=POSTGRES,
+        why="an UndefinedTable names a target that is not there, as MySQL's 1146",
     ),
     Case(
         "psycopg: a syntax error is invalid_input (SQLSTATE 42601)",
@@ -1176,6 +1198,7 @@ POSTGRESQL = [
         T.INVALID_INPUT,
         {"provider_code": "42601"},
         needs=POSTGRES,
+        why="class 42 otherwise: the statement must change",
     ),
     Case(
         "asyncpg: a role that does not exist is auth_failure (its sqlstate 28000)",
@@ -1183,6 +1206,7 @@ POSTGRESQL = [
         T.AUTH_FAILURE,
         {"provider_code": "28000"},
         needs=POSTGRES,
+        why="asyncpg keeps the server's code on the exception",
     ),
     Case(
         "asyncpg: a wrong password is auth_failure (28P01)",
@@ -1190,6 +1214,7 @@ POSTGRESQL = [
         T.AUTH_FAILURE,
         {"provider_code": "28P01"},
         needs=PRIVATE_POSTGRES,
+        why="InvalidPasswordError from the private cluster",
     ),
     Case(
         "asyncpg: a database that does not exist is resource_missing (3D000)",
@@ -1197,6 +1222,7 @@ POSTGRESQL = [
         T.RESOURCE_MISSING,
         {"provider_code": "3D000"},
         needs=POSTGRES,
+        why="InvalidCatalogNameError: the same rule through the other driver",
     ),
 ]
 
@@ -1250,6 +1276,7 @@ MYSQL = [
         T.AUTH_FAILURE,
         {"provider_code": "1045", "retryable": False},
         needs=MARIADB,
+        why="ER_ACCESS_DENIED_ERROR, read from args[0]",
     ),
     # 1049's SQLSTATE is 42000, the syntax-error class: the number says what happened.
     Case(
@@ -1258,6 +1285,7 @@ MYSQL = [
         T.RESOURCE_MISSING,
         {"provider_code": "1049"},
         needs=MARIADB,
+        why="MySQL files 1049 under the syntax class; the number is the precise signal",
     ),
     Case(
         "PyMySQL: a missing table is resource_missing (1146), not its SQLSTATE 42S02",
@@ -1265,6 +1293,7 @@ MYSQL = [
         T.RESOURCE_MISSING,
         {"provider_code": "1146"},
         needs=MARIADB,
+        why="ER_NO_SUCH_TABLE, whose SQLSTATE would read as a syntax error",
     ),
     Case(
         "PyMySQL: a syntax error is invalid_input (1064)",
@@ -1272,6 +1301,7 @@ MYSQL = [
         T.INVALID_INPUT,
         {"provider_code": "1064"},
         needs=MARIADB,
+        why="ER_PARSE_ERROR: the statement must change",
     ),
     Case(
         "PyMySQL: a duplicate key is invalid_input (1062)",
@@ -1283,12 +1313,14 @@ MYSQL = [
         T.INVALID_INPUT,
         {"provider_code": "1062"},
         needs=MARIADB,
+        why="ER_DUP_ENTRY (an IntegrityError): retrying inserts the same key",
     ),
     Case(
         "PyMySQL: connection refused is transient (2003)",
         _calling(_pymysql_refused),
         T.TRANSIENT,
         {"provider_code": "2003"},
+        why="CR_CONN_HOST_ERROR: nothing listens yet",
     ),
 ]
 
@@ -1389,12 +1421,14 @@ BROKERS = [
         _pika_connect(password="wrong-password"),
         T.AUTH_FAILURE,
         needs=RABBITMQ,
+        why="pika keeps the broker's 403 only in its ProbableAuthenticationError's text and class",
     ),
     Case(
         "pika: a missing virtual host (530 not-allowed) is auth_failure",
         _pika_connect(vhost="failsight-no-such-vhost"),
         T.AUTH_FAILURE,
         needs=RABBITMQ,
+        why="RabbitMQ answers 530 alike for a missing vhost and one the user may not open",
     ),
     Case(
         "pika: a missing exchange (channel closed with 404) is resource_missing",
@@ -1402,6 +1436,7 @@ BROKERS = [
         T.RESOURCE_MISSING,
         {"provider_code": "404", "signal": "provider_code"},
         needs=RABBITMQ,
+        why="ChannelClosedByBroker.reply_code is AMQP's not-found",
     ),
     Case(
         "pika: redeclaring an exchange with another type (406) is invalid_input",
@@ -1409,11 +1444,13 @@ BROKERS = [
         T.INVALID_INPUT,
         {"provider_code": "406"},
         needs=RABBITMQ,
+        why="precondition-failed: the declaration, not the broker, must change",
     ),
     Case(
         "pika: connection refused is transient",
         _pika_connect(refused=True),
         T.TRANSIENT,
+        why="AMQPConnectionError: nothing listens yet",
     ),
     Case(
         "kombu: a wrong password (403 access-refused) is auth_failure",
@@ -1421,6 +1458,7 @@ BROKERS = [
         T.AUTH_FAILURE,
         {"provider_code": "403"},
         needs=RABBITMQ,
+        why="py-amqp's AccessRefused carries reply_code 403",
     ),
     # 530 is AMQP's not-allowed, not an HTTP 5xx: it is not a server fault to retry.
     Case(
@@ -1429,6 +1467,7 @@ BROKERS = [
         T.AUTH_FAILURE,
         {"provider_code": "530", "status_code": None},
         needs=RABBITMQ,
+        why="530 is AMQP's not-allowed; read as HTTP it was a 5xx to retry",
     ),
     Case(
         "kombu: a passive declare of a missing queue (404) is resource_missing",
@@ -1436,6 +1475,7 @@ BROKERS = [
         T.RESOURCE_MISSING,
         {"provider_code": "404"},
         needs=RABBITMQ,
+        why="py-amqp's NotFound, reply_code 404",
     ),
     Case(
         "kombu: an inequivalent redeclare (406 precondition-failed) is invalid_input",
@@ -1443,6 +1483,7 @@ BROKERS = [
         T.INVALID_INPUT,
         {"provider_code": "406"},
         needs=RABBITMQ,
+        why="py-amqp's PreconditionFailed",
     ),
     Case(
         "kombu: another connection's exclusive queue (405 resource-locked) is transient",
@@ -1450,6 +1491,7 @@ BROKERS = [
         T.TRANSIENT,
         {"provider_code": "405"},
         needs=RABBITMQ,
+        why="the lock goes when the owning connection does",
     ),
 ]
 
@@ -1525,28 +1567,33 @@ SSH = [
         _ssh("password"),
         T.AUTH_FAILURE,
         {"exception_type": "paramiko.ssh_exception.AuthenticationException"},
+        why="AuthenticationException from the in-process server",
     ),
     Case(
         "paramiko: a host key other than the known one is auth_failure (BadHostKeyException)",
         _ssh("host-key"),
         T.AUTH_FAILURE,
+        why="the server fails to prove who it is, as a TLS certificate that fails verification",
     ),
     Case(
         "paramiko: a host key not in known_hosts is auth_failure (the server is unproven)",
         _ssh("unknown-host"),
         T.AUTH_FAILURE,
+        why="a plain SSHException; its 'not found' must not make it a missing resource",
     ),
     Case(
         "paramiko: a session channel refused (administratively prohibited) is auth_failure",
         _ssh("session"),
         T.AUTH_FAILURE,
         {"provider_code": "1"},
+        why="ChannelException code 1: the server forbids it for this user",
     ),
     Case(
         "paramiko: a forwarded connection the target refused (connect failed) is transient",
         _ssh("forward"),
         T.TRANSIENT,
         {"provider_code": "2"},
+        why="ChannelException code 2: the forwarded target refused, as a refused connection",
     ),
     # NoValidConnectionsError keeps one error per address tried, in a dict: read through it.
     Case(
@@ -1554,11 +1601,13 @@ SSH = [
         _ssh("refused"),
         T.TRANSIENT,
         {"exception_type": "builtins.ConnectionRefusedError"},
+        why="the refusal sits in a dict of per-address errors, not in __cause__",
     ),
     Case(
         "paramiko: a server that speaks no SSH (protocol banner) is transient",
         _ssh("garbage"),
         T.TRANSIENT,
+        why="paramiko cannot tell a wrong port from an overloaded server dropping banners",
     ),
 ]
 
@@ -1604,30 +1653,35 @@ FTP_SMTP = [
         _ftp("ftp-login-530"),
         T.AUTH_FAILURE,
         {"provider_code": "530", "signal": "provider_code", "retryable": False},
+        why="the reply code that opens error_perm's message",
     ),
     Case(
         "ftplib: 550 no such directory is resource_missing",
         _ftp("ftp-missing-550"),
         T.RESOURCE_MISSING,
         {"provider_code": "550"},
+        why="550 file unavailable",
     ),
     Case(
         "ftplib: 421 at the greeting (too many connections) is transient",
         _ftp("ftp-busy-421"),
         T.TRANSIENT,
         {"provider_code": "421"},
+        why="error_temp: the server will take us later",
     ),
     Case(
         "ftplib: 452 insufficient storage is server_fault",
         _ftp("ftp-storage-452"),
         T.SERVER_FAULT,
         {"provider_code": "452"},
+        why="the server's disk, not our request",
     ),
     Case(
         "smtplib: 535 authentication credentials invalid is auth_failure",
         _smtp("smtp-auth-535"),
         T.AUTH_FAILURE,
         {"provider_code": "535", "retryable": False},
+        why="SMTPAuthenticationError.smtp_code",
     ),
     # SMTPRecipientsRefused keeps one (code, reply) per refused address, in a dict.
     Case(
@@ -1635,24 +1689,28 @@ FTP_SMTP = [
         _smtp("smtp-recipient-550"),
         T.RESOURCE_MISSING,
         {"provider_code": "550"},
+        why="the codes sit in a dict of address -> (code, reply)",
     ),
     Case(
         "smtplib: 421 at the greeting (SMTPConnectError) is transient",
         _smtp("smtp-busy-421"),
         T.TRANSIENT,
         {"provider_code": "421"},
+        why="the server closes for now",
     ),
     Case(
         "smtplib: 552 message too big (SMTPDataError) is invalid_input",
         _smtp("smtp-data-552"),
         T.INVALID_INPUT,
         {"provider_code": "552"},
+        why="the message must change, not the timing",
     ),
     Case(
         "smtplib: 450 greylisted sender (SMTPSenderRefused) is transient",
         _smtp("smtp-greylisted-450"),
         T.TRANSIENT,
         {"provider_code": "450", "retryable": True},
+        why="greylisting asks exactly for a later retry",
     ),
 ]
 
@@ -1695,51 +1753,60 @@ CLOUD = [
         _aws("s3", "get_object", Bucket="s", Key="NoSuchBucket"),
         T.RESOURCE_MISSING,
         {"provider_code": "NoSuchBucket"},
+        why="the NoSuch family, through boto3",
     ),
     Case(
         "boto3 SQS: a missing queue (a 400, AWS.SimpleQueueService.NonExistentQueue) is missing",
         _aws("sqs", "get_queue_url", QueueName="sqs-missing-queue"),
         T.RESOURCE_MISSING,
         {"status_code": 400, "provider_code": "AWS.SimpleQueueService.NonExistentQueue"},
+        why="x-amzn-query-error's namespaced code, read by its last part, beats the 400",
     ),
     Case(
         "boto3 SQS: InvalidSecurity on a 403 stays auth_failure",
         _aws("sqs", "get_queue_url", QueueName="sqs-invalid-security"),
         T.AUTH_FAILURE,
         {"status_code": 403},
+        why="an 'Invalid*' code says only 'bad request' and does not override the 403",
     ),
     Case(
         "boto3 KMS: NotFoundException (a 400) is resource_missing",
         _aws("kms", "describe_key", KeyId="kms-missing-key"),
         T.RESOURCE_MISSING,
         {"provider_code": "NotFoundException", "status_code": 400},
+        why="the service's own name for a missing key beats the 400",
     ),
     Case(
         "boto3 KMS: DisabledException (a 400) is auth_failure",
         _aws("kms", "encrypt", KeyId="kms-disabled-key", Plaintext=b"x"),
         T.AUTH_FAILURE,
         {"provider_code": "DisabledException"},
+        why="a disabled key refuses use until someone enables it",
     ),
     Case(
         "boto3 Secrets Manager: ResourceNotFoundException (a 400) is resource_missing",
         _aws("secretsmanager", "get_secret_value", SecretId="secret-missing"),
         T.RESOURCE_MISSING,
+        why="missing secret, sent as a 400",
     ),
     Case(
         "boto3 Secrets Manager: AccessDeniedException (a 400) is auth_failure",
         _aws("secretsmanager", "get_secret_value", SecretId="secret-denied"),
         T.AUTH_FAILURE,
+        why="refused access, sent as a 400",
     ),
     Case(
         "boto3 Lambda: KMSAccessDeniedException (a 502) is auth_failure, not a server fault",
         _aws("lambda", "invoke", FunctionName="lambda-kms-denied"),
         T.AUTH_FAILURE,
         {"status_code": 502, "retryable": False},
+        why="the function's role cannot use its key: a retry meets the same 502",
     ),
     Case(
         "boto3 Lambda: ResourceNotFoundException (a 404) is resource_missing",
         _aws("lambda", "get_function", FunctionName="lambda-missing"),
         T.RESOURCE_MISSING,
+        why="x-amzn-ErrorType of a REST-JSON service",
     ),
     Case(
         "boto3 STS: InvalidIdentityToken (a 400) is auth_failure",
@@ -1752,32 +1819,38 @@ CLOUD = [
         ),
         T.AUTH_FAILURE,
         {"provider_code": "InvalidIdentityToken"},
+        why="an exact entry before the generic 'Invalid' prefix",
     ),
     Case(
         "boto3 SNS: AuthorizationError is auth_failure",
         _aws("sns", "publish", TopicArn="sns-not-authorized", Message="hi"),
         T.AUTH_FAILURE,
+        why="a query-protocol XML error",
     ),
     Case(
         "boto3 IAM: NoSuchEntity is resource_missing",
         _aws("iam", "get_user", UserName="iam-no-such-user"),
         T.RESOURCE_MISSING,
+        why="IAM's own name for a missing user",
     ),
     Case(
         "boto3 EC2: InvalidParameterValue (a 400) is invalid_input",
         _aws("ec2", "describe_instances", InstanceIds=["ec2-bad-parameter"]),
         T.INVALID_INPUT,
         {"provider_code": "InvalidParameterValue", "status_code": 400},
+        why="a generic code: the 400 says as much",
     ),
     Case(
         "boto3 EC2: InvalidInstanceID.NotFound (a 400) is resource_missing",
         _aws("ec2", "describe_instances", InstanceIds=["ec2-missing-instance"]),
         T.RESOURCE_MISSING,
+        why="the NotFound suffix beats the Invalid prefix and the 400",
     ),
     Case(
         "boto3 EC2: UnauthorizedOperation is auth_failure",
         _aws("ec2", "describe_instances", InstanceIds=["ec2-unauthorized"]),
         T.AUTH_FAILURE,
+        why="EC2's XML error shape",
     ),
 ]
 
@@ -1827,6 +1900,7 @@ CONTAINERS = [
         _calling(_task_group),
         T.RESOURCE_MISSING,
         {"exception_type": "httpx.HTTPStatusError", "status_code": 404},
+        why="the group's member decides; the cancelled sibling adds nothing",
     ),
     Case(
         "socket.create_connection(all_errors=True): an ExceptionGroup of refusals is transient",
@@ -1834,18 +1908,21 @@ CONTAINERS = [
         T.TRANSIENT,
         {"exception_type": "builtins.ConnectionRefusedError"},
         group=BUILTINS,
+        why="Python 3.11 keeps one error per address in a group",
     ),
     Case(
         "tenacity: RetryError after two 503s is server_fault (its last attempt decides)",
         _tenacity("status-503"),
         T.SERVER_FAULT,
         {"status_code": 503, "exception_type": "httpx.HTTPStatusError"},
+        why="RetryError says nothing; its last attempt does",
     ),
     Case(
         "tenacity: RetryError after two 404s is resource_missing, not retryable",
         _tenacity("status-404"),
         T.RESOURCE_MISSING,
         {"retryable": False},
+        why="retrying more would not find the page",
     ),
 ]
 
