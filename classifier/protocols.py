@@ -109,7 +109,8 @@ TLS_REASONS: Final = MappingProxyType(
         "NO_PROTOCOLS_AVAILABLE": C.INVALID_INPUT,
         "NO_CIPHERS_AVAILABLE": C.INVALID_INPUT,
         "TLSV1_ALERT_INTERNAL_ERROR": C.SERVER_FAULT,
-        "UNEXPECTED_EOF_WHILE_READING": C.TRANSIENT,  # the peer hung up mid-record
+        # A peer hanging up mid-record (UNEXPECTED_EOF_WHILE_READING) is left to its class,
+        # ssl.SSLEOFError (TRANSIENT): as a code it would outweigh an outer timeout.
     }
 )
 
