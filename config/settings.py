@@ -206,6 +206,22 @@ API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 6000)
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", ["127.0.0.1", "::1"])
 
+
+def env_trace_url(name: str) -> str:
+    """A link to a trace in the operators' tracing tool: http(s), with a {trace_id} to fill."""
+    raw = env_str(name, "").strip()
+    if raw and not (raw.startswith(("http://", "https://")) and "{trace_id}" in raw):
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} must be an http(s) URL containing {{trace_id}} "
+            "(and optionally {span_id})"
+        )
+    return raw
+
+
+# Where a run's trace opens, e.g. http://jaeger:16686/trace/{trace_id}?uiFind={span_id};
+# empty: trace ids are shown and filterable, without a link.
+TRACE_URL_TEMPLATE = env_trace_url("TRACE_URL_TEMPLATE")
+
 # --- Celery ------------------------------------------------------------------------------------
 # Default: kombu's filesystem transport, a real broker that needs no server, consumed by a real
 # worker process. Production: redis://.

@@ -338,6 +338,7 @@ class RunQuerySet(models.QuerySet):
         until: datetime | None = None,
         valid_empty: bool | None = None,
         set: str | None = None,
+        trace_id: str | None = None,
     ) -> RunQuerySet:
         """The runs list's filters (API and dashboard); None means "any". `until` is exclusive;
         `set` names one of the NAMED_SETS. `status` also takes the envelope's words: "ok" is a
@@ -356,6 +357,7 @@ class RunQuerySet(models.QuerySet):
             "agent": agent,
             "workflow_id": workflow,
             "topic": topic,
+            "trace_id": trace_id,
         }
         qs = qs.filter(**{name: value for name, value in exact.items() if value is not None})
         if since is not None:
@@ -508,6 +510,11 @@ class Run(models.Model):
     request_hash = models.CharField(
         max_length=64, blank=True, help_text="Hash of the reported body, to refuse a reused key"
     )
+    # The OpenTelemetry span this run is (POST /otlp/v1/traces) or was reported from: lowercase
+    # hex, empty when the run came without one. The run page links the trace to the operators'
+    # tracing tool (settings.TRACE_URL_TEMPLATE).
+    trace_id = models.CharField(max_length=32, blank=True)
+    span_id = models.CharField(max_length=16, blank=True)
 
     objects = RunQuerySet.as_manager()
 
@@ -542,6 +549,16 @@ class Run(models.Model):
             models.Index(fields=["source", "created_at"], name="run_source_created"),
             models.Index(fields=["agent", "created_at"], name="run_agent_created"),
             models.Index(fields=["workflow", "created_at"], name="run_workflow_created"),
+            # the runs of one trace, newest first: GET /runs?trace_id=, the runs page's trace
+            # filter and the run page's "runs of this trace" link. One span's run is looked up
+            # within its trace (trace_id, then span_id among a trace's few rows); exporter
+            # retries are caught by the idempotency key's unique index, not here. Partial: runs
+            # without a trace (most REST reports) add nothing to it.
+            models.Index(
+                fields=["trace_id", "created_at"],
+                name="run_trace_created",
+                condition=~Q(trace_id=""),
+            ),
             # the sweeper's "queued retries that are due" and the "still retrying" view
             models.Index(fields=["due_at"], name="run_due_queued", condition=Q(status="queued")),
             # the sweeper's "claimed but never started" safety net (a lost enqueue)
@@ -571,6 +588,14 @@ class Run(models.Model):
     @property
     def is_failure(self) -> bool:
         return self.status in self.FAILURE
+
+    @property
+    def trace_url(self) -> str | None:
+        """The trace in the operators' tracing tool (settings.TRACE_URL_TEMPLATE), if both exist."""
+        template = settings.TRACE_URL_TEMPLATE
+        if not (template and self.trace_id):
+            return None
+        return template.replace("{trace_id}", self.trace_id).replace("{span_id}", self.span_id)
 
     @property
     def root_id(self) -> int:

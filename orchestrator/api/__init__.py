@@ -6,8 +6,8 @@ the error envelope for every failure (`errors`) and the `X-Policy-Version` heade
 (`policies`). A router added later needs only `api.add_router("/prefix", router)` and
 `response={200: X, **error_responses()}` in its decorators.
 The routers: `runs` (report, list, read), `policies`, `decisions` (routing as a service and
-classification), `workflows` (the built-in coordinator). Business rules live in the models and in
-`orchestrator.coordination`, never here.
+classification), `workflows` (the built-in coordinator), `otlp` (OpenTelemetry spans in, as
+runs). Business rules live in the models and in `orchestrator.coordination`, never here.
 
 Every valid token sees every run: this is an internal multi-agent system where coordinators read
 what their subagents (holding other tokens) reported. Idempotency keys are scoped per token.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path, re_path
 from ninja import NinjaAPI
 
-from orchestrator.api import decisions, policies, runs, workflows
+from orchestrator.api import decisions, otlp, policies, runs, workflows
 from orchestrator.api.auth import BearerToken, TokenRateThrottle
 from orchestrator.api.docs import LocalSwagger, docs_asset
 from orchestrator.api.errors import (
@@ -85,3 +85,4 @@ api.add_router("/runs", runs.router)
 api.add_router("/policies", policies.router)
 api.add_router("", decisions.router)
 api.add_router("/workflows", workflows.router)
+api.add_router("/otlp", otlp.router)

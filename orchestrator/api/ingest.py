@@ -63,6 +63,8 @@ ROW_FIELDS = (
     "duration_ms",
     "idempotency_key",
     "request_hash",
+    "trace_id",
+    "span_id",
 )
 
 
@@ -134,6 +136,8 @@ def consistency_errors(run: RunIn, prefix: str = "") -> list[FieldError]:
             refuse("results", "a failure reports what it gathered in partial_results")
     if run.started_at and run.finished_at and run.finished_at < run.started_at:
         refuse("finished_at", "is before started_at")
+    if run.span_id and not run.trace_id:
+        refuse("span_id", "names a span of no trace: send trace_id too")
     return errors
 
 
@@ -253,6 +257,8 @@ def _row(p: Pending) -> tuple:
         _duration_ms(run),
         p.key,
         p.digest,
+        run.trace_id,
+        run.span_id,
     )
 
 
@@ -439,8 +445,13 @@ def _judge_repeat(p: Pending, stored: tuple[int, str] | None, path: str) -> Outc
 # The two entry points
 
 
-def ingest_batch(token_id: int, items: Sequence[Any]) -> list[Outcome]:
-    """Validate each item on its own, store the valid ones, and say what happened to each."""
+def ingest_batch(
+    token_id: int, items: Sequence[Any], digests: Sequence[str] | None = None
+) -> list[Outcome]:
+    """Validate each item on its own, store the valid ones, and say what happened to each.
+
+    `digests` replaces the hash of each item's JSON as what a repeated key is compared with
+    (spans compare the span as it was sent, not the run read from it: see `otlp`)."""
     outcomes: dict[int, Outcome] = {}
     pending: list[Pending] = []
     for index, raw in enumerate(items):
@@ -448,7 +459,8 @@ def ingest_batch(token_id: int, items: Sequence[Any]) -> list[Outcome]:
         if run is None:
             outcomes[index] = Outcome(index, "rejected", None, invalid("Invalid run.", errors))
             continue
-        pending.append(Pending(index, run, token_id, run.idempotency_key, request_hash(raw)))
+        digest = digests[index] if digests is not None else request_hash(raw)
+        pending.append(Pending(index, run, token_id, run.idempotency_key, digest))
     missing = reference_errors(pending, lambda i: f"runs.{i}")
     for index, errors in missing.items():
         outcomes[index] = Outcome(

@@ -61,6 +61,30 @@ Str255 = Annotated[str, StringConstraints(max_length=255)]
 Str300 = Annotated[str, StringConstraints(max_length=300)]
 
 
+def _hex_id(size: int) -> Any:
+    """An OpenTelemetry id: `size` hex digits, not all zero (the invalid id); read lowercase."""
+
+    def read(value: Any) -> Any:
+        if not isinstance(value, str) or value == "":  # "" is no id, as the column stores it
+            return value
+        value = value.lower()
+        if len(value) != size or value.strip("0123456789abcdef") or not value.strip("0"):
+            raise PydanticCustomError(
+                "otel_id", f"{size} hexadecimal digits, not all zero (an OpenTelemetry id)"
+            )
+        return value
+
+    return BeforeValidator(read)
+
+
+TraceId = Annotated[
+    str, _hex_id(32), WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{32}$"})
+]
+SpanId = Annotated[
+    str, _hex_id(16), WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{16}$"})
+]
+
+
 def _failure_type(value: Any) -> FailureCategory:
     try:
         return parse_failure_type(value)
@@ -245,6 +269,12 @@ class RunIn(BaseModel):
     idempotency_key: Str255 = Field(
         "", description="Batch items only (single reports use the Idempotency-Key header)"
     )
+    trace_id: TraceId = Field(
+        "", description="The OpenTelemetry trace this run belongs to (32 hex digits)"
+    )
+    span_id: SpanId = Field(
+        "", description="The span of this run in that trace (16 hex digits; needs trace_id)"
+    )
 
     _sent_failure_type: str | None = PrivateAttr(None)
 
@@ -328,6 +358,11 @@ class RunOut(Schema):
     finished_at: datetime | None
     duration_ms: float | None
     idempotency_key: str
+    trace_id: str = Field(description="OpenTelemetry trace id (hex), empty if none")
+    span_id: str = Field(description="OpenTelemetry span id (hex), empty if none")
+    trace_url: str | None = Field(
+        description="The trace in the operators' tracing tool (TRACE_URL_TEMPLATE), if set"
+    )
 
     @staticmethod
     def resolve_valid_empty(obj: Run) -> bool:
@@ -377,8 +412,14 @@ class RunFilters(Schema):
         "futile_retries (retried although they said a retry cannot help), retrying (queued "
         "retries), in_flight",
     )
+    trace_id: TraceId | None = Field(None, description="Runs of one OpenTelemetry trace")
     cursor: Annotated[str, NoNul] | None = Field(None, max_length=200)
     limit: int = Field(50, ge=1, le=500)
+
+    @field_validator("trace_id", mode="before")
+    @classmethod
+    def _empty_is_any(cls, value: Any) -> Any:
+        return None if value == "" else value
 
     @field_validator("since", "until")
     @classmethod

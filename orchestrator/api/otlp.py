@@ -1,0 +1,210 @@
+"""OpenTelemetry in: `POST /otlp/v1/traces`, the OTLP/HTTP trace endpoint, spans stored as runs.
+
+Point an OTLP exporter at `<server>/api/v1/otlp` (it appends `/v1/traces`) with the header
+`Authorization: Bearer <token>`. Both encodings of OTLP/HTTP are read: binary protobuf
+(`application/x-protobuf`) and JSON (`application/json`, ids in hex, as the specification
+writes them), each plain or compressed (`Content-Encoding: gzip` or `deflate`). The answer is an
+`ExportTraceServiceResponse` in the request's encoding, whose `partial_success` counts the spans
+that could not be stored and says why; a body that is not OTLP gets a 400 in our error envelope.
+
+Which spans become runs, and what a span says, is `spans`'; the insert, with an idempotency key
+per span so that an exporter's retry never stores a span twice, is `ingest`'s.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from typing import Any
+
+import orjson
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from ninja import Router
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from orchestrator.api import ingest, spans
+from orchestrator.api.errors import ApiError, deeper_than, error_responses, invalid
+from orchestrator.coordination import policy
+from orchestrator.vocabulary import FailureCategory
+
+router = Router(tags=["opentelemetry"])
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+# Reasons of refused spans quoted in partial_success.error_message (the count covers them all).
+QUOTED_REASONS = 5
+# Fields of the OTLP JSON encoding that carry ids: hex there, base64 in protobuf's JSON mapping.
+HEX_IDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+
+REQUEST_BODY = {
+    "required": True,
+    "description": "An OTLP ExportTraceServiceRequest (opentelemetry-proto), as an OTLP/HTTP "
+    "exporter sends it; `Content-Encoding: gzip` or `deflate` accepted.",
+    "content": {
+        PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+        JSON: {"schema": {"type": "object", "description": "OTLP/JSON: ids in hex"}},
+    },
+}
+
+
+RESPONSE_BODY = {
+    "description": "An OTLP ExportTraceServiceResponse, in the request's encoding",
+    "content": {
+        PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+        JSON: {"schema": {"type": "object", "description": '{"partialSuccess": {…}} or {}'}},
+    },
+}
+
+
+@router.post(
+    "/v1/traces",
+    response={200: None, **error_responses(400, 413, 415)},
+    openapi_extra={"requestBody": REQUEST_BODY, "responses": {200: RESPONSE_BODY}},
+)
+def export_traces(request: HttpRequest) -> HttpResponse:
+    """Store the spans of an OTLP export as runs (README: "OpenTelemetry in").
+
+    GenAI spans (agent, model and tool calls) become runs, ok or failed; other spans become runs
+    only when they failed and no ancestor in the same export is a run, whose failure they then
+    explain; plain spans are skipped. The failure type is classified from what the span says
+    (status, `error.type`, `exception` events, `http.response.status_code` …) with the provider
+    overrides. A span already stored (an exporter's retry) is not stored again. The answer is an
+    `ExportTraceServiceResponse` in the request's encoding (`partial_success` counts the spans
+    refused, with the reasons)."""
+    as_json = _media_type(request) == JSON
+    export = _decode(_body(request), as_json)
+    reading = spans.runs_from_request(export, policy.current_classifier())
+    outcomes = ingest.ingest_batch(
+        request.auth.pk,
+        [run.item for run in reading.runs],
+        digests=[run.digest for run in reading.runs],
+    )
+    refused = list(reading.invalid)
+    for run, outcome in zip(reading.runs, outcomes, strict=True):
+        if outcome.error is not None:
+            refused.append(f"{run.label}: {_reason(outcome.error)}")
+    return _answer(refused, as_json)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the request
+
+
+def _media_type(request: HttpRequest) -> str:
+    media = request.content_type.split(";", 1)[0].strip().lower()
+    if media not in (PROTOBUF, JSON):
+        raise ApiError(
+            415,
+            FailureCategory.INVALID_INPUT,
+            f"Content-Type {media or '(none)'!r} is not OTLP/HTTP: send {PROTOBUF} or {JSON}.",
+            alternatives=[f"set the exporter's protocol to http/protobuf ({PROTOBUF})"],
+        )
+    return media
+
+
+def _too_big() -> ApiError:
+    limit = settings.API_MAX_BODY_BYTES
+    return ApiError(
+        413,
+        FailureCategory.INVALID_INPUT,
+        f"The body is larger than {limit} bytes (uncompressed).",
+        alternatives=["export smaller batches (the batch processor's max_export_batch_size)"],
+    )
+
+
+def _body(request: HttpRequest) -> bytes:
+    """The body, uncompressed, and never more than API_MAX_BODY_BYTES of it (a gzip bomb is a
+    413, not a server out of memory)."""
+    limit = settings.API_MAX_BODY_BYTES
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise _too_big() from None
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        data = body
+    elif encoding in ("gzip", "deflate"):
+        # wbits: 16+ reads the gzip wrapper, + 0 the zlib one that "deflate" means in HTTP.
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+        try:
+            data = inflater.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise invalid(f"The body is not valid {encoding}: {exc}", status=400) from None
+        if len(data) <= limit and not inflater.eof:
+            raise invalid(f"The {encoding} body is truncated.", status=400)
+    else:
+        raise ApiError(
+            415,
+            FailureCategory.INVALID_INPUT,
+            f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or none.",
+        )
+    if len(body) > limit or len(data) > limit:  # a chunked body has no Content-Length
+        raise _too_big()
+    return data
+
+
+def _decode(body: bytes, as_json: bool) -> ExportTraceServiceRequest:
+    """The export request a body holds; a 400 envelope when it holds none."""
+    if not as_json:
+        try:
+            return ExportTraceServiceRequest.FromString(body)
+        except (DecodeError, RecursionError) as exc:
+            raise invalid(f"The body is not an OTLP protobuf export: {exc}", status=400) from None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid(f"The body is not valid JSON: {exc}", status=400) from None
+    if not isinstance(data, dict) or deeper_than(data, settings.API_MAX_JSON_DEPTH):
+        raise invalid("The body is not an OTLP JSON export (an object, not too deep).", status=400)
+    try:
+        return json_format.ParseDict(
+            _ids_as_base64(data), ExportTraceServiceRequest(), ignore_unknown_fields=True
+        )
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
+        raise invalid(f"The body is not an OTLP JSON export: {exc}", status=400) from None
+
+
+def _ids_as_base64(data: Any) -> Any:
+    """OTLP/JSON writes trace and span ids in hex; protobuf's JSON mapping reads bytes as base64."""
+    if isinstance(data, list):
+        return [_ids_as_base64(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    out = {}
+    for key, value in data.items():
+        if key in HEX_IDS and isinstance(value, str):
+            try:
+                value = base64.b64encode(bytes.fromhex(value)).decode()
+            except ValueError:
+                raise invalid(f"{key} {value[:40]!r} is not hexadecimal.", status=400) from None
+        out[key] = _ids_as_base64(value)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The answer
+
+
+def _reason(error: ApiError) -> str:
+    fields = "; ".join(f"{e.path}: {e.message}" for e in error.errors[:3])
+    return f"{error.detail} {fields}".strip()
+
+
+def _answer(refused: list[str], as_json: bool) -> HttpResponse:
+    answer = ExportTraceServiceResponse()
+    if refused:
+        answer.partial_success.rejected_spans = len(refused)
+        more = len(refused) - QUOTED_REASONS
+        message = "; ".join(refused[:QUOTED_REASONS]) + (f"; and {more} more" if more > 0 else "")
+        answer.partial_success.error_message = message
+    if as_json:
+        body = json_format.MessageToJson(answer, indent=None)
+        return HttpResponse(body, content_type=JSON)
+    return HttpResponse(answer.SerializeToString(), content_type=PROTOBUF)
