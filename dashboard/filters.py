@@ -61,6 +61,12 @@ def _failure_types(names: list[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _trace_id(raw: str) -> str:
+    """An OpenTelemetry trace id (32 hex digits, any case), else "" (no filter)."""
+    value = raw.strip().lower()
+    return value if len(value) == 32 and not value.strip("0123456789abcdef") else ""
+
+
 def _parse_time(raw: str | None) -> datetime | None:
     if not raw:
         return None
@@ -80,6 +86,7 @@ class RunFilter:
     source: list[str] = field(default_factory=list)
     agent: list[str] = field(default_factory=list)
     workflow: int | None = None
+    trace_id: str = ""
     range: str = ""
     since: datetime | None = None
     until: datetime | None = None
@@ -98,6 +105,7 @@ class RunFilter:
             source=_values(params, "source")[:20],
             agent=_values(params, "agent")[:20],
             workflow=int(workflow) if workflow.isdigit() else None,
+            trace_id=_trace_id(params.get("trace_id", "")),
             range=params.get("range", "") if params.get("range") in RANGES else "",
             since=_parse_time(params.get("since")),
             until=_parse_time(params.get("until")),
@@ -130,6 +138,7 @@ class RunFilter:
         qs = qs.filtered(
             **{name: values[0] for name, values in many.items() if len(values) == 1},
             workflow=self.workflow,
+            trace_id=self.trace_id or None,
             since=self.since,
             until=self.until,
         )
@@ -150,6 +159,7 @@ class RunFilter:
             or self.source
             or self.agent
             or self.workflow
+            or self.trace_id
             or self.since
             or self.until
             or self.q

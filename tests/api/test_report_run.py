@@ -181,3 +181,26 @@ def test_an_idempotency_key_longer_than_its_column_is_refused(client, auth_heade
     headers = {**auth_headers, "HTTP_IDEMPOTENCY_KEY": "k" * 256}
     response = post_json(client, "/runs", ok_run(), **headers)
     assert error_paths(assert_envelope(response, 422, "invalid_input")) == {"Idempotency-Key"}
+
+
+def test_a_run_may_name_its_opentelemetry_trace_and_span(client, auth_headers, settings):
+    settings.TRACE_URL_TEMPLATE = "https://tempo.example/trace/{trace_id}"
+    trace, span = "4BF92F3577B34DA6A3CE929D0E0E4736", "00f067aa0ba902b7"
+    response = post_json(client, "/runs", ok_run(trace_id=trace, span_id=span), **auth_headers)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["trace_id"], body["span_id"]) == (trace.lower(), span)
+    assert body["trace_url"] == f"https://tempo.example/trace/{trace.lower()}"
+    assert post_json(client, "/runs", ok_run(), **auth_headers).json()["trace_url"] is None
+
+
+def test_a_span_without_its_trace_or_an_invalid_id_is_refused(client, auth_headers):
+    for fields, path in (
+        ({"span_id": "00f067aa0ba902b7"}, "span_id"),
+        ({"trace_id": "0" * 32}, "trace_id"),
+        ({"trace_id": "4bf92f3577b34da6a3ce929d0e0e47"}, "trace_id"),
+        ({"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "xyz"}, "span_id"),
+    ):
+        response = post_json(client, "/runs", ok_run(**fields), **auth_headers)
+        assert path in error_paths(assert_envelope(response, 422, "invalid_input")), fields
+    assert not Run.objects.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from django.urls import reverse
 
 from orchestrator.models import Action, Run
@@ -225,3 +226,32 @@ def test_aborting_needs_the_review_permission_and_a_post(operator_client, outsid
     assert outsider_client.post(url, {"note": "no"}).status_code == 403
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.RUNNING
+
+
+def test_the_trace_is_shown_and_links_to_its_runs_and_the_tracing_tool(operator_client, settings):
+    trace, span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    run = make_failure("timeout", trace_id=trace, span_id=span)
+    settings.TRACE_URL_TEMPLATE = "https://jaeger.example/trace/{trace_id}?uiFind={span_id}"
+    html = detail(operator_client, run)
+    assert f'href="{reverse("dashboard:runs")}?trace_id={trace}"' in html
+    assert f'href="https://jaeger.example/trace/{trace}?uiFind={span}"' in html
+    assert span in html
+    settings.TRACE_URL_TEMPLATE = ""
+    html = detail(operator_client, run)
+    assert trace in html and "Open in the tracing tool" not in html
+    assert 'id="trace"' not in detail(operator_client, make_failure("timeout"))
+
+
+@pytest.mark.parametrize(
+    "value", ["jaeger.example/trace/{trace_id}", "javascript:alert('{trace_id}')", "https://x/"]
+)
+def test_a_trace_url_template_that_cannot_link_a_trace_is_refused(monkeypatch, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from config.settings import env_trace_url
+
+    monkeypatch.setenv("TRACE_URL_TEMPLATE", value)
+    with pytest.raises(ImproperlyConfigured):
+        env_trace_url("TRACE_URL_TEMPLATE")
+    monkeypatch.setenv("TRACE_URL_TEMPLATE", "http://tempo:3200/trace/{trace_id}")
+    assert env_trace_url("TRACE_URL_TEMPLATE") == "http://tempo:3200/trace/{trace_id}"

@@ -11,7 +11,7 @@ from django.utils import timezone
 from dashboard.filters import PAGE_SIZE, RunFilter
 from orchestrator.models import Run
 
-from .conftest import ago, make_failure, make_run, make_workflow
+from .conftest import ago, make_failure, make_run, make_workflow, signed_in
 
 RUNS = reverse("dashboard:runs")
 
@@ -220,3 +220,17 @@ def test_bulk_actions_refuse_bad_input_and_foreign_redirects(operator_client):
     assert response.status_code == 302 and response["Location"] == RUNS
     response = operator_client.post(reverse("dashboard:run_actions"), {"action": "explode"})
     assert response.status_code == 302
+
+
+def test_the_trace_filter_lists_the_runs_of_one_trace(operator_client, outsider):
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    a = make_failure("rate_limited", trace_id=trace, span_id="00f067aa0ba902b7")
+    b = make_run(trace_id=trace, span_id="00f067aa0ba902b8")
+    make_run(trace_id="0" * 31 + "1")
+    make_run()
+    assert ids(operator_client.get(RUNS + f"?trace_id={trace.upper()}")) == [b.pk, a.pk]
+    page = operator_client.get(RUNS + f"?trace_id={trace}")
+    assert f'name="trace_id" value="{trace}"' in page.content.decode()
+    assert len(ids(operator_client.get(RUNS + "?trace_id=not-a-trace"))) == 4  # no filter
+    assert operator_client.get(RUNS + f"?trace_id={trace}").context["filters"].active
+    assert signed_in(outsider).get(RUNS + f"?trace_id={trace}").status_code == 403
