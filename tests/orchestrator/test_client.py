@@ -1,4 +1,5 @@
-"""AgentClient against the real app served by a live server (no mock)."""
+"""AgentClient against the real app served by a live server (no mock), in strict mode: each call
+answers synchronously, as these tests read. Background reporting: test_client_background.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def agent(live_server):
     _, secret = ApiToken.issue("client-test")
     sleeps: list[float] = []
-    with AgentClient(live_server.url, secret, sleep=sleeps.append) as client:
+    with AgentClient(live_server.url, secret, sleep=sleeps.append, strict=True) as client:
         client.sleeps = sleeps
         yield client
 
@@ -64,7 +65,7 @@ def test_it_asks_for_a_decision_and_a_classification(agent):
 
 def test_a_401_is_not_retried(live_server):
     sent: list[str] = []
-    client = AgentClient(live_server.url, "fs_wrong", sleep=lambda s: None)
+    client = AgentClient(live_server.url, "fs_wrong", sleep=lambda s: None, strict=True)
     client.http.event_hooks["request"] = [lambda r: sent.append(r.url.path)]
     with pytest.raises(ClientError) as err:
         client.classify({"status_code": 500})
@@ -84,7 +85,9 @@ def test_a_refused_connection_is_retried_with_backoff(db):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: connections are refused
     sleeps: list[float] = []
-    client = AgentClient(f"http://127.0.0.1:{port}", "fs_x", sleep=sleeps.append, max_attempts=3)
+    client = AgentClient(
+        f"http://127.0.0.1:{port}", "fs_x", sleep=sleeps.append, max_attempts=3, strict=True
+    )
     with pytest.raises(ClientError) as err:
         client.classify({})
     assert err.value.failure.category.value == "transient" and len(sleeps) == 2
@@ -128,7 +131,7 @@ def test_an_unreachable_server_leaves_classification_on_the_default_rules(db):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = AgentClient(f"http://127.0.0.1:{port}", "fs_x", sleep=lambda s: None)
+    client = AgentClient(f"http://127.0.0.1:{port}", "fs_x", sleep=lambda s: None, strict=True)
     assert client.report_classifier().classify(_status_error(404)).category.value == (
         "resource_missing"
     )
