@@ -94,6 +94,26 @@ def test_a_failure_is_classified_and_reported_in_the_background(live_server, sec
     assert run.finished_at is not None  # the time it happened, not the time it was sent
 
 
+def test_the_reporting_thread_fetches_the_overrides_the_agent_classifies_with(
+    live_server, secret, spool
+):
+    request = httpx.Request("GET", "https://maps.example/v1/query")
+    response = httpx.Response(498, json={"error": "token"}, request=request)
+    expired = httpx.HTTPStatusError("HTTP 498", request=request, response=response)
+    fetched: list[str] = []
+    with AgentClient(live_server.url, secret, spool_path=spool) as client:
+        client.http.event_hooks["request"] = [
+            lambda r: fetched.append(r.url.path) if r.url.path.endswith("/policies") else None
+        ]
+        assert client.flush(15)  # the thread has started: it fetched the overrides first
+        with client.track("maps-agent", "esri", reraise=False) as call:
+            raise expired
+        assert call.envelope["failure_type"] == "auth_failure"  # the seeded 498 override
+        assert client.flush(15)
+    assert Run.objects.get(idempotency_key=call.key).failure_type == "auth_failure"
+    assert client.policy_version is not None and len(fetched) <= 1
+
+
 def test_reporting_failures_are_logged_and_counted_never_raised(live_server, spool, caplog, db):
     with AgentClient(live_server.url, "fs_not_a_token", spool_path=spool) as client:
         with client.track("agent", "web_search") as call:
