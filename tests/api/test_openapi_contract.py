@@ -84,6 +84,8 @@ ANSWERS = [
     ("get", "/workflows/{workflow_id}", "/workflows/999999", None, 404),
     ("get", "/workflows/{workflow_id}/coverage", "/workflows/{workflow}/coverage", None, 200),
     ("get", "/workflows/{workflow_id}/coverage", "/workflows/999999/coverage", None, 404),
+    ("post", "/otlp/v1/traces", "/otlp/v1/traces", {"resourceSpans": []}, 200),
+    ("post", "/otlp/v1/traces", "/otlp/v1/traces", "{", 400),
 ]
 
 

@@ -101,6 +101,14 @@ def test_successful_genai_spans_are_runs_and_plain_spans_are_skipped(client, aut
     assert not Run.objects.filter(operation="format report").exists()
 
 
+def test_an_export_larger_than_one_batch_is_stored_in_several(
+    client, auth_headers, trace, settings
+):
+    settings.API_MAX_BATCH = 2
+    answer(export(client, auth_headers, otel.protobuf_body(trace)))
+    assert Run.objects.count() == 5
+
+
 def test_a_repeated_export_stores_each_span_once(client, auth_headers, trace):
     body = otel.protobuf_body(trace)
     answer(export(client, auth_headers, body))
