@@ -5,6 +5,8 @@ refused. The whole path: SDK → exporter → HTTP → Django → PostgreSQL."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -69,3 +71,15 @@ def test_an_exporter_without_a_valid_token_stores_nothing(live_server, postgres)
     assert sender.export(otel.research_trace()) == SpanExportResult.FAILURE
     assert not Run.objects.exists()
     sender.shutdown()
+
+
+def test_concurrent_exports_of_the_same_spans_store_each_once(live_server, postgres):
+    _, secret = ApiToken.issue("otel-agent")
+    spans = otel.research_trace()
+    senders = [exporter(live_server, secret) for _ in range(4)]
+    with ThreadPoolExecutor(len(senders)) as pool:
+        results = list(pool.map(lambda sender: sender.export(spans), senders))
+    assert results == [SpanExportResult.SUCCESS] * len(senders)
+    assert Run.objects.count() == 5
+    for sender in senders:
+        sender.shutdown()
