@@ -61,6 +61,7 @@ logger = logging.getLogger(__name__)
 POLICY_VERSION_HEADER = "X-Policy-Version"
 # After a failed fetch of the policies, how long before the next attempt (seconds).
 POLICY_RETRY_SECONDS = 30.0
+JSON_HEADERS = {"Content-Type": "application/json"}
 # The envelope fields a report sends, when set.
 REPORTED_FIELDS = (
     "status",
@@ -616,20 +617,27 @@ class Reporter:
     # -- the reporting thread ----------------------------------------------------------------
 
     def _run(self) -> None:
+        self._guarded(self._refresh_policies)
+        self._guarded(self._resend_spool)
+        while not self._closing.is_set():
+            batch, markers = self._collect()
+            if batch:
+                self._guarded(self._deliver, batch)
+            elif self._spool_dirty and time.monotonic() >= self._down_until:
+                self._guarded(self._resend_spool)  # the server may be back, no run came to tell
+            for marker in markers:
+                marker.done.set()
+        self._guarded(self._drain_on_close)
+
+    def _guarded(self, step: Callable[..., Any], *args: Any) -> None:
+        """Run one step of the thread; a bug in it loses that batch (logged, counted), never the
+        thread, and never the agent."""
         try:
-            self._refresh_policies()
-            self._resend_spool()
-            while not self._closing.is_set():
-                batch, markers = self._collect()
-                if batch:
-                    self._deliver(batch)
-                elif self._spool_dirty and time.monotonic() >= self._down_until:
-                    self._resend_spool()  # the server may be back, and no run came to tell
-                for marker in markers:
-                    marker.done.set()
-            self._drain_on_close()
-        except Exception:  # a bug here must not take the agent down, nor stay silent
-            logger.exception("failsight: the reporting thread stopped")
+            step(*args)
+        except Exception:
+            logger.exception("failsight: reporting step failed")
+            if args:
+                self.count_lost(f"{len(args[0])} runs lost to an unexpected error", len(args[0]))
 
     def _collect(self) -> tuple[list[dict[str, Any]], list[_Flush]]:
         """Take runs until the batch is full or `flush_interval` has passed since the first;
@@ -656,12 +664,13 @@ class Reporter:
 
     def _deliver(self, batch: list[dict[str, Any]], from_spool: bool = False) -> bool:
         """Send a batch, or spool it when the server cannot take it now; True if it was sent."""
+        batch, body = self._encoded(batch)
         if not batch:
             return True
         if time.monotonic() < self._down_until:  # known down: no attempt until the probe
             self._to_spool(batch, from_spool)
             return False
-        answer = self._send(batch)
+        answer = self._send(batch, body)
         if answer is None:
             self._to_spool(batch, from_spool)
             return False
@@ -672,13 +681,26 @@ class Reporter:
         self._refresh_policies()
         return True
 
-    def _send(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    def _encoded(self, batch: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes]:
+        """The runs JSON can carry, and the batch's body: a run holding a value JSON cannot
+        (an object, NaN) is lost alone, counted, instead of failing its whole batch."""
+        kept, parts = [], []
+        for item in batch:
+            try:
+                parts.append(json.dumps(item, separators=(",", ":"), allow_nan=False))
+            except (TypeError, ValueError) as exc:
+                self.count_lost(f"run {item.get('idempotency_key')} is not JSON: {exc}")
+                continue
+            kept.append(item)
+        return kept, ('{"runs":[' + ",".join(parts) + "]}").encode()
+
+    def _send(self, batch: list[dict[str, Any]], body: bytes) -> list[dict[str, Any]] | None:
         """POST the batch, retrying as the classifier advises; its results, or None when it
         should wait in the spool. A batch refused whole (a 401, a 413 …) is lost, and counted."""
         client = self.client
         for attempt in range(1, client.max_attempts + 1):
             try:
-                response = client.http.post("/runs/batch", json={"runs": batch})
+                response = client.http.post("/runs/batch", content=body, headers=JSON_HEADERS)
                 client._note_policy_version(response)
                 response.raise_for_status()
                 return response.json()["results"]
@@ -721,7 +743,7 @@ class Reporter:
             return  # still in the spool
         try:
             written = self.spool.append(batch)
-        except OSError:
+        except (OSError, TypeError, ValueError):  # no disk, or a value JSON cannot hold
             logger.warning("failsight: cannot write the spool %s", self.spool.path, exc_info=True)
             written = False
         if not written:

@@ -132,6 +132,20 @@ def test_reporting_failures_are_logged_and_counted_never_raised(live_server, spo
     assert not spool.exists()  # a refusal that a retry cannot fix is not kept for later
 
 
+def test_a_run_json_cannot_carry_is_lost_alone(live_server, secret, spool, caplog):
+    with AgentClient(live_server.url, secret, spool_path=spool) as client:
+        with client.track("agent", "web_search", topic=object()) as bad:  # not JSON
+            bad.results = [1]
+        with client.track("agent", "web_search", duration_hint=float("nan")) as nan:
+            nan.results = [1]
+        with client.track("agent", "web_search") as good:
+            good.results = [1]
+        assert client.flush(15)
+        assert (client.stats.lost, client.stats.created) == (2, 1)
+    assert keys() == {good.key}
+    assert any("is not JSON" in r.getMessage() for r in caplog.records)
+
+
 def test_a_full_queue_loses_runs_counted_without_blocking_the_agent(spool, db):
     # A server that accepts connections and never answers: the reporting thread waits on it
     # while the agent goes on queueing.
