@@ -277,9 +277,15 @@ CELERY_BEAT_SCHEDULE: dict = {
     },
 }
 # The dashboard folds the last hours of runs into hourly rollups (the tiles' and /metrics'
-# counts) and fires webhook alerts whose threshold is crossed, once a minute each.
+# counts) and failure groups, and fires webhook alerts whose threshold is crossed.
+DASHBOARD_GROUPS_SECONDS = env_int("DASHBOARD_GROUPS_SECONDS", 60, minimum=1)
 CELERY_BEAT_SCHEDULE |= {
     "dashboard-refresh-rollups": {"task": "dashboard.tasks.refresh_rollups", "schedule": 60.0},
+    "dashboard-fold-failure-groups": {
+        "task": "dashboard.tasks.fold_failure_groups",
+        "schedule": float(DASHBOARD_GROUPS_SECONDS),
+        "options": {"expires": 2 * DASHBOARD_GROUPS_SECONDS},
+    },
     "dashboard-evaluate-alerts": {"task": "dashboard.tasks.evaluate_alerts", "schedule": 60.0},
 }
 DASHBOARD_POLL_SECONDS = env_int("DASHBOARD_POLL_SECONDS", 10, minimum=1)

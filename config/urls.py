@@ -1,7 +1,10 @@
-"""Root URLs: the admin, the API v1 (JSON everywhere under /api/), sign-in, the dashboard at /."""
+"""Root URLs: the admin, the API v1 (JSON everywhere under /api/), sign-in, the dashboard at /,
+and /favicon.ico (browsers ask for it whatever the page's <link rel="icon"> says)."""
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic.base import RedirectView
 
 from orchestrator.api import api
 from orchestrator.api.errors import not_found
@@ -12,5 +15,6 @@ urlpatterns = [
     # Agents never get Django's HTML 404: any other /api/ path answers in the JSON envelope.
     re_path(r"^api/", not_found),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", include("dashboard.urls")),
 ]

@@ -1,5 +1,8 @@
 """Who may see and do what: the view decorators and the one helper every object lookup goes through.
 
+Signed-out visitors go to the login page; htmx requests among them get a client redirect there
+(`to_login`), never the login form swapped into a fragment of the page.
+
 Permissions are model-level (the groups seeded by migration 0001), so "what the user may see" is
 all rows of a model or none; keeping the lookup in one place means a future per-team scope changes
 one function, not every view.
@@ -11,9 +14,11 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-from django.contrib.auth.decorators import login_required, permission_required
+from django.contrib.auth.decorators import permission_required
+from django.contrib.auth.views import redirect_to_login
 from django.db.models import Model, QuerySet
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
+from django_htmx.http import HttpResponseClientRedirect
 
 VIEW = "orchestrator.view_run"
 REVIEW = "orchestrator.review"
@@ -28,6 +33,8 @@ _VIEW_PERMS = {
     "provideroverride": "orchestrator.view_provideroverride",
     "sourcehealth": "orchestrator.view_sourcehealth",
     "auditentry": "orchestrator.view_auditentry",
+    # Failure groups are folded from runs: whoever may see the runs may see their groups.
+    "failuregroup": "orchestrator.view_run",
 }
 
 V = TypeVar("V", bound=Callable[..., Any])
@@ -37,9 +44,30 @@ def requires(perm: str) -> Callable[[V], V]:
     """Sign-in first (anonymous → login page), then the permission (signed-in without it → 403)."""
 
     def decorate(view: V) -> V:
-        return wraps(view)(login_required(permission_required(perm, raise_exception=True)(view)))
+        guarded = permission_required(perm, raise_exception=True)(view)
+
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return to_login(request)
+            return guarded(request, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def to_login(request: HttpRequest) -> HttpResponse:
+    """Send a signed-out visitor (a session expired) to the login page, and back afterwards.
+
+    An htmx request (a tile's refresh, a claim, a filter) would follow a plain redirect and swap
+    the login form into the page while its header still says "Sign out": htmx is told to load the
+    login page instead (HX-Redirect), to come back to the page the user was on, not the fragment.
+    """
+    if getattr(request, "htmx", False):
+        page = request.htmx.current_url_abs_path or request.get_full_path()
+        return HttpResponseClientRedirect(redirect_to_login(page).url)
+    return redirect_to_login(request.get_full_path())
 
 
 def visible(user: Any, model: type[Model]) -> QuerySet:

@@ -1,16 +1,24 @@
-"""The runs page's filters, read from the query string, and its keyset pagination.
+"""The runs page's filters, read from the query string; its total; known source and agent names.
 
-Every filter lives in the URL, so a filtered view is shareable and the back button works. Each
-filter maps onto an indexed column (see the indexes on Run); the free-text search is the one
-that cannot use an index, so it is bounded to a time window (24 h by default, 7 days at most).
+Every filter lives in the URL, so a filtered view is shareable and the back button works. A value
+the page cannot use (an unknown status, a date that does not parse, a damaged page link) is
+refused with an error shown above the list, never silently dropped: the list would otherwise
+show unfiltered runs as if they matched. Each filter maps onto an indexed column (see the indexes
+on Run). Source and agent match by prefix, resolved against the known names into an exact
+`IN (…)` that the (source, created_at) and (agent, created_at) indexes serve; the free-text
+search is the one filter no index serves, so it is bounded to a time window (24 h by default, 7
+days at most).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from django.core.cache import cache
+from django.db import connection
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.http import QueryDict
@@ -18,6 +26,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
+from dashboard.groups import signature_from
 from dashboard.stats import WINDOWS
 from orchestrator import keyset
 from orchestrator.models import Run, RunQuerySet
@@ -26,6 +35,12 @@ PAGE_SIZE = 50
 SEARCH_DEFAULT = timedelta(hours=24)
 SEARCH_MAX = timedelta(days=7)
 RANGES = {"1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days", "30d": "last 30 days"}
+# Counted exactly up to here; above it, PostgreSQL's planner estimates (labelled "about").
+EXACT_TOTAL = 10_000
+# Known names listed for prefix matching and the input's suggestions; past this many, a prefix
+# is matched with LIKE instead (correct, but not served by the index on every collation).
+KNOWN_NAMES_MAX = 500
+KNOWN_NAMES_SECONDS = 60
 # Named run sets a drill-down may ask for (`?flag=wasted`): each is a RunQuerySet method, the same
 # one the tiles count with, so a tile's number and the runs behind it always agree.
 FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
@@ -50,33 +65,10 @@ def _values(params: QueryDict, key: str) -> list[str]:
     return [v.strip() for raw in params.getlist(key) for v in raw.split(",") if v.strip()]
 
 
-def _failure_types(names: list[str]) -> list[str]:
-    """The canonical names of the failure types asked for, aliases included ("auth_error")."""
-    found = []
-    for name in names:
-        try:
-            found.append(parse_failure_type(name).value)
-        except UnknownFailureType:
-            continue  # an unknown name filters nothing, as any unknown filter value here
-    return list(dict.fromkeys(found))
-
-
 def _trace_id(raw: str) -> str:
-    """An OpenTelemetry trace id (32 hex digits, any case), else "" (no filter)."""
+    """An OpenTelemetry trace id (32 hex digits, any case) in lower case, else ""."""
     value = raw.strip().lower()
     return value if len(value) == 32 and not value.strip("0123456789abcdef") else ""
-
-
-def _parse_time(raw: str | None) -> datetime | None:
-    if not raw:
-        return None
-    try:
-        value = parse_datetime(raw)
-    except ValueError:
-        return None
-    if value is not None and timezone.is_naive(value):
-        value = value.replace(tzinfo=UTC)
-    return value
 
 
 @dataclass
@@ -87,33 +79,103 @@ class RunFilter:
     agent: list[str] = field(default_factory=list)
     workflow: int | None = None
     trace_id: str = ""
+    group: int | None = None
+    signature: str = ""
     range: str = ""
     since: datetime | None = None
     until: datetime | None = None
     q: str = ""
     flags: list[str] = field(default_factory=list)
+    after: tuple[datetime, int] | None = None
+    before: tuple[datetime, int] | None = None
     notices: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
     @classmethod
     def from_query(cls, params: QueryDict, now: datetime | None = None) -> RunFilter:
         now = now or timezone.now()
-        statuses = set(Run.Status.values)
-        workflow = params.get("workflow", "")
-        f = cls(
-            status=[s for s in _values(params, "status") if s in statuses],
-            failure_type=_failure_types(_values(params, "failure_type")),
-            source=_values(params, "source")[:20],
-            agent=_values(params, "agent")[:20],
-            workflow=int(workflow) if workflow.isdigit() else None,
-            trace_id=_trace_id(params.get("trace_id", "")),
-            range=params.get("range", "") if params.get("range") in RANGES else "",
-            since=_parse_time(params.get("since")),
-            until=_parse_time(params.get("until")),
-            q=params.get("q", "").strip()[:200],
-            flags=[x for x in _values(params, "flag") if x in FLAGS],
-        )
+        f = cls(source=_values(params, "source")[:20], agent=_values(params, "agent")[:20])
+        f.status = f._choices(params, "status", Run.Status.values)
+        f.failure_type = f._failure_types(_values(params, "failure_type"))
+        f.flags = f._choices(params, "flag", list(FLAGS))
+        f.range = (f._choices(params, "range", list(RANGES)) or [""])[0]
+        f.workflow = f._number(params, "workflow", "a workflow id")
+        f.group = f._number(params, "group", "a failure group id")
+        f.trace_id = f._trace(params)
+        f.since = f._time(params, "since")
+        f.until = f._time(params, "until")
+        f.after = f._cursor(params, "after")
+        f.before = f._cursor(params, "before")
+        f.q = params.get("q", "").strip()[:200]
+        if f.group is not None:
+            f.signature = signature_from(f.group) or ""
+            if not f.signature:
+                f.errors.append(f"There is no failure group #{f.group}.")
+        if f.since and f.until and f.since >= f.until:
+            f.errors.append("“From” must come before “To”.")
         f._apply_range(now)
         return f
+
+    def _choices(self, params: QueryDict, key: str, allowed: list[str]) -> list[str]:
+        values = _values(params, key)
+        wrong = [v for v in values if v not in allowed]
+        if wrong:
+            self.errors.append(
+                f"{key.replace('_', ' ')} {', '.join(map(repr, wrong))} is not one of: "
+                f"{', '.join(allowed)}."
+            )
+        return [v for v in values if v in allowed]
+
+    def _failure_types(self, names: list[str]) -> list[str]:
+        """The canonical names of the failure types asked for, aliases included ("auth_error");
+        a name in neither the taxonomy nor its alias table is refused with the reason."""
+        found = []
+        for name in names:
+            try:
+                found.append(parse_failure_type(name).value)
+            except UnknownFailureType as exc:
+                self.errors.append(str(exc))
+        return list(dict.fromkeys(found))
+
+    def _trace(self, params: QueryDict) -> str:
+        raw = params.get("trace_id", "").strip()
+        value = _trace_id(raw)
+        if raw and not value:
+            self.errors.append(f"trace id {raw!r} is not a trace id (32 hex digits).")
+        return value
+
+    def _number(self, params: QueryDict, key: str, what: str) -> int | None:
+        raw = params.get(key, "").strip()
+        if not raw:
+            return None
+        if raw.isdigit() and int(raw) < 2**63:
+            return int(raw)
+        self.errors.append(f"{key} {raw!r} is not {what} (a number).")
+        return None
+
+    def _time(self, params: QueryDict, key: str) -> datetime | None:
+        raw = params.get(key, "").strip()
+        if not raw:
+            return None
+        try:
+            value = parse_datetime(raw)
+        except ValueError:
+            value = None
+        if value is None:
+            label = {"since": "From", "until": "To"}[key]
+            self.errors.append(f"“{label}” {raw!r} is not a date and time (YYYY-MM-DDTHH:MM).")
+            return None
+        return value.replace(tzinfo=UTC) if timezone.is_naive(value) else value
+
+    def _cursor(self, params: QueryDict, key: str) -> tuple[datetime, int] | None:
+        raw = params.get(key, "")
+        if not raw:
+            return None
+        try:
+            return keyset.decode_cursor(raw)
+        except ValueError:
+            self.errors.append("This page link is damaged: start again from the newest runs.")
+            return None
 
     def _apply_range(self, now: datetime) -> None:
         # A tile window aligns to whole steps exactly as the tile counted, so the numbers match.
@@ -132,9 +194,7 @@ class RunFilter:
             self.notices.append("Search covers at most 7 days: the range was shortened.")
 
     def apply(self, qs: RunQuerySet) -> RunQuerySet:
-        # The shared filters take one value each; a tile's drill-down may need several.
         many = {"status": self.status, "failure_type": self.failure_type}
-        many |= {"source": self.source, "agent": self.agent}
         qs = qs.filtered(
             **{name: values[0] for name, values in many.items() if len(values) == 1},
             workflow=self.workflow,
@@ -143,6 +203,11 @@ class RunFilter:
             until=self.until,
         )
         qs = qs.filter(**{f"{n}__in": v for n, v in many.items() if len(v) > 1})
+        for column in ("source", "agent"):
+            if prefixes := getattr(self, column):
+                qs = qs.filter(prefix_condition(column, prefixes))
+        if self.signature:
+            qs = qs.filter(signature=self.signature)
         for flag in self.flags:
             qs = FLAGS[flag][1](qs)
         if self.q:
@@ -160,6 +225,7 @@ class RunFilter:
             or self.agent
             or self.workflow
             or self.trace_id
+            or self.group
             or self.since
             or self.until
             or self.q
@@ -178,35 +244,105 @@ class RunFilter:
     def flag_labels(self) -> list[str]:
         return [FLAGS[x][0] for x in self.flags]
 
+    def unmatched(self) -> list[str]:
+        """The source and agent prefixes no known name starts with (said on an empty result)."""
+        out = []
+        for column in ("source", "agent"):
+            names = known_names(column, fresh=True)
+            if len(names) > KNOWN_NAMES_MAX:
+                continue
+            for prefix in getattr(self, column):
+                if not matching(names, prefix):
+                    out.append(f"No {column} name starts with “{prefix}”.")
+        return out
+
 
 # ---------------------------------------------------------------------------------------------
-# Keyset pagination on (created_at, id), newest first, with the API's cursors: served by the
-# created_at indexes and constant-time at any depth, unlike OFFSET.
+# Prefix matching on known names
 
 
-def decode(cursor: str | None) -> tuple[datetime, int] | None:
-    """The key a cursor encodes; None for no cursor or a mangled one (the first page, not a 500)."""
-    if not cursor:
-        return None
-    try:
-        return keyset.decode_cursor(cursor)
-    except ValueError:
-        return None
+def known_names(column: str, fresh: bool = False) -> list[str]:
+    """The distinct values of a run column (source or agent), sorted; at most one more than
+    KNOWN_NAMES_MAX. The input's suggestions read them cached for a minute; a filter reads them
+    `fresh`, so a name that appeared a second ago is matched.
+
+    A skip scan over the column's index (a recursive query asking for the next name after the
+    last one) reads one index entry per name, not one per run: milliseconds at millions of runs.
+    """
+    key = f"dashboard:known:{column}"
+    names = None if fresh else cache.get(key)
+    if names is None:
+        names = _skip_scan(column, KNOWN_NAMES_MAX + 1)
+        cache.set(key, names, KNOWN_NAMES_SECONDS)
+    return names
 
 
-def run_page(qs: RunQuerySet, cursor: str | None, size: int = PAGE_SIZE) -> tuple[list, str | None]:
-    rows, key = qs.keyset_page(size, decode(cursor))
-    return rows, keyset.encode_cursor(key) if key else None
+def _skip_scan(column: str, limit: int) -> list[str]:
+    quote = connection.ops.quote_name
+    col, table = quote(Run._meta.get_field(column).column), quote(Run._meta.db_table)
+    query = (
+        f"WITH RECURSIVE names(name) AS ("
+        f" SELECT min({col}) FROM {table}"
+        f" UNION ALL"
+        f" SELECT (SELECT min({col}) FROM {table} WHERE {col} > names.name)"
+        f" FROM names WHERE names.name IS NOT NULL"
+        f") SELECT name FROM names WHERE name IS NOT NULL LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(query, [limit])
+        return [row[0] for row in cursor.fetchall()]
 
 
-def page(qs: QuerySet, cursor: str | None, size: int) -> tuple[list, str | None]:
-    """The same keyset page for other models with created_at (the workflows list)."""
-    key = decode(cursor)
-    if key:
-        when, pk = key
-        qs = qs.filter(created_at__lte=when).filter(Q(created_at__lt=when) | Q(pk__lt=pk))
-    rows = list(qs.order_by("-created_at", "-id")[: size + 1])
-    if len(rows) <= size:
-        return rows, None
-    last = rows[size - 1]
-    return rows[:size], keyset.encode_cursor((last.created_at, last.pk))
+def matching(names: list[str], prefix: str) -> list[str]:
+    low = prefix.lower()
+    return [name for name in names if name.lower().startswith(low)]
+
+
+def prefix_condition(column: str, prefixes: list[str]) -> Q:
+    """Runs whose `column` starts with any of `prefixes` (case-insensitively)."""
+    names = known_names(column, fresh=True)
+    if len(names) <= KNOWN_NAMES_MAX:
+        wanted = sorted({name for prefix in prefixes for name in matching(names, prefix)})
+        return Q(**{f"{column}__in": wanted})
+    condition = Q()
+    for prefix in prefixes:
+        condition |= Q(**{f"{column}__istartswith": prefix})
+    return condition
+
+
+# ---------------------------------------------------------------------------------------------
+# The total
+
+
+@dataclass(frozen=True)
+class Total:
+    count: int
+    exact: bool
+
+    def __str__(self) -> str:
+        if self.exact:
+            return f"{self.count:,}"
+        return f"about {self.count:,}" if self.count > EXACT_TOTAL else f"over {EXACT_TOTAL:,}"
+
+
+def total(qs: QuerySet) -> Total:
+    """How many runs match: exact up to EXACT_TOTAL (a count that stops there, so it never reads
+    more rows than that), estimated above it from PostgreSQL's planner and labelled so.
+
+    Counting every matching row of a million-run table would take longer than the page itself;
+    an estimate is what a number that large can honestly be read as anyway.
+    """
+    capped = qs.order_by().values("pk")[: EXACT_TOTAL + 1].count()
+    if capped <= EXACT_TOTAL:
+        return Total(capped, True)
+    if connection.vendor != "postgresql":
+        return Total(EXACT_TOTAL + 1, False)
+    plan = json.loads(qs.order_by().values("pk").explain(format="json"))
+    estimate = int(plan[0]["Plan"]["Plan Rows"])
+    return Total(_round(max(estimate, EXACT_TOTAL + 1)), False)
+
+
+def _round(n: int) -> int:
+    """Two significant digits: an estimate should not look more precise than it is."""
+    digits = len(str(n)) - 2
+    return round(n, -digits) if digits > 0 else n

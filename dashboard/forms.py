@@ -85,10 +85,22 @@ class BulkActionForm(forms.Form):
     action = forms.ChoiceField(choices=RunAction.choices())
     run = IdListField()
     reason = forms.CharField(required=False, max_length=500)
+    # Set by the confirmation page (cancels and actions on several runs ask first).
+    confirmed = forms.BooleanField(required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        data["reason"] = " ".join(data.get("reason", "").split())
+        if data.get("action") == RunAction.ESCALATE and not data["reason"]:
+            self.add_error("reason", "Say why you escalate: the reviewer reads it first.")
+        return data
 
 
 class ResolveForm(forms.Form):
-    resolution = forms.ChoiceField(choices=ReviewItem.Resolution.choices)
+    """A resolution of a review item; `options` (from `review.resolution_options`) are the ones
+    offered, and a resolution that cannot work is refused with the reason why."""
+
+    resolution = forms.ChoiceField(choices=ReviewItem.Resolution.choices, widget=forms.RadioSelect)
     note = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), max_length=2000)
     edited_input = forms.CharField(
         required=False,
@@ -104,6 +116,17 @@ class ResolveForm(forms.Form):
         required=False, label="Save as a provider override for this signal"
     )
     apply_to_group = forms.BooleanField(required=False)
+
+    def __init__(self, *args: Any, options: list[Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.options = options or []
+
+    def clean_resolution(self) -> str:
+        value = self.cleaned_data["resolution"]
+        option = next((o for o in self.options if o.value == value), None)
+        if option is not None and not option.available:
+            raise forms.ValidationError(f"“{option.label}” cannot work here: {option.why}")
+        return value
 
     def clean_edited_input(self) -> dict | None:
         raw = self.cleaned_data["edited_input"].strip()

@@ -1,13 +1,15 @@
-"""Dashboard-owned data: hourly and six-hour run rollups that feed the tiles and /metrics, and
-webhook alerts.
+"""Dashboard-owned data: hourly and six-hour run rollups that feed the tiles and /metrics,
+failure groups, and webhook alerts.
 
-Rollups are folded in batches by a periodic task (`dashboard.tasks.refresh_rollups`), never per
-insert: a counter row updated on every run would serialise every report on that row and halve
-ingest (the README's "Architecture"). Counting with these rows is `stats`'s job.
+Rollups and failure groups are folded in batches by periodic tasks
+(`dashboard.tasks.refresh_rollups`, `dashboard.tasks.fold_failure_groups`), never per insert: a
+counter row updated on every run would serialise every report on that row and halve ingest (the
+README's "Architecture"). Counting with these rows is `stats`'s and `groups`'s job.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
@@ -179,3 +181,131 @@ class AlertDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery {self.pk} of {self.rule_id}: {self.status}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Failure groups
+
+
+class GroupCounts(models.Model):
+    """What happened to the failures of one group (in one hour, or ever): how many, the routing
+    applied to each, and how each ended. Folded in batches by `dashboard.groups.fold`."""
+
+    count = models.PositiveIntegerField(default=0)
+    # failures that were themselves retries, and failures that kept partial results
+    wasted = models.PositiveIntegerField(default=0)
+    partial = models.PositiveIntegerField(default=0)
+    # the decision routing (or an operator) took on each failure
+    decided_retry = models.PositiveIntegerField(default=0)
+    decided_switch = models.PositiveIntegerField(default=0)
+    decided_partial = models.PositiveIntegerField(default=0)
+    decided_escalate = models.PositiveIntegerField(default=0)
+    decided_abort = models.PositiveIntegerField(default=0)
+    # how each failure's task ended (see `dashboard.groups.Ending`)
+    recovered_retry = models.PositiveIntegerField(default=0)
+    recovered_switch = models.PositiveIntegerField(default=0)
+    ended_escalated = models.PositiveIntegerField(default=0)
+    ended_lost = models.PositiveIntegerField(default=0)
+    ended_open = models.PositiveIntegerField(default=0)
+
+    COUNTS = (
+        "count",
+        "wasted",
+        "partial",
+        "decided_retry",
+        "decided_switch",
+        "decided_partial",
+        "decided_escalate",
+        "decided_abort",
+        "recovered_retry",
+        "recovered_switch",
+        "ended_escalated",
+        "ended_lost",
+        "ended_open",
+    )
+
+    class Meta:
+        abstract = True
+
+
+class FailureGroup(GroupCounts):
+    """Failures with one signature (source, failure type and normalised detail), as an error
+    tracker groups events into issues: counts, first and last seen, who was affected, and a
+    state an operator sets (open, muted, resolved). A resolved group that happens again is
+    reopened and flagged as a regression."""
+
+    class State(models.TextChoices):
+        OPEN = "open", "open"
+        MUTED = "muted", "muted"
+        RESOLVED = "resolved", "resolved"
+
+    signature = models.CharField(max_length=64, unique=True)
+    source = models.CharField(max_length=100)
+    failure_type = models.CharField(max_length=20, choices=FailureType.choices)
+    pattern = models.CharField(max_length=500, blank=True, help_text="The normalised detail")
+    example = models.TextField(blank=True, help_text="The detail of the first failure seen")
+    example_run = models.ForeignKey(
+        "orchestrator.Run",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,  # a small table: the SET NULL on a run's deletion scans it cheaply
+    )
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    # Distinct agents (names) and workflows (ids) seen failing this way, at most MAX_LISTED each;
+    # `*_capped` says there were more (the page then shows "N+").
+    agents = models.JSONField(default=list, blank=True)
+    agents_capped = models.BooleanField(default=False)
+    workflows = models.JSONField(default=list, blank=True)
+    workflows_capped = models.BooleanField(default=False)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    state_changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    regressed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it came back after being resolved"
+    )
+
+    MAX_LISTED = 50
+
+    class Meta:
+        ordering = ["-last_seen", "-id"]
+        indexes = [
+            # the groups page: most recently seen first, keyset pages on (last_seen, id)
+            models.Index(fields=["last_seen", "id"], name="failuregroup_last_seen"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.failure_type}: {self.pattern[:60]}"
+
+    @property
+    def is_regression(self) -> bool:
+        return self.regressed_at is not None and self.state == self.State.OPEN
+
+
+class FailureGroupHour(GroupCounts):
+    """One group's failures created in one hour: the sparklines, the counts of a window, and
+    the rows the fold recomputes (the last few hours, as runs change after they are created)."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="hours")
+    hour = models.DateTimeField(help_text="Start of the hour (UTC) the failures were created in")
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # one row per group and hour; its index serves a group's sparkline and totals
+            models.UniqueConstraint(fields=["group", "hour"], name="failuregrouphour_key")
+        ]
+        indexes = [
+            # the groups page's counts over a window (every group's hours from a start) and the
+            # fold's "recompute the hours from here on"
+            models.Index(fields=["hour"], name="failuregrouphour_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h group {self.group_id}: {self.count}"

@@ -1,4 +1,5 @@
-"""The dashboard's Celery tasks: folding run rollups, evaluating alert rules, delivering webhooks.
+"""The dashboard's Celery tasks: folding run rollups and failure groups, evaluating alert rules,
+delivering webhooks.
 
 Tasks take ids, fetch, do one thing and return. Deliveries are enqueued after commit so a worker
 never looks for a row that is not visible yet.
@@ -14,8 +15,10 @@ import httpx
 from celery import shared_task
 from django.db import transaction
 from django.db.models import Count, Q
+from django.urls import reverse
 from django.utils import timezone
 
+from dashboard import groups
 from dashboard.models import AlertDelivery, AlertRule
 from dashboard.stats import FAILURE_STATUSES, rollup_lookback
 from dashboard.stats import refresh_rollups as refresh
@@ -26,7 +29,7 @@ log = logging.getLogger(__name__)
 WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 MAX_DELIVERY_ATTEMPTS = 6
 
-__all__ = ["deliver_alert", "evaluate_alerts", "refresh_rollups"]
+__all__ = ["deliver_alert", "evaluate_alerts", "fold_failure_groups", "refresh_rollups"]
 
 
 @shared_task(ignore_result=True)
@@ -35,6 +38,12 @@ def refresh_rollups(hours: int | None = None) -> int:
     the six-hour blocks that hold them."""
     lookback = timedelta(hours=hours) if hours else rollup_lookback()
     return refresh(timezone.now() - lookback)
+
+
+@shared_task(ignore_result=True)
+def fold_failure_groups(hours: int | None = None) -> int:
+    """Recompute the failure groups' last few hours (runs change after they are created)."""
+    return groups.fold(timezone.now() - timedelta(hours=hours) if hours else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -66,7 +75,12 @@ def measure(rule: AlertRule) -> tuple[float, dict[str, Any]]:
         rate, finished = failure_rate(rule.failure_type, rule.window_minutes)
         return rate, {"failure_type": rule.failure_type, "finished_runs": finished}
     age = review_age()
-    return age, {"open_review_items": ReviewItem.objects.open().count()}
+    oldest = ReviewItem.objects.open().values_list("pk", flat=True).first()
+    facts: dict[str, Any] = {"open_review_items": ReviewItem.objects.open().count()}
+    if oldest is not None:
+        # The oldest item's own page, where it can be claimed straight away.
+        facts["oldest_review_path"] = reverse("dashboard:review_item", args=[oldest])
+    return age, facts
 
 
 def _cooling_down(rule: AlertRule, now: Any) -> bool:

@@ -1,8 +1,12 @@
-"""The overview's tiles: numbers from `stats`, each with the link to the runs behind it.
+"""The overview's tiles: numbers from `stats`, each with the link to the runs behind it and to
+their failure groups.
 
 Each tile's link filters the runs page with the same named run set (`?flag=…`) or the same
-status and failure type the number counted, so a drill-down shows exactly the runs behind it.
-Counting is `stats`'s job; the markup is the overview template's.
+status and failure type the number counted, so a drill-down shows exactly the runs behind it;
+its groups link opens the failure groups page on the same window with the matching filter (a
+failure type, a source, "groups with wasted retries" …). A tile with nothing behind it (no
+source in trouble) links nowhere. Counting is `stats`'s job; the markup is the overview
+template's.
 """
 
 from __future__ import annotations
@@ -36,12 +40,27 @@ class Tile:
     failure_type: str = ""
     tone: str = ""  # "ok" | "warn" | "bad" | ""
     rows: list[tuple[str, Any]] = field(default_factory=list)
+    groups: str = ""  # the failure groups behind the number ("" when there are none to see)
+    groups_label: str = ""
+
+
+def _url(name: str, query: dict[str, Any]) -> str:
+    query = {k: ",".join(v) if isinstance(v, list | tuple) else v for k, v in query.items()}
+    return reverse(name) + ("?" + urlencode(query) if query else "")
 
 
 def runs_url(window: Window | None = None, **params: Any) -> str:
-    query = {"range": window.name} if window else {}
-    query |= {k: ",".join(v) if isinstance(v, list | tuple) else v for k, v in params.items()}
-    return reverse("dashboard:runs") + ("?" + urlencode(query) if query else "")
+    return _url("dashboard:runs", ({"range": window.name} if window else {}) | params)
+
+
+def groups_url(window: Window, **params: Any) -> str:
+    """The failure groups page on the tile's window (groups count by the hour: the last hour's
+    tiles open the last 24 hours)."""
+    return _url("dashboard:failure_groups", {"range": _group_range(window)} | params)
+
+
+def _group_range(window: Window) -> str:
+    return window.name if window.name in ("24h", "7d") else "24h"
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -70,6 +89,7 @@ def traffic_tiles(s: WindowStats) -> list[Tile]:
             current=cur.runs,
             previous=prev.runs,
             lower_is_better=False,
+            groups=groups_url(w),
         ),
         Tile(
             "success",
@@ -83,6 +103,8 @@ def traffic_tiles(s: WindowStats) -> list[Tile]:
             tone=""
             if rate is None
             else ("ok" if rate >= 0.95 else "warn" if rate >= 0.8 else "bad"),
+            groups=groups_url(w),
+            groups_label="what failed",
         ),
         Tile(
             "retries",
@@ -92,6 +114,7 @@ def traffic_tiles(s: WindowStats) -> list[Tile]:
             current=cur.metric["retries"],
             previous=prev.metric["retries"],
             sub="avoided: failures routed elsewhere instead of a blind retry",
+            groups=groups_url(w, has="retry"),
         ),
         Tile(
             "partial",
@@ -102,6 +125,7 @@ def traffic_tiles(s: WindowStats) -> list[Tile]:
             current=cur.metric["partial_items"],
             previous=prev.metric["partial_items"],
             lower_is_better=False,
+            groups=groups_url(w, has="partial"),
         ),
     ]
 
@@ -117,6 +141,7 @@ def failure_tiles(s: WindowStats) -> list[Tile]:
             current=s.current.by_type[ftype],
             previous=s.previous.by_type[ftype],
             spark=s.series[ftype],
+            groups=groups_url(s.window, failure_type=ftype),
         )
         for ftype, label in FailureType.choices
     ]
@@ -140,6 +165,7 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
             "cannot help",
             rows=[(f"{ft} · {src}", n) for (ft, src), n in wasted],
             tone="bad" if futile else "warn" if cur.wasted_total else "ok",
+            groups=groups_url(w, has="wasted"),
         ),
         Tile(
             "early",
@@ -148,6 +174,9 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
             runs_url(w, flag="early"),
             sub="retries before their due time (should be 0)",
             tone="bad" if early else "ok",
+            # The failures that come with a Retry-After to honour.
+            groups=groups_url(w, failure_type=FailureType.RATE_LIMITED),
+            groups_label="rate-limit groups",
         ),
         Tile(
             "futile",
@@ -164,6 +193,7 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
             runs_url(w, failure_type=unclassified_type),
             sub=f"{cur.by_type[unclassified_type]:,} of {cur.failures:,} failures",
             tone="warn" if (unclassified or 0) > 0.1 else "",
+            groups=groups_url(w, failure_type=unclassified_type),
         ),
         Tile(
             "switched",
@@ -171,6 +201,7 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
             _pct(switched),
             runs_url(w, flag="switched"),
             sub=f"{cur.switched_ok:,} of {cur.switched_done:,} finished switches",
+            groups=groups_url(w, has="switch"),
         ),
     ]
 
@@ -190,6 +221,8 @@ def attention_tiles(window: Window, start: datetime) -> list[Tile]:
             reverse("dashboard:review_queue"),
             sub=f"oldest waiting {duration(age)}" if open_count else "queue empty",
             tone="warn" if open_count else "ok",
+            groups=reverse("dashboard:review_queue") + "?view=groups" if open_count else "",
+            groups_label="grouped",
         ),
         Tile(
             "degraded",
@@ -198,17 +231,19 @@ def attention_tiles(window: Window, start: datetime) -> list[Tile]:
             reverse("dashboard:workflows")
             + f"?status={Workflow.Status.DEGRADED}&range={window.name}",
             sub="finished with gaps in coverage",
+            groups=groups_url(window, has="lost"),
+            groups_label="lost failures",
         ),
         Tile(
             "sources",
             "Sources in trouble",
             f"{len(troubled)}",
-            runs_url(window, source=names, status=list(FAILURE_STATUSES))
-            if names
-            else runs_url(window, status=list(FAILURE_STATUSES)),
+            # No source in trouble: nothing to drill into (not every failure of the window).
+            runs_url(window, source=names, status=list(FAILURE_STATUSES)) if names else "",
             sub="open breaker or empty retry budget" if names else "all breakers closed",
             rows=[(s.source, s.label) for s in troubled[:4]],
             tone="bad" if troubled else "ok",
+            groups=groups_url(window, source=names) if names else "",
         ),
     ]
 

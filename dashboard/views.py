@@ -18,20 +18,24 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HTMX_STOP_POLLING, trigger_client_event
+from django_htmx.http import trigger_client_event
 
-from dashboard import reports
+from dashboard import groups, queue, reports
 from dashboard.access import EDIT_POLICIES, REVIEW, VIEW, get_visible, requires, visible
-from dashboard.filters import RANGES, RunFilter, page, run_page
+from dashboard.filters import PAGE_SIZE, RANGES, RunFilter, known_names, total
 from dashboard.forms import BulkActionForm, ProviderOverrideForm, ResolveForm, RoutingPolicyForm
+from dashboard.groups import GroupFilter
+from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS, get_window
 from dashboard.tiles import overview_tiles
-from orchestrator.coordination import actions
+from orchestrator import keyset
+from orchestrator.coordination import actions, review
 from orchestrator.coordination.policy import preview_delays
 from orchestrator.coordination.workflow import abort_workflow
 from orchestrator.models import (
     AuditEntry,
     FailureType,
+    PolicyState,
     ProviderOverride,
     ReviewItem,
     RoutingPolicy,
@@ -90,32 +94,58 @@ def overview(request: HttpRequest) -> HttpResponse:
 @requires(VIEW)
 @require_GET
 def runs(request: HttpRequest) -> HttpResponse:
+    """Runs newest first, filtered from the query string, in keyset pages both ways, with their
+    total; a filter the page cannot use is shown as an error instead of being ignored."""
     filters = RunFilter.from_query(request.GET)
-    qs = filters.apply(visible(request.user, Run)).select_related("workflow").defer(*LIST_DEFER)
-    rows, next_cursor = run_page(qs, request.GET.get("after"))
-    context = {
+    context: dict[str, Any] = {
         "filters": filters,
-        "runs": rows,
-        "next_cursor": next_cursor,
-        "first_page": not request.GET.get("after"),
+        "page": None,
+        "runs": [],
         "statuses": Run.Status.choices,
         "any_failure": ",".join(Run.FAILURE),
         "failure_types": FailureType.choices,
         "ranges": RANGES.items(),
         "can_review": request.user.has_perm(REVIEW),
-        "any_runs": bool(rows) or visible(request.user, Run).exists(),
+        "known_sources": known_names("source"),
+        "known_agents": known_names("agent"),
         # Row links built from a prefix: fifty reverse() calls per page cost more than the SQL.
         "runs_prefix": reverse("dashboard:runs"),
         "workflows_prefix": reverse("dashboard:workflows"),
     }
+    if not filters.errors:
+        context |= _runs_results(request, filters)
     template = "dashboard/runs.html#results" if _fragment(request) else "dashboard/runs.html"
-    return render(request, template, context)
+    # A refused filter is the client's mistake (400) on a whole page; htmx swaps only 2xx, so a
+    # fragment answers 200 and shows the same errors in place.
+    status = 400 if filters.errors and not _fragment(request) else 200
+    return render(request, template, context, status=status)
+
+
+def _runs_results(request: HttpRequest, filters: RunFilter) -> dict[str, Any]:
+    matching = filters.apply(visible(request.user, Run))
+    qs = matching.select_related("workflow").defer(*LIST_DEFER)
+    page = keyset.page(qs, PAGE_SIZE, after=filters.after, before=filters.before)
+    for run in page.rows:
+        run.actions = actions.applicable(run)
+    offered = {a for run in page.rows for a in run.actions}
+    return {
+        "page": page,
+        "runs": page.rows,
+        "total": total(matching),
+        "bulk_actions": [a for a in actions.RunAction if a in offered],
+        "unmatched": [] if page.rows else filters.unmatched(),
+        "any_runs": bool(page.rows) or visible(request.user, Run).exists(),
+    }
 
 
 @requires(VIEW)
 @require_GET
 def retrying(request: HttpRequest) -> HttpResponse:
-    """Tasks whose latest attempt failed and whose next retry is scheduled (a queued retry)."""
+    """Tasks whose latest attempt failed and whose next retry is scheduled (a queued retry).
+
+    The page keeps refreshing while it is empty: a retry scheduled a second later must appear
+    without a reload (the point of the page is to watch them come and go).
+    """
     qs = (
         visible(request.user, Run)
         .retrying()
@@ -125,36 +155,61 @@ def retrying(request: HttpRequest) -> HttpResponse:
     )
     rows = list(qs[:200])
     context = {"runs": rows, "now": timezone.now(), "poll_seconds": poll_seconds()}
-    if not _fragment(request):
-        return render(request, "dashboard/retrying.html", context)
-    # Nothing left to wait for: 286 tells htmx to stop polling (after swapping the empty state).
-    status = HTMX_STOP_POLLING if not rows else 200
-    return render(request, "dashboard/retrying.html#table", context, status=status)
+    template = "dashboard/retrying.html#table" if _fragment(request) else "dashboard/retrying.html"
+    return render(request, template, context)
 
 
 @requires(REVIEW)
 @require_POST
 def run_actions(request: HttpRequest) -> HttpResponse:
-    """Retry, cancel or escalate the selected runs (bulk, or one from its detail page)."""
+    """Retry, cancel or escalate the selected runs (bulk, or one from its detail page).
+
+    A cancel, and any action on several runs, first shows what it will do to which runs and
+    asks to confirm (a second post with `confirmed`); a retry or an escalation of one run from
+    its page acts at once. Escalating needs a reason: the reviewer reads it.
+    """
     back = _safe_next(request, reverse("dashboard:runs"))
     form = BulkActionForm(request.POST)
     if not form.is_valid():
         for errors in form.errors.values():
             messages.error(request, " ".join(errors))
         return redirect(back)
-    action = form.cleaned_data["action"]
-    ids = list(
-        visible(request.user, Run)
-        .filter(pk__in=form.cleaned_data["run"])
-        .values_list("pk", flat=True)
-    )
-    done = actions.act_on_runs(action, ids, request.user, form.cleaned_data["reason"])
-    skipped = len(form.cleaned_data["run"]) - done
-    text = f"{action.capitalize()}: {done} run{'s' if done != 1 else ''} done"
+    data = form.cleaned_data
+    action = actions.RunAction(data["action"])
+    runs_qs = visible(request.user, Run).filter(pk__in=data["run"])
+    single = len(data["run"]) == 1 and action != actions.RunAction.CANCEL
+    if not data["confirmed"] and not single:
+        return _confirm_actions(request, action, list(runs_qs.defer(*LIST_DEFER)), data, back)
+    ids = list(runs_qs.values_list("pk", flat=True))
+    done = actions.act_on_runs(action, ids, request.user, data["reason"])
+    skipped = len(data["run"]) - done
+    text = f"{action.label.capitalize()}: {done} run{'s' if done != 1 else ''} done"
     if skipped:
         text += f", {skipped} skipped (already finished, moved on, or not found)"
     messages.success(request, text + ".")
     return redirect(back)
+
+
+def _confirm_actions(
+    request: HttpRequest,
+    action: actions.RunAction,
+    rows: list[Run],
+    data: dict[str, Any],
+    back: str,
+) -> HttpResponse:
+    """The page that says which runs an action will change, which it will skip and why."""
+    applies = [run for run in rows if run.status in action.statuses]
+    skipped = [run for run in rows if run.status not in action.statuses]
+    context = {
+        "action": action,
+        "applies": applies,
+        "skipped": skipped,
+        "missing": len(data["run"]) - len(rows),
+        "reason": data["reason"],
+        "next": back,
+        "statuses": ", ".join(action.statuses),
+    }
+    return render(request, "dashboard/run_actions_confirm.html", context)
 
 
 @requires(VIEW)
@@ -162,11 +217,14 @@ def run_actions(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_visible(request.user, Run, related=("workflow", "retry_of"), pk=pk)
     attempts = list(visible(request.user, Run).attempts_of(run).defer(*LIST_DEFER)[:ATTEMPTS_SHOWN])
+    group = FailureGroup.objects.filter(signature=run.signature).first() if run.signature else None
     context = {
         "run": run,
         "attempts": _with_waits(attempts),
         "review_items": run.review_items.select_related("resolved_by", "assignee"),
         "can_review": request.user.has_perm(REVIEW),
+        "run_actions": actions.applicable(run),
+        "failure_group": group,
     }
     return render(request, "dashboard/run_detail.html", context)
 
@@ -199,10 +257,15 @@ def workflows(request: HttpRequest) -> HttpResponse:
     window = request.GET.get("range", "")
     if window in WINDOWS:
         qs = qs.filter(created_at__gte=WINDOWS[window].bounds(timezone.now())[1])
-    rows, next_cursor = page(qs.annotate(run_count=Count("runs")), request.GET.get("after"), 30)
+    try:
+        after = keyset.decode_cursor(request.GET["after"]) if request.GET.get("after") else None
+    except ValueError:
+        messages.error(request, "That page link was damaged: here are the newest workflows.")
+        after = None
+    page = keyset.page(qs.annotate(run_count=Count("runs")), 30, after=after)
     context = {
-        "workflows": rows,
-        "next_cursor": next_cursor,
+        "workflows": page.rows,
+        "next_cursor": page.next,
         "status": status,
         "range": window,
         "statuses": Workflow.Status.choices,
@@ -211,26 +274,48 @@ def workflows(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/workflows.html", context)
 
 
+TIMELINE_LIMIT = 500
+
+
 @requires(VIEW)
 @require_GET
 def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
     workflow = get_visible(request.user, Workflow, pk=pk)
-    limit = 500
-    timeline = list(
+    runs = list(
         visible(request.user, Run)
         .filter(workflow=workflow)
         .defer(*LIST_DEFER)
-        .order_by("created_at", "id")[: limit + 1]
+        .order_by("created_at", "id")[: TIMELINE_LIMIT + 1]
     )
+    reviews = list(
+        visible(request.user, ReviewItem)
+        .filter(workflow=workflow)
+        .select_related("assignee", "resolved_by")
+        .order_by("created_at", "id")
+    )
+    pending = [item for item in reviews if item.is_pending]
     context = {
         "workflow": workflow,
-        "timeline": timeline[:limit],
-        "truncated": len(timeline) > limit,
+        "timeline": _timeline(runs[:TIMELINE_LIMIT], reviews),
+        "run_count": min(len(runs), TIMELINE_LIMIT),
+        "truncated": len(runs) > TIMELINE_LIMIT,
         "coverage": reports.coverage_topics(workflow.coverage),
-        "open_reviews": workflow.review_items.filter(state__in=ReviewItem.PENDING).count(),
+        "open_reviews": pending,
         "can_review": request.user.has_perm(REVIEW),
     }
     return render(request, "dashboard/workflow_detail.html", context)
+
+
+def _timeline(runs: list[Run], reviews: list[ReviewItem]) -> list[dict[str, Any]]:
+    """Runs and review decisions in time order: each escalation's resolution, who took it and
+    what applying it did, beside the runs it started."""
+    entries = [{"at": run.created_at, "run": run} for run in runs]
+    for item in reviews:
+        entries.append({"at": item.created_at, "opened": item})
+        if item.resolved_at:
+            entries.append({"at": item.resolved_at, "resolved": item})
+    entries.sort(key=lambda e: (e["at"], "run" not in e))
+    return entries
 
 
 @requires(REVIEW)
@@ -251,11 +336,102 @@ def workflow_abort(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 # ---------------------------------------------------------------------------------------------
+# Failure groups
+
+
+@requires(VIEW)
+@require_GET
+def failure_groups(request: HttpRequest) -> HttpResponse:
+    """Failures grouped by signature, most recently seen first, with their counts in a window."""
+    f = GroupFilter.from_query(request.GET)
+    now = timezone.now()
+    context: dict[str, Any] = {
+        "f": f,
+        "rows": [],
+        "page": None,
+        "windows": groups.GROUP_WINDOWS.values(),
+        "states": FailureGroup.State.choices,
+        "failure_types": FailureType.choices,
+        "has_choices": [(k, label) for k, (label, _) in groups.HAS.items()],
+    }
+    if not f.errors:
+        context |= _group_rows(request, f, now)
+    template = "dashboard/groups.html"
+    if _fragment(request):
+        template += "#results"
+    status = 400 if f.errors and not _fragment(request) else 200
+    return render(request, template, context, status=status)
+
+
+def _group_rows(request: HttpRequest, f: GroupFilter, now: Any) -> dict[str, Any]:
+    qs = f.apply(visible(request.user, FailureGroup))
+    window = groups.GROUP_WINDOWS.get(f.range)
+    counts: dict[int, dict[str, int]] = {}
+    if window is not None:
+        counts = groups.window_counts(window, now)
+        column = groups.HAS[f.has][1] if f.has else "count"
+        qs = qs.filter(pk__in=[pk for pk, c in counts.items() if c[column] > 0])
+    elif f.has:
+        qs = qs.filter(**{f"{groups.HAS[f.has][1]}__gt": 0})
+    page = keyset.page(qs, 50, after=f.after, before=f.before, field="last_seen")
+    spark_window = window or groups.GROUP_WINDOWS["30d"]
+    lines = groups.sparklines(spark_window, now, [g.pk for g in page.rows])
+    rows = [groups.GroupRow(g, counts.get(g.pk, {}), lines[g.pk]) for g in page.rows]
+    return {"page": page, "rows": rows, "window": window, "spark_window": spark_window}
+
+
+@requires(VIEW)
+@require_GET
+def failure_group(request: HttpRequest, pk: int) -> HttpResponse:
+    """One group: its numbers, how its failures were routed and ended, who was affected, and
+    its latest runs each with how it ended."""
+    group = get_visible(request.user, FailureGroup, related=("state_changed_by",), pk=pk)
+    now = timezone.now()
+    recent = groups.with_endings(
+        visible(request.user, Run)
+        .filter(signature=group.signature)
+        .select_related("workflow")
+        .defer(*LIST_DEFER)
+        .order_by("-created_at", "-id")
+    )[:20]
+    names = dict(Workflow.objects.filter(pk__in=group.workflows).values_list("pk", "name"))
+    context = {
+        "group": group,
+        "spark": groups.daily(group, now),
+        "runs": list(recent),
+        "endings": [(e, getattr(group, groups.ENDING_COLUMNS[e])) for e in groups.Ending],
+        "decisions": [(a, getattr(group, c)) for a, c in groups.DECISION_COLUMNS.items()],
+        "workflows": [(pk, names.get(pk, "?")) for pk in group.workflows],
+        "open_reviews": groups.open_reviews(group),
+        "can_review": request.user.has_perm(REVIEW),
+        "states": FailureGroup.State,
+    }
+    return render(request, "dashboard/group_detail.html", context)
+
+
+@requires(REVIEW)
+@require_POST
+def failure_group_state(request: HttpRequest, pk: int) -> HttpResponse:
+    """Open, mute or resolve a group (audited)."""
+    group = get_visible(request.user, FailureGroup, pk=pk)
+    state = request.POST.get("state", "")
+    if state not in FailureGroup.State.values:
+        messages.error(request, f"{state!r} is not a state of a failure group.")
+    elif groups.set_state(group, state, request.user):
+        messages.success(request, f"Group marked {FailureGroup.State(state).label}.")
+    else:
+        messages.info(request, f"The group was already {FailureGroup.State(state).label}.")
+    return redirect("dashboard:failure_group", pk=group.pk)
+
+
+# ---------------------------------------------------------------------------------------------
 # Review queue
 
 
 def _signature_counts(items: list[ReviewItem]) -> dict[str, int]:
     signatures = {i.signature for i in items if i.signature}
+    if not signatures:
+        return {}
     rows = (
         ReviewItem.objects.open()
         .filter(signature__in=signatures)
@@ -267,57 +443,131 @@ def _signature_counts(items: list[ReviewItem]) -> dict[str, int]:
 
 
 def _decorate(items: list[ReviewItem], user: Any) -> list[ReviewItem]:
-    counts = _signature_counts(items)
-    for index, item in enumerate(items):
+    counts = _signature_counts([i for i in items if i.is_pending])
+    for item in items:
         item.group_size = counts.get(item.signature, 1) if item.signature else 1
         item.mine = item.assignee_id == user.pk
-        # The oldest few (and the ones I hold) open with the run inline; the rest stay scannable.
-        item.expanded = index < 2 or item.mine
     return items
+
+
+REVIEW_RELATED = ("run", "run__workflow", "workflow", "assignee", "resolved_by")
 
 
 @requires("orchestrator.view_reviewitem")
 @require_GET
 def review_queue(request: HttpRequest) -> HttpResponse:
-    show_resolved = request.GET.get("show") == "resolved"
-    base = visible(request.user, ReviewItem).select_related(
-        "run", "run__workflow", "assignee", "resolved_by"
-    )
-    if show_resolved:
-        items = list(base.filter(state=ReviewItem.State.RESOLVED).order_by("-resolved_at")[:100])
-    else:
-        items = _decorate(list(base.open()[:50]), request.user)
-    context = {
-        "items": items,
-        "show_resolved": show_resolved,
-        "open_total": base.open().count(),
-        "can_review": request.user.has_perm(REVIEW),
-        "form": ResolveForm(),
+    """Open items oldest first in keyset pages, filtered by facets with counts; or grouped by
+    signature; or the resolved ones, the latest decision first."""
+    f = queue.QueueFilter.from_query(request.GET)
+    now = timezone.now()
+    user = request.user
+    items = visible(user, ReviewItem)
+    pending = items.filter(state__in=ReviewItem.PENDING)
+    context: dict[str, Any] = {
+        "f": f,
+        "open_total": pending.count(),
+        "can_review": user.has_perm(REVIEW),
+        "states": queue.STATES,
+        "facets": [],
+        "page": None,
+        "groups": None,
     }
-    return render(request, "dashboard/review_queue.html", context)
+    if not f.errors:
+        context |= _queue_results(request, f, items, pending, now)
+    template = "dashboard/review_queue.html"
+    if _fragment(request):
+        template += "#results"
+    # A refused filter is the client's mistake (400) on a whole page; htmx swaps only 2xx, so a
+    # fragment answers 200 and shows the same errors in place.
+    status = 400 if f.errors and not _fragment(request) else 200
+    return render(request, template, context, status=status)
+
+
+def _queue_results(
+    request: HttpRequest, f: queue.QueueFilter, items: Any, pending: Any, now: Any
+) -> dict[str, Any]:
+    user = request.user
+    if f.state == "resolved":
+        resolved = f.apply(items.filter(state=ReviewItem.State.RESOLVED), user, now)
+        page = queue.list_page(resolved.select_related("workflow", "resolved_by"), f)
+        _decorate(page.rows, user)
+        return {"page": page}
+    filtered = f.apply(pending, user, now)
+    out: dict[str, Any] = {
+        "facets": queue.facets(pending, f, user, now, request.GET),
+        "matching": filtered.count(),
+    }
+    if f.view == "groups":
+        groups, total = queue.signature_groups(filtered, user)
+        for group in groups:
+            if group.item is not None:
+                group.options = review.group_options(group.item, group.count)
+        folded = FailureGroup.objects.filter(signature__in=[g.signature for g in groups])
+        folded_ids = dict(folded.values_list("signature", "pk"))
+        for group in groups:
+            group.failure_group = folded_ids.get(group.signature)
+        return out | {"groups": groups, "group_total": total}
+    page = queue.list_page(filtered.select_related("workflow", "assignee"), f)
+    _decorate(page.rows, user)
+    return out | {"page": page}
+
+
+def _card_context(
+    request: HttpRequest, item: ReviewItem, form: ResolveForm | None = None, notice: str = ""
+) -> dict[str, Any]:
+    """What the item's card needs: the item, the resolutions that can work, the form."""
+    _decorate([item], request.user)
+    can_review = request.user.has_perm(REVIEW)
+    options = review.resolution_options(item) if can_review and item.is_pending else []
+    group = None
+    if item.signature:
+        group = FailureGroup.objects.filter(signature=item.signature).first()
+    return {
+        "item": item,
+        "options": options,
+        "form": form or ResolveForm(options=options),
+        "notice": notice,
+        "can_review": can_review,
+        "failure_group": group,
+    }
+
+
+@requires("orchestrator.view_reviewitem")
+@require_GET
+def review_item(request: HttpRequest, pk: int) -> HttpResponse:
+    """One item's page: the link every other page gives (run, workflow, tiles, alerts)."""
+    item = get_visible(request.user, ReviewItem, related=REVIEW_RELATED, pk=pk)
+    context = _card_context(request, item)
+    if _fragment(request) and request.GET.get("part") == "card":
+        return render(request, "dashboard/_review_card.html", context)
+    context |= _neighbours(request, item) | {"expanded": True}
+    return render(request, "dashboard/review_item.html", context)
+
+
+def _neighbours(request: HttpRequest, item: ReviewItem) -> dict[str, Any]:
+    """The open items just older and just newer than this one, in the queue's order."""
+    pending = visible(request.user, ReviewItem).filter(state__in=ReviewItem.PENDING)
+    key = (item.created_at, item.pk)
+    older = keyset.beyond(pending, key, "created_at", descending=True)
+    newer = keyset.beyond(pending, key, "created_at", descending=False)
+    return {
+        "older": older.order_by("-created_at", "-id").values_list("pk", flat=True).first(),
+        "newer": newer.order_by("created_at", "id").values_list("pk", flat=True).first(),
+        "waiting_before": older.count() if item.is_pending else None,
+    }
 
 
 def _item_response(
     request: HttpRequest, item: ReviewItem, form: ResolveForm | None = None, notice: str = ""
 ) -> HttpResponse:
-    """The item's card (htmx) or the queue page with a message (plain form post)."""
+    """The item's card with its queue row refreshed (htmx), or a redirect (plain form post)."""
     if not _fragment(request):
         if notice:
             messages.info(request, notice)
-        return redirect(reverse("dashboard:review_queue") + f"#review-{item.pk}")
-    item = get_visible(
-        request.user,
-        ReviewItem,
-        related=("run", "run__workflow", "assignee", "resolved_by"),
-        pk=item.pk,
-    )
-    context = {
-        "item": _decorate([item], request.user)[0],
-        "form": form or ResolveForm(),
-        "notice": notice,
-        "can_review": True,
-    }
-    return render(request, "dashboard/review_queue.html#item", context)
+        return redirect(_safe_next(request, reverse("dashboard:review_item", args=[item.pk])))
+    item = get_visible(request.user, ReviewItem, related=REVIEW_RELATED, pk=item.pk)
+    context = _card_context(request, item, form, notice) | {"oob": True}
+    return render(request, "dashboard/_review_card.html", context)
 
 
 @requires(REVIEW)
@@ -348,17 +598,24 @@ def _already(item: ReviewItem) -> str:
 @requires(REVIEW)
 @require_POST
 def review_resolve(request: HttpRequest, pk: int) -> HttpResponse:
-    item = get_visible(request.user, ReviewItem, related=("assignee", "resolved_by"), pk=pk)
+    """Resolve one item, or with `apply_to_group` every item like it that no one else holds.
+
+    Only a resolution that can work is accepted (`review.resolution_options`): a switch with no
+    other source left is refused with the reason, never recorded to do nothing.
+    """
+    item = get_visible(request.user, ReviewItem, related=REVIEW_RELATED, pk=pk)
     if item.state == ReviewItem.State.CLAIMED and item.assignee_id != request.user.pk:
         # Whoever claimed it decides; a stale form from another operator must not win.
         return _item_response(request, item, notice=_already(item))
-    form = ResolveForm(request.POST)
+    if not item.is_pending:
+        return _item_response(request, item, notice=_already(item))
+    form = ResolveForm(request.POST, options=review.resolution_options(item))
     if not form.is_valid():
         if not _fragment(request):
             messages.error(request, "The resolution was not saved: " + form.errors.as_text())
         return _item_response(request, item, form=form)
+    data = form.cleaned_data
     try:
-        data = form.cleaned_data
         resolved = item.resolve(
             request.user,
             data["resolution"],
@@ -374,8 +631,10 @@ def review_resolve(request: HttpRequest, pk: int) -> HttpResponse:
     item.refresh_from_db()
     if not resolved:
         return _item_response(request, item, notice=_already(item))
-    extra = f" (and {resolved - 1} more with the same signature)" if resolved > 1 else ""
-    return _item_response(request, item, notice=f"Resolved{extra}: the coordinator continues.")
+    label = ReviewItem.Resolution(data["resolution"]).label
+    extra = f" and {resolved - 1} more with the same signature" if resolved > 1 else ""
+    notice = f"Resolved{extra} ({label}): the coordinator continues."
+    return _item_response(request, item, notice=notice)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,6 +656,11 @@ def _diff(before: dict | None, after: dict | None) -> list[tuple[str, Any, Any]]
     ]
 
 
+def _policy_version() -> PolicyState:
+    """The version every decision records (v1 with no change time before the first edit)."""
+    return PolicyState.objects.filter(pk=1).first() or PolicyState(version=1, changed_at=None)
+
+
 def _policy_rows(user: Any) -> list[RoutingPolicy]:
     rows = list(visible(user, RoutingPolicy))
     for policy in rows:
@@ -410,6 +674,7 @@ def _policies_page(request: HttpRequest, status: int = 200, **extra: Any) -> Htt
         "policies": _policy_rows(user),
         "overrides": visible(user, ProviderOverride),
         "history": _history(user),
+        "policy_version": _policy_version(),
         "can_edit": user.has_perm(EDIT_POLICIES),
         "editing": None,
         "policy_form": None,
@@ -427,6 +692,9 @@ def policies(request: HttpRequest) -> HttpResponse:
         return render(
             request, "dashboard/policies.html#history", {"history": _history(request.user)}
         )
+    if _fragment(request) and request.GET.get("part") == "version":
+        context = {"policy_version": _policy_version()}
+        return render(request, "dashboard/policies.html#version", context)
     return _policies_page(request)
 
 

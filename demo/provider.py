@@ -27,9 +27,12 @@ seed and the same calls give the same faults whatever the timing. Behaviours:
 403, 404 and 422 drawn from the mix stick to their (source, query), as a real provider's would.
 The mix is `behaviour=weight,...` (`--mix`, or FAILSIGHT_PROVIDER_MIX); see DEFAULT_MIX.
 
-Every request is appended to the `--log` file as one JSON line (time, source, query, page, fault,
-status, Retry-After) and counted; a repeat of a query before the Retry-After it was given has
-passed is counted as `early_repeats` (a well-behaved coordinator keeps it at zero).
+Every request is appended to the `--log` file as one JSON line (its arrival time, source, query,
+page, fault, status, Retry-After, and when it was answered) and counted. A request is judged at
+its arrival: one that arrives for a query before the Retry-After given to an earlier request of
+that query has passed is counted as `early_repeats` (a well-behaved coordinator keeps it at zero).
+A slow answer finishing late is not a repeat: a request that arrived before the Retry-After was
+given cannot have ignored it.
 """
 
 from __future__ import annotations
@@ -159,21 +162,38 @@ class Provider:
             point -= weight
         return self.mix[-1][0]  # pragma: no cover - the weights sum to total
 
-    def record(self, source: str, query: str, page: int, fault: str, status: int, ra: str) -> None:
+    def arrive(self, source: str, query: str) -> float:
+        """Note a request's arrival, judged against the Retry-After given so far; return when."""
         now = time.time()
         with self.lock:
             self.counts["requests"] += 1
             self.counts[f"source:{source}"] += 1
-            self.counts[f"status:{status or 'dropped'}"] += 1
-            self.counts[f"fault:{fault.split(':')[0]}"] += 1
             deadline = self.deadlines.get((source, query))
             if deadline is not None and now < deadline:
                 self.counts["early_repeats"] += 1
+        return now
+
+    def record(
+        self,
+        source: str,
+        query: str,
+        page: int,
+        fault: str,
+        status: int,
+        ra: str,
+        arrived: float,
+    ) -> None:
+        """Note a request's answer (a Retry-After counts from the moment it is given)."""
+        now = time.time()
+        with self.lock:
+            self.counts[f"status:{status or 'dropped'}"] += 1
+            self.counts[f"fault:{fault.split(':')[0]}"] += 1
             if ra:
                 self.deadlines[(source, query)] = now + float(ra)
             if self.log:
-                line = {"t": now, "source": source, "q": query, "page": page, "fault": fault}
+                line = {"t": arrived, "source": source, "q": query, "page": page, "fault": fault}
                 line |= {"status": status, "retry_after": float(ra) if ra else None}
+                line["answered"] = now
                 self.log.write(json.dumps(line) + "\n")
                 self.log.flush()
 
@@ -219,12 +239,16 @@ class Handler(BaseHTTPRequestHandler):
         query = (params.get("q") or [""])[0]
         raw_page = (params.get("page") or ["1"])[0]
         page = max(1, int(raw_page)) if raw_page.isdigit() else 1
+        self.arrived = self.provider.arrive(source, query)
         key = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
         if not self.provider.key_ok(key, source):
-            self.provider.record(source, query, page, "expired_key", 401, "")
+            self.record(source, query, page, "expired_key", 401, "")
             return self.send_error_status(401)
         fault = self.provider.behaviour(source, query, page, self.headers.get("X-Demo-Fault", ""))
         self.answer(source, query, page, fault, key, fault)
+
+    def record(self, source: str, query: str, page: int, fault: str, status: int, ra: str) -> None:
+        self.provider.record(source, query, page, fault, status, ra, self.arrived)
 
     def answer(self, source: str, query: str, page: int, fault: str, key: str, logged: str) -> None:
         kind, _, rest = fault.partition(":")
@@ -233,34 +257,34 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(float(seconds or 3))
             return self.answer(source, query, page, then or "ok:3", key, logged)
         if kind == "drop":
-            self.provider.record(source, query, page, logged, 0, "")
+            self.record(source, query, page, logged, 0, "")
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return None
         if kind == "garbled":
-            self.provider.record(source, query, page, logged, 200, "")
+            self.record(source, query, page, logged, 200, "")
             page_html = b"<html><body><h1>Scheduled maintenance</h1></body></html>"
             return self.send_raw(200, page_html, "application/json")
         if kind == "expire":
             self.provider.revoke(key)
-            self.provider.record(source, query, page, logged, 401, "")
+            self.record(source, query, page, logged, 401, "")
             return self.send_error_status(401)
         if kind == "http":
             code, _, ra = rest.partition(":")
             status = int(code)
             if status == 429 and not ra:
                 ra = "2"
-            self.provider.record(source, query, page, logged, status, ra)
+            self.record(source, query, page, logged, status, ra)
             return self.send_error_status(status, ra)
         if kind == "partial":
             count = int(rest.partition(":")[0] or 2)
-            self.provider.record(source, query, page, logged, 200, "")
+            self.record(source, query, page, logged, 200, "")
             return self.send_json(200, self.page_body(source, query, page, count, page + 1))
         total = 0 if kind == "empty" else int(rest or 3) if kind == "ok" else 3
         start = (page - 1) * PAGE_SIZE
         count = max(0, min(PAGE_SIZE, total - start))
         nxt = page + 1 if start + count < total else None
-        self.provider.record(source, query, page, logged, 200, "")
+        self.record(source, query, page, logged, 200, "")
         return self.send_json(200, self.page_body(source, query, page, count, nxt, start))
 
     def page_body(

@@ -24,7 +24,9 @@ from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 from django.utils import timezone
 
-from orchestrator.vocabulary import Action, Breaker, FailureCategory, Jitter
+from orchestrator import keyset
+from orchestrator.fingerprint import signature as failure_signature
+from orchestrator.vocabulary import Action, Breaker, FailureCategory, Jitter, Origin
 
 # The taxonomy as Django choices (labels for forms and the admin); the values are the classifier's.
 FailureType = models.TextChoices(
@@ -154,10 +156,22 @@ class ApiToken(models.Model):
 # Workflows and runs
 
 
+# The one rule of who coordinates a workflow: the built-in coordinator steps a workflow started
+# over a capability (`start_workflow`, `POST /api/v1/workflows`, which refuse a capability with no
+# registered source); any other workflow is an agent's, whose runs agents report. A kind of
+# workflow added later (an explicitly external coordinator) changes this condition and nothing
+# else: the dispatcher, the review queue's origin facet and its resolutions all read it.
+BUILT_IN_WORKFLOW = ~Q(capability="")
+
+
 class WorkflowQuerySet(models.QuerySet):
     def unfinished(self) -> WorkflowQuerySet:
         """Workflows the coordinator still steps: running or waiting for a review."""
         return self.filter(status__in=(Workflow.Status.RUNNING, Workflow.Status.AWAITING_REVIEW))
+
+    def built_in(self) -> WorkflowQuerySet:
+        """Workflows the built-in coordinator steps (see BUILT_IN_WORKFLOW)."""
+        return self.filter(BUILT_IN_WORKFLOW)
 
 
 class Workflow(models.Model):
@@ -207,6 +221,15 @@ class Workflow(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
+
+    @property
+    def is_built_in(self) -> bool:
+        """Stepped by the built-in coordinator (BUILT_IN_WORKFLOW, for one loaded row)."""
+        return bool(self.capability)
+
+    @property
+    def origin(self) -> Origin:
+        return Origin.BUILT_IN if self.is_built_in else Origin.AGENT
 
     def sources_tried(self, topic: str) -> set[str]:
         """The sources any run of `topic` has used so far (a switch goes to another one)."""
@@ -376,14 +399,8 @@ class RunQuerySet(models.QuerySet):
         return self.order_by("-created_at", "-id")
 
     def older_than(self, created_at: datetime, pk: int) -> RunQuerySet:
-        """Runs after (created_at, pk) in newest-first order: the keyset condition.
-
-        The redundant `created_at <= t` gives the planner an index range to start from; the
-        OR alone would not be used as an index bound.
-        """
-        return self.filter(created_at__lte=created_at).filter(
-            Q(created_at__lt=created_at) | Q(pk__lt=pk)
-        )
+        """Runs after (created_at, pk) in newest-first order: the keyset condition."""
+        return keyset.beyond(self, (created_at, pk), "created_at", descending=True)
 
     def keyset_page(
         self, limit: int, after: tuple[datetime, int] | None = None
@@ -471,6 +488,9 @@ class Run(models.Model):
     partial_results = models.JSONField(default=list, blank=True)
     partial_count = models.PositiveIntegerField(default=0)
     alternatives = models.JSONField(default=list, blank=True)
+    # The failure's group key (`orchestrator.fingerprint`), written with the failure itself; blank
+    # for successes. The failure groups are folded from it and the group pages list runs by it.
+    signature = models.CharField(max_length=32, blank=True, editable=False)
 
     decision = models.CharField(max_length=20, choices=Action.choices(), blank=True)
     decision_reason = models.TextField(blank=True)
@@ -567,6 +587,21 @@ class Run(models.Model):
                 name="run_dispatched_unstarted",
                 condition=Q(status="running", started_at__isnull=True),
             ),
+            # a failure group's runs, newest first, and the runs list's `group` filter; only
+            # failures carry a signature, so successes never enter (or cost) this index
+            models.Index(
+                fields=["signature", "created_at"],
+                name="run_signature_created",
+                condition=~Q(signature=""),
+            ),
+            # "did the switch recover it?" (the failure groups' fold looks up the run a switch
+            # started from the failed one) and deleting a run (the SET NULL of this self key);
+            # only switched runs enter it
+            models.Index(
+                fields=["switched_from"],
+                name="run_switched_from",
+                condition=Q(switched_from__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -601,6 +636,12 @@ class Run(models.Model):
     def root_id(self) -> int:
         return self.retry_of_id or self.pk
 
+    def failure_signature(self) -> str:
+        """This run's failure group key, or "" for a run that is not a failure."""
+        if not self.failure_type:
+            return ""
+        return failure_signature(self.source, self.failure_type, self.detail)
+
     def transition(self, old: str | tuple[str, ...], new: str, **fields: Any) -> bool:
         """Move from `old` to `new` with a conditional update; return False if another won."""
         olds = (old,) if isinstance(old, str) else old
@@ -632,21 +673,22 @@ class Run(models.Model):
         results = list(envelope.get("results") or []) if ok else []
         partial = list(envelope.get("partial_results") or [])
         started = self.started_at or finished_at
+        failure_type = None if ok else envelope.get("failure_type") or FailureCategory.UNCLASSIFIED
+        detail = envelope.get("detail") or ""
         return self.transition(
             self.Status.RUNNING,
             self.Status.SUCCEEDED if ok else self.Status.FAILED,
             results=results,
             result_count=len(results),
-            failure_type=None
-            if ok
-            else envelope.get("failure_type") or FailureCategory.UNCLASSIFIED,
+            failure_type=failure_type,
+            signature="" if ok else failure_signature(self.source, failure_type, detail),
             retryable=None if ok else envelope.get("retryable"),
             retry_after=None if ok else envelope.get("retry_after"),
             signal="" if ok else envelope.get("signal") or "",
             status_code=envelope.get("status_code"),
             provider_code=envelope.get("provider_code") or "",
             exception_type=envelope.get("exception_type") or "",
-            detail=envelope.get("detail") or "",
+            detail=detail,
             exception_chain=list(envelope.get("chain") or []),
             partial_results=partial,
             partial_count=len(partial),
@@ -937,11 +979,19 @@ class ReviewItemQuerySet(models.QuerySet):
         """Items still waiting for a decision (open or claimed), oldest first."""
         return self.filter(state__in=ReviewItem.PENDING).order_by("created_at", "id")
 
+    def resolved(self) -> ReviewItemQuerySet:
+        """Decided items, the latest decision first."""
+        return self.filter(state=ReviewItem.State.RESOLVED).order_by("-resolved_at", "-id")
+
     def overdue(self, now: datetime) -> ReviewItemQuerySet:
         return self.open().filter(deadline_at__lte=now)
 
     def with_signature(self, signature: str) -> ReviewItemQuerySet:
         return self.open().filter(signature=signature)
+
+    def resolvable_by(self, user: Any) -> ReviewItemQuerySet:
+        """Pending items this user may decide: unclaimed, or claimed by them (never another's)."""
+        return self.filter(ReviewItem.resolvable(user))
 
     def unapplied(self) -> ReviewItemQuerySet:
         """Resolved items whose decision the coordinator has not applied yet."""
@@ -976,11 +1026,13 @@ class ReviewItem(models.Model):
         RESOLVED = "resolved"
 
     class Resolution(models.TextChoices):
-        RETRY = "retry"
+        # Labels are written out: Django's default would capitalise some ("Retry", "Switch
+        # Source") and not others; every page shows them lowercase, as the decisions.
+        RETRY = "retry", "retry"
         RETRY_EDITED = "retry_edited", "retry with edited input"
-        SWITCH_SOURCE = "switch_source"
-        ACCEPT_PARTIAL = "accept_partial"
-        ABORT = "abort"
+        SWITCH_SOURCE = "switch_source", "switch source"
+        ACCEPT_PARTIAL = "accept_partial", "accept partial results"
+        ABORT = "abort", "abort"
 
     PENDING = (State.OPEN, State.CLAIMED)
 
@@ -995,6 +1047,11 @@ class ReviewItem(models.Model):
     signature = models.CharField(
         max_length=64, blank=True, help_text="Hash of source, failure type and normalised detail"
     )
+    # The queue's facets, copied from the run (and its workflow) when the item opens, so that
+    # filtering and counting thousands of open items never joins the run table.
+    source = models.CharField(max_length=100, blank=True)
+    agent = models.CharField(max_length=100, blank=True)
+    origin = models.CharField(max_length=10, choices=Origin.choices(), default=Origin.AGENT)
     state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -1014,6 +1071,9 @@ class ReviewItem(models.Model):
     continued_at = models.DateTimeField(
         null=True, blank=True, help_text="When the coordinator applied the resolution (once)"
     )
+    outcome = models.CharField(
+        max_length=300, blank=True, help_text="What applying the resolution did (the timeline's)"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = ReviewItemQuerySet.as_manager()
@@ -1022,11 +1082,18 @@ class ReviewItem(models.Model):
         ordering = ["created_at", "id"]
         permissions = [("review", "Can claim and resolve review items and act on runs")]
         indexes = [
-            # the review queue (open items oldest first) and the overview's "open reviews" tile
+            # the review queue's keyset pages (open items oldest first, ties by id), its facet
+            # counts (a scan of the pending rows only) and the overview's "open reviews" tile
             models.Index(
-                fields=["created_at"],
+                fields=["created_at", "id"],
                 name="review_pending_created",
                 condition=Q(state__in=["open", "claimed"]),
+            ),
+            # the queue's "resolved" tab: keyset pages, the latest decision first
+            models.Index(
+                fields=["resolved_at", "id"],
+                name="review_resolved_at",
+                condition=Q(state="resolved"),
             ),
             # grouping escalations with the same signature
             models.Index(fields=["signature", "state"], name="review_signature_state"),
@@ -1041,9 +1108,33 @@ class ReviewItem(models.Model):
     def __str__(self) -> str:
         return f"review {self.pk} ({self.state}) for run {self.run_id}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding:
+            self.copy_facets()
+        super().save(*args, **kwargs)
+
+    def copy_facets(self) -> None:
+        """Fill the queue's facets from the run and its workflow (once, when the item opens)."""
+        run = self.run
+        self.source = self.source or run.source
+        self.agent = self.agent or run.agent
+        self.workflow_id = self.workflow_id or run.workflow_id
+        workflow = self.workflow if self.workflow_id else None
+        self.origin = workflow.origin if workflow is not None else Origin.AGENT
+
     @property
     def is_pending(self) -> bool:
         return self.state in self.PENDING
+
+    @property
+    def is_built_in(self) -> bool:
+        return self.origin == Origin.BUILT_IN
+
+    @classmethod
+    def resolvable(cls, user: Any) -> Q:
+        """The condition of `ReviewItemQuerySet.resolvable_by`, for filtered aggregates."""
+        mine = Q(state=cls.State.CLAIMED, assignee_id=getattr(user, "pk", None))
+        return Q(state=cls.State.OPEN) | mine
 
     def claim(self, user: Any, now: datetime | None = None) -> bool:
         """Claim an open item for `user`; True if they hold it now (a second claim by them too)."""
@@ -1066,8 +1157,9 @@ class ReviewItem(models.Model):
         save_override: bool = False,
         apply_to_group: bool = False,
     ) -> int:
-        """Resolve this item (and, if asked, every pending item with its signature); return how
-        many were resolved (0: another operator or the fallback was first).
+        """Resolve this item (and, if asked, every pending item with its signature that no other
+        operator holds); return how many were resolved (0: another operator or the fallback was
+        first).
 
         For an unclassified item, `failure_type` reclassifies it and `save_override` saves a
         provider override so the next such error classifies itself. Each resolution is audited and
@@ -1082,11 +1174,18 @@ class ReviewItem(models.Model):
         with transaction.atomic():
             items = [self]
             if apply_to_group and self.signature:
-                items += list(ReviewItem.objects.with_signature(self.signature).exclude(pk=self.pk))
+                # Items another operator holds stay theirs: the group takes the rest.
+                group = ReviewItem.objects.with_signature(self.signature).resolvable_by(user)
+                items += list(group.exclude(pk=self.pk))
             changes = dict(
                 resolution=resolution, note=note, edited_input=edited_input, resolved_by=user
             )
-            resolved = sum(i._resolve_once(user, changes, failure_type) for i in items)
+            # The others' conditional update re-checks the claim: one taken meanwhile is skipped.
+            others = ReviewItem.resolvable(user)
+            resolved = sum(
+                i._resolve_once(user, changes, failure_type, guard=None if i is self else others)
+                for i in items
+            )
             if resolved and save_override and failure_type:
                 self._save_override(user, failure_type, note)
         return resolved
@@ -1103,6 +1202,7 @@ class ReviewItem(models.Model):
         failure_type: str | None = None,
         fallback: bool = False,
         now: datetime | None = None,
+        guard: Q | None = None,
     ) -> int:
         before = self.snapshot()
         fields = changes | {"state": self.State.RESOLVED, "resolved_at": now or timezone.now()}
@@ -1110,7 +1210,10 @@ class ReviewItem(models.Model):
             fields["failure_type"] = failure_type
         if fallback:
             fields["fallback_applied"] = True
-        won = ReviewItem.objects.filter(pk=self.pk, state__in=self.PENDING).update(**fields)
+        target = ReviewItem.objects.filter(pk=self.pk, state__in=self.PENDING)
+        if guard is not None:
+            target = target.filter(guard)
+        won = target.update(**fields)
         if not won:
             return 0
         self.refresh_from_db()

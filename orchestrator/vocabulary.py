@@ -14,7 +14,15 @@ from enum import StrEnum
 
 from classifier import RETRYABLE, FailureCategory
 
-__all__ = ["RETRYABLE", "Action", "Breaker", "FailureCategory", "Jitter", "Vocabulary"]
+__all__ = [
+    "RETRYABLE",
+    "Action",
+    "Breaker",
+    "FailureCategory",
+    "Jitter",
+    "Origin",
+    "Vocabulary",
+]
 
 
 class Vocabulary(StrEnum):
@@ -80,3 +88,21 @@ class Breaker(Vocabulary):
     OPEN = "open"
     # The cool-down passed: one probe call decides whether it closes again.
     HALF_OPEN = "half_open"
+
+
+class Origin(Vocabulary):
+    """Who coordinates the work a run belongs to, and so who applies a review's resolution.
+
+    The rule is `Workflow.is_built_in` (one definition, README "The review queue").
+    """
+
+    # The built-in coordinator steps the run's workflow (started over a registered capability):
+    # it applies a resolution itself, once, after the decision commits.
+    BUILT_IN = "built_in"
+    # An agent's own coordinator reported the run (no workflow, or a workflow the built-in
+    # coordinator does not step): the decision is recorded for that coordinator to apply.
+    AGENT = "agent"
+
+    @property
+    def label(self) -> str:
+        return "built-in" if self is Origin.BUILT_IN else "agent-reported"

@@ -1,13 +1,18 @@
 """Template helpers: failure-type badges (one colour and icon per type, everywhere), server-drawn
-SVG sparklines, pretty JSON for <pre> blocks, ages and deltas.
+SVG sparklines and bars, pretty JSON for <pre> blocks, ages and deltas, and the isolation of
+agent text.
 
 Nothing here marks agent-sent text safe: badges and sparklines are built with format_html from
-our own vocabulary and numbers only; JSON is returned as a plain string and autoescaped.
+our own vocabulary and numbers only; JSON is returned as a plain string and autoescaped; an
+agent's string goes through `isolate`, which escapes it inside a <bdi>, so that no bidirectional
+control character it carries (U+202E and its kin) can reorder the page around it.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from dashboard.groups import ENDING_COLUMNS, Ending
 from orchestrator.models import FailureType, ReviewItem, Run
 
 register = template.Library()
@@ -106,10 +112,55 @@ def sparkline(values: list[int], width: int = 120, height: int = 28) -> SafeStri
     )
 
 
+# Characters that change the direction of the text after them: embeddings, overrides, isolates
+# and marks. In an agent's text they can make "file\u202egnp.exe" read "fileexe.png".
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+@register.filter
+def isolate(value: Any) -> SafeString:
+    """An agent's string, escaped, inside <bdi>: its direction cannot leak into the page.
+
+    A string carrying bidirectional control characters is also marked (class and title), since
+    inside its own box it may still read differently from what it is.
+    """
+    text = "" if value is None else str(value)
+    found = sorted({f"U+{ord(c):04X}" for c in BIDI_CONTROLS.findall(text)})
+    if not found:
+        return format_html("<bdi>{}</bdi>", text)
+    title = "Contains bidirectional control characters (" + ", ".join(found) + "): "
+    title += "this text may display in another order than it is written."
+    return format_html('<bdi class="bidi-warn" title="{}">{}</bdi>', title, text)
+
+
+@register.filter
+def bidi_controls(value: Any) -> list[str]:
+    """The bidirectional control characters in a string (or in a JSON value), named."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    chars = sorted(set(BIDI_CONTROLS.findall(text or "")))
+    return [f"U+{ord(c):04X} {unicodedata.name(c, '').lower()}" for c in chars]
+
+
+@register.filter
+def plain(value: Any) -> str:
+    """Text without direction controls, for places no element can isolate (the page title)."""
+    return BIDI_CONTROLS.sub("", "" if value is None else str(value))
+
+
+@register.filter
+def first_line(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text.strip().split("\n", 1)[0]
+
+
 @register.filter
 def pretty_json(value: Any) -> str:
-    """Indented JSON as a plain (autoescaped) string, cut short past a size no one reads."""
+    """Indented JSON as a plain (autoescaped) string, cut short past a size no one reads.
+
+    Direction controls are written as JSON escapes (\\u202e): the same data, shown as it is.
+    """
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    text = BIDI_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     if len(text) > PRETTY_JSON_LIMIT:
         return text[:PRETTY_JSON_LIMIT] + f"\n… ({len(text) - PRETTY_JSON_LIMIT} more characters)"
     return text
@@ -181,6 +232,50 @@ def delta(current: float, previous: float, lower_is_better: bool = True) -> Safe
     return format_html(
         '<span class="delta {}" title="previous window: {}">{}</span>', css, previous, pct
     )
+
+
+@register.simple_tag
+def stacked_bar(
+    parts: list[tuple[str, int, str]], width: int = 160, height: int = 10
+) -> SafeString:
+    """A horizontal bar split by `parts` [(key, n, label)], each drawn with class `part-<key>`;
+    SVG attributes rather than inline styles (the CSP refuses those)."""
+    whole = sum(n for _, n, _ in parts) or 1
+    x = 0.0
+    rects = []
+    for key, n, label in parts:
+        if n <= 0:
+            continue
+        w = round(width * n / whole, 1)
+        rects.append((x, w, height, key, f"{label}: {n}"))
+        x += w
+    body = format_html_join(
+        "",
+        '<rect x="{}" y="0" width="{}" height="{}" class="part-{}"><title>{}</title></rect>',
+        rects,
+    )
+    return format_html(
+        '<svg class="bar" viewBox="0 0 {w} {h}" width="{w}" height="{h}" aria-hidden="true">'
+        "{body}</svg>",
+        w=width,
+        h=height,
+        body=body,
+    )
+
+
+@register.simple_tag
+def ending_label(value: str) -> str:
+    return Ending(value).label if value in {e.value for e in Ending} else value
+
+
+@register.simple_tag
+def stacked_bar_endings(counts: Any, width: int = 160) -> SafeString:
+    """How a group's failures ended, as a bar (recovered by retry, by switch, escalated, …)."""
+    parts = [
+        (ending.value, getattr(counts, column), ending.label)
+        for ending, column in ENDING_COLUMNS.items()
+    ]
+    return stacked_bar(parts, width)
 
 
 @register.filter

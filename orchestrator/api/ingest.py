@@ -5,7 +5,9 @@ whatever its size: at most one per kind of reference checked (workflow, retry_of
 `INSERT … ON CONFLICT DO NOTHING RETURNING id, idempotency_key`, and one SELECT for the keys that
 were already stored. Concurrent repeats of a key produce one row because the unique constraint
 `run_idempotency_key_per_token` arbitrates, never a read-then-write. Nothing else happens on the
-request path: no counter rows are updated (dashboard rollups are folded in by a periodic job).
+request path: no counter rows are updated (dashboard rollups and failure groups are folded in by
+periodic jobs). Each failure's group key (`orchestrator.fingerprint.signature`, microseconds) is
+written with the row, so grouping never rewrites a run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from django.utils import timezone
 from classifier import FailureCategory
 from orchestrator.api.errors import ApiError, FieldError, invalid
 from orchestrator.api.schemas import RunIn
+from orchestrator.fingerprint import signature
 from orchestrator.models import Run, Workflow
 
 # Run fields that differ per reported run, in the order of `_row`. Every other column takes one
@@ -58,6 +61,7 @@ ROW_FIELDS = (
     "partial_results",
     "partial_count",
     "alternatives",
+    "signature",
     "started_at",
     "finished_at",
     "duration_ms",
@@ -252,6 +256,7 @@ def _row(p: Pending) -> tuple:
         run.partial_results,
         len(run.partial_results),
         run.alternatives,
+        signature(run.source, run.failure_type.value, run.detail) if run.failure_type else "",
         run.started_at,
         run.finished_at,
         _duration_ms(run),

@@ -29,11 +29,29 @@ class RunAction(Vocabulary):
     # Open a review item for a failed run, with the operator's reason.
     ESCALATE = "escalate"
 
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        """The run statuses this action applies to (the functions below act on no other)."""
+        return APPLIES_TO[self]
+
+
+APPLIES_TO = {
+    RunAction.RETRY: tuple(Run.RETRYABLE_BY_OPERATOR),
+    RunAction.CANCEL: tuple(Run.PENDING),
+    RunAction.ESCALATE: (Run.Status.FAILED,),
+}
+
+
+def applicable(run: Run) -> list[RunAction]:
+    """The actions that apply to this run in its current state (none to a succeeded run)."""
+    return [action for action, statuses in APPLIES_TO.items() if run.status in statuses]
+
 
 def retry_runs(run_ids: list[int], actor: Any) -> int:
     """Queue a new attempt of each finished, unsuccessful run now; return how many were queued."""
     done = 0
-    for run in Run.objects.filter(pk__in=run_ids).retryable_by_operator().order_by("pk"):
+    runs = Run.objects.filter(pk__in=run_ids, status__in=RunAction.RETRY.statuses)
+    for run in runs.order_by("pk"):
         with transaction.atomic():
             if not retry(run, 0):
                 continue
@@ -58,7 +76,8 @@ def retry_runs(run_ids: list[int], actor: Any) -> int:
 def cancel_runs(run_ids: list[int], actor: Any) -> int:
     """Cancel queued or running runs (a running task's result is then discarded); return count."""
     done = 0
-    for run in Run.objects.filter(pk__in=run_ids).pending().order_by("pk"):
+    runs = Run.objects.filter(pk__in=run_ids, status__in=RunAction.CANCEL.statuses)
+    for run in runs.order_by("pk"):
         with transaction.atomic():
             old = run.status
             if not run.transition(Run.PENDING, Run.Status.CANCELLED, finished_at=clock.now()):
@@ -79,7 +98,8 @@ def cancel_runs(run_ids: list[int], actor: Any) -> int:
 def escalate_runs(run_ids: list[int], actor: Any, reason: str = "") -> int:
     """Send failed runs to human review; return how many review items were opened."""
     done = 0
-    for run in Run.objects.filter(pk__in=run_ids, status=Run.Status.FAILED).order_by("pk"):
+    runs = Run.objects.filter(pk__in=run_ids, status__in=RunAction.ESCALATE.statuses)
+    for run in runs.order_by("pk"):
         with transaction.atomic():
             why = reason or f"Escalated by {actor_label(actor)}."
             run.overrule_decision(Action.ESCALATE, why)

@@ -1,14 +1,18 @@
-"""Human review, on the coordinator's side: continuing after a resolution, and overdue fallbacks.
+"""Human review, on the coordinator's side: which resolutions can work, continuing after one,
+and overdue fallbacks.
 
 Claiming and resolving are the model's (`ReviewItem.claim`, `ReviewItem.resolve`: conditional
 updates with an audit row); the model announces each resolution with the `review_resolved` signal,
 and the receiver here sends the workflow's step after commit, which applies the decision once
-(`workflow._apply_resolution`). Items left undecided past their deadline get their failure type's
-fallback from the routing policy.
+(`workflow._apply_resolution`) and writes what it did on the item. `resolution_options` says,
+before anyone decides, which resolutions can work for an item and why the others cannot (a switch
+needs another registered source of the capability that the topic has not tried). Items left
+undecided past their deadline get their failure type's fallback from the routing policy.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -16,8 +20,75 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from orchestrator.coordination import clock, dispatch, policy
+from orchestrator.coordination.registry import registry
 from orchestrator.models import ReviewItem, review_resolved
 from orchestrator.vocabulary import FailureCategory
+
+Resolution = ReviewItem.Resolution
+
+
+@dataclass(frozen=True)
+class ResolutionOption:
+    """One resolution as an operator is offered it: `why` says what it does, or why it cannot."""
+
+    value: str
+    available: bool
+    why: str
+
+    @property
+    def label(self) -> str:
+        return Resolution(self.value).label
+
+
+def resolution_options(item: ReviewItem) -> list[ResolutionOption]:
+    """Every resolution, in the enum's order, each marked available or not with the reason."""
+    run, wf = item.run, item.workflow
+    built_in = wf is not None and wf.is_built_in
+    applies = "" if built_in else " The agent's own coordinator applies it."
+    stopped = ""
+    if built_in and wf.is_finished:
+        stopped = f"The workflow has finished ({wf.get_status_display()}): nothing would run."
+    switch_ok, switch_why = _switch(item)
+    partial = run.partial_count
+    kept = f"keep the {partial} partial results" if partial else "nothing was gathered to keep"
+    options = [
+        (Resolution.RETRY, not stopped, stopped or f"A new attempt on {run.source}, now."),
+        (Resolution.RETRY_EDITED, not stopped, stopped or "A new attempt with the input below."),
+        (Resolution.SWITCH_SOURCE, switch_ok and not stopped, stopped or switch_why),
+        (Resolution.ACCEPT_PARTIAL, True, f"Stop this task and {kept}."),
+        (Resolution.ABORT, True, "Stop this task for good, with your note as the reason."),
+    ]
+    return [
+        ResolutionOption(value, ok, why + (applies if ok else "")) for value, ok, why in options
+    ]
+
+
+def _switch(item: ReviewItem) -> tuple[bool, str]:
+    """(can a switch work, what it would do or why not): the registry names the alternatives."""
+    run, wf = item.run, item.workflow
+    capability = (wf.capability if wf is not None and wf.is_built_in else "") or run.capability
+    if not capability:
+        return False, "The run names no capability, so no other source is known for it."
+    known = registry().sources_for(capability)
+    tried = wf.sources_tried(run.topic) if wf is not None else set()
+    tried.add(run.source)
+    nxt = next((name for name in known if name not in tried), None)
+    if nxt is not None:
+        return True, f"Ask {nxt}, the next source of {capability}."
+    if not set(known) - {run.source}:
+        return False, f"No other source of {capability} is registered."
+    return False, f"Every source of {capability} was tried for this topic: {', '.join(known)}."
+
+
+def group_options(item: ReviewItem, size: int) -> list[ResolutionOption]:
+    """The options of a whole group, judged on its oldest item (`item`), of `size` items."""
+    if size <= 1:
+        return resolution_options(item)
+    note = f" Applied to each of the {size} items; any it cannot help is noted on its timeline."
+    return [
+        ResolutionOption(o.value, o.available, o.why + (note if o.available else ""))
+        for o in resolution_options(item)
+    ]
 
 
 @receiver(review_resolved, dispatch_uid="coordination.review.continue_workflow")

@@ -134,8 +134,8 @@ def first_attempt(
     Run.objects.bulk_create([run], ignore_conflicts=True)  # ON CONFLICT DO NOTHING on the slot
 
 
-def retry(run: Run, delay: float, attempted: dict | None = None) -> bool:
-    """Create the next attempt of `run`'s task, due after `delay`; False if it already existed."""
+def retry(run: Run, delay: float, attempted: dict | None = None) -> Run | None:
+    """Create the next attempt of `run`'s task, due after `delay`; None if it already existed."""
     attempts = Run.objects.attempts_of(run)
     before = attempts.count()
     now = clock.now()
@@ -156,17 +156,19 @@ def retry(run: Run, delay: float, attempted: dict | None = None) -> bool:
         created_at=now,
     )
     Run.objects.bulk_create([nxt], ignore_conflicts=True)  # ON CONFLICT on (retry_of, attempt)
-    return attempts.count() > before
+    if attempts.count() == before:
+        return None
+    return Run.objects.filter(retry_of_id=nxt.retry_of_id, attempt=nxt.attempt).first()
 
 
-def switch(wf: Workflow, run: Run, target: str | None = None) -> bool:
-    """Start the task on `target`, else where `switch_target` says; False if none is left."""
+def switch(wf: Workflow, run: Run, target: str | None = None) -> Run | None:
+    """Start the task on `target`, else where `switch_target` says; None if none is left."""
     nxt = target or _switch_target(wf, run)[0]
     if nxt is None:
-        return False
+        return None
     attempted = {k: v for k, v in run.attempted.items() if k != "source"}
     first_attempt(wf, run.topic, nxt, attempted or None, switched_from=run)
-    return True
+    return Run.objects.filter(slot=f"{wf.pk}:{run.topic}:{nxt}").first()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,17 +258,39 @@ def _route(wf: Workflow, run: Run) -> None:
 
 
 def _apply_resolution(wf: Workflow, item_id: int) -> None:
-    """Apply a resolved item's decision exactly once (`continued_at` is the guard)."""
-    if not ReviewItem.objects.mark_continued(item_id, clock.now()) or wf.is_finished:
+    """Apply a resolved item's decision exactly once (`continued_at` is the guard), and write
+    what it did on the item: the workflow page's timeline shows it beside the decision."""
+    if not ReviewItem.objects.mark_continued(item_id, clock.now()):
         return
     item = ReviewItem.objects.select_related("run").get(pk=item_id)
+    if wf.is_finished:
+        outcome = f"The workflow had already finished ({wf.get_status_display()}): nothing ran."
+    else:
+        outcome = _apply(wf, item)
+    ReviewItem.objects.filter(pk=item_id).update(outcome=outcome[:300])
+
+
+def _apply(wf: Workflow, item: ReviewItem) -> str:
     run, res = item.run, item.resolution
-    if res == ReviewItem.Resolution.RETRY:
-        retry(run, 0)
-    elif res == ReviewItem.Resolution.RETRY_EDITED:
-        retry(run, 0, attempted=run.attempted | (item.edited_input or {}))
-    elif res == ReviewItem.Resolution.SWITCH_SOURCE:
-        switch(wf, run)
+    if res in (ReviewItem.Resolution.RETRY, ReviewItem.Resolution.RETRY_EDITED):
+        edited = res == ReviewItem.Resolution.RETRY_EDITED
+        attempted = run.attempted | (item.edited_input or {}) if edited else None
+        nxt = retry(run, 0, attempted=attempted)
+        if nxt is None:
+            return "A next attempt of this task already existed: nothing new was queued."
+        how = " with the edited input" if edited else ""
+        return f"Retried{how}: run #{nxt.pk} (attempt {nxt.attempt}) on {run.source}."
+    if res == ReviewItem.Resolution.SWITCH_SOURCE:
+        nxt = switch(wf, run)
+        if nxt is None:
+            return (
+                f"No untried source of {wf.capability} was left for {run.topic!r}: "
+                "nothing was switched, the topic keeps what it has."
+            )
+        return f"Switched from {run.source} to {nxt.source}: run #{nxt.pk}."
+    if res == ReviewItem.Resolution.ACCEPT_PARTIAL:
+        return f"Stopped; {run.partial_count} partial results kept for {run.topic!r}."
+    return f"Stopped this task for good ({run.source}, {run.topic!r})."
 
 
 def _settle(wf: Workflow) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from dashboard import groups
+from dashboard.models import FailureGroup
 from orchestrator.models import ProviderOverride, RoutingPolicy
 
 from .conftest import make_failure, make_review, make_workflow, signed_in
@@ -15,7 +17,9 @@ def objects(db):
     workflow = make_workflow()
     run = make_failure("timeout", workflow=workflow)
     item = make_review(run)
+    groups.fold()
     return {
+        "group": FailureGroup.objects.get().pk,
         "run": run.pk,
         "workflow": workflow.pk,
         "item": item.pk,
@@ -33,6 +37,9 @@ PAGES = [
     ("dashboard:workflows", None),
     ("dashboard:workflow_detail", "workflow"),
     ("dashboard:review_queue", None),
+    ("dashboard:review_item", "item"),
+    ("dashboard:failure_groups", None),
+    ("dashboard:failure_group", "group"),
     ("dashboard:policies", None),
 ]
 EDITOR_PAGES = [
@@ -46,6 +53,7 @@ REVIEW_POSTS = [
     ("dashboard:review_claim", "item", {}),
     ("dashboard:review_resolve", "item", {"resolution": "abort", "note": "n"}),
     ("dashboard:workflow_abort", "workflow", {"note": "stop"}),
+    ("dashboard:failure_group_state", "group", {"state": "muted"}),
 ]
 EDITOR_POSTS = [
     ("dashboard:policy_edit", "policy", {"max_attempts": "2"}),
@@ -89,6 +97,29 @@ def test_anonymous_posts_are_sent_to_the_login_page(client, objects, name, key, 
     response = client.post(url(objects, name, key), form(objects, data))
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login"))
+
+
+@pytest.mark.parametrize(("name", "key"), ALL_GETS)
+def test_an_expired_session_sends_htmx_to_the_login_page_not_a_fragment(client, objects, name, key):
+    # A tile's refresh (or any htmx request) after the session expired: htmx is told to load
+    # the login page, coming back to the page the user was on, instead of swapping the form in.
+    response = client.get(
+        url(objects, name, key),
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_CURRENT_URL="http://testserver/runs/?status=failed",
+    )
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == reverse("login") + "?next=/runs/%3Fstatus%3Dfailed"
+    assert response.content == b""
+
+
+@pytest.mark.parametrize(("name", "key", "data"), ALL_POSTS)
+def test_an_expired_session_redirects_htmx_posts_to_the_login_page(
+    client, objects, name, key, data
+):
+    response = client.post(url(objects, name, key), form(objects, data), HTTP_HX_REQUEST="true")
+    assert response["HX-Redirect"].startswith(reverse("login") + "?next=")
+    assert b"<form" not in response.content
 
 
 @pytest.mark.parametrize(("name", "key"), ALL_GETS)

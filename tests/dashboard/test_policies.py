@@ -97,7 +97,7 @@ def test_history_shows_who_when_and_before_after(editor_client):
     )
     fragment = editor_client.get(POLICIES + "?part=history", **HX).content.decode()
     assert fragment.lstrip().startswith('<section class="card" id="history"')
-    assert "paul" in fragment and "<del>3</del> → <ins>2</ins>" in fragment
+    assert "paul" in fragment and "<del><bdi>3</bdi></del> → <ins><bdi>2</bdi></ins>" in fragment
 
 
 def test_overrides_can_be_added_edited_and_deleted(editor_client):

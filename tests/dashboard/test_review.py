@@ -23,16 +23,19 @@ def resolve(client, item, **data):
     return client.post(reverse("dashboard:review_resolve", args=[item.pk]), data, **HX)
 
 
-def test_open_items_oldest_first_with_the_run_inline(operator_client):
+def test_open_items_oldest_first_each_with_its_own_page(operator_client):
     newer = make_review(make_failure("auth_failure", detail="401 from news_api"))
     older = make_review(
         make_failure("unclassified", detail=HOSTILE_SCRIPT), created_at=ago(hours=5)
     )
     response = operator_client.get(QUEUE)
-    assert [i.pk for i in response.context["items"]] == [older.pk, newer.pk]
+    assert [i.pk for i in response.context["page"].rows] == [older.pk, newer.pk]
     html = response.content.decode()
-    assert "401 from news_api" in html and "&lt;script&gt;" in html and "<script>alert" not in html
-    assert "waiting 5 h" in html
+    assert "waiting 5 h" in html and reverse("dashboard:review_item", args=[older.pk]) in html
+    page = operator_client.get(reverse("dashboard:review_item", args=[older.pk]))
+    html = page.content.decode()
+    assert "&lt;script&gt;" in html and "<script>alert" not in html  # the envelope, escaped
+    assert page.context["newer"] == newer.pk and page.context["older"] is None
 
 
 def test_claim_then_resolve_feeds_the_coordinator(operator, operator_client):
@@ -102,7 +105,7 @@ def test_unclassified_items_can_be_reclassified_and_saved_as_override(operator_c
     run = make_failure("unclassified", provider_code="WeirdThrottle", source="news_api")
     item = make_review(run)
     claim(operator_client, item)
-    html = operator_client.get(QUEUE).content.decode()
+    html = operator_client.get(reverse("dashboard:review_item", args=[item.pk])).content.decode()
     assert "Save as a provider override" in html
     resolve(
         operator_client, item, resolution="retry", failure_type="rate_limited", save_override="on"
@@ -117,7 +120,8 @@ def test_apply_to_all_with_the_same_signature(operator_client):
     items = [make_review(signature="sig-1") for _ in range(3)]
     other = make_review(signature="sig-2")
     claim(operator_client, items[0])
-    html = operator_client.get(QUEUE).content.decode()
+    page = reverse("dashboard:review_item", args=[items[0].pk])
+    html = operator_client.get(page).content.decode()
     assert "Apply to all 3 open items with the same signature" in html
     response = resolve(operator_client, items[0], apply_to_group="on")
     assert "and 2 more" in response.content.decode()
@@ -129,14 +133,17 @@ def test_resolved_items_keep_who_when_why(operator_client):
     item = make_review()
     claim(operator_client, item)
     resolve(operator_client, item, note="provider confirmed outage")
-    html = operator_client.get(QUEUE + "?show=resolved").content.decode()
+    listed = operator_client.get(QUEUE + "?state=resolved")
+    assert [i.pk for i in listed.context["page"].rows] == [item.pk]
+    assert "olga" in listed.content.decode()
+    html = operator_client.get(reverse("dashboard:review_item", args=[item.pk])).content.decode()
     assert "provider confirmed outage" in html and "olga" in html
 
 
 def test_plain_form_posts_work_without_htmx(operator_client):
     item = make_review()
     response = claim(operator_client, item, follow=True)
-    assert response.redirect_chain[-1][0].startswith(QUEUE)
+    assert response.redirect_chain[-1][0] == reverse("dashboard:review_item", args=[item.pk])
     assert "Claimed" in response.content.decode()
 
 

@@ -124,17 +124,20 @@ def test_keyset_pages_neither_skip_nor_repeat(operator_client):
     same_time = timezone.now() - timedelta(minutes=1)
     created = [make_run(created_at=same_time) for _ in range(PAGE_SIZE + 5)]
     first = operator_client.get(RUNS)
-    cursor = first.context["next_cursor"]
+    cursor = first.context["page"].next
     assert cursor and len(ids(first)) == PAGE_SIZE
     second = operator_client.get(RUNS + f"?after={cursor}")
-    assert second.context["next_cursor"] is None
+    assert second.context["page"].next is None
     seen = ids(first) + ids(second)
     assert sorted(seen) == sorted(r.pk for r in created) and len(set(seen)) == len(seen)
 
 
-def test_a_mangled_cursor_shows_the_first_page(operator_client):
+def test_a_mangled_cursor_is_an_error_not_a_500(operator_client):
     make_run()
-    assert operator_client.get(RUNS + "?after=%00garbage").status_code == 200
+    response = operator_client.get(RUNS + "?after=%00garbage")
+    assert response.status_code == 400
+    assert "This page link is damaged" in response.content.decode()
+    assert response.context["runs"] == []
 
 
 def test_htmx_gets_the_table_fragment_with_filters_kept(operator_client):
@@ -175,7 +178,7 @@ def test_bulk_controls_only_for_reviewers(operator_client, outsider, db):
     assert 'name="action"' not in html
 
 
-def test_still_retrying_lists_scheduled_retries_and_stops_polling_when_none(operator_client):
+def test_still_retrying_lists_scheduled_retries_and_keeps_watching_when_none(operator_client):
     first = make_failure("rate_limited")
     retry = make_run(
         status=Run.Status.QUEUED, retry_of=first, attempt=3, due_at=timezone.now() + timedelta(60)
@@ -186,30 +189,65 @@ def test_still_retrying_lists_scheduled_retries_and_stops_polling_when_none(oper
     assert "every 10s" in response.content.decode()
     assert operator_client.get(url, HTTP_HX_REQUEST="true").status_code == 200
     Run.objects.filter(pk=retry.pk).update(status=Run.Status.RUNNING)
-    stopped = operator_client.get(url, HTTP_HX_REQUEST="true")
-    assert stopped.status_code == 286
-    assert "Nothing is waiting for a retry" in stopped.content.decode()
+    empty = operator_client.get(url, HTTP_HX_REQUEST="true")
+    # An empty list keeps polling: the next scheduled retry appears without a reload.
+    html = empty.content.decode()
+    assert empty.status_code == 200 and 'hx-trigger="every 10s"' in html
+    assert "Nothing is waiting for a retry" in html and "checks every 10 s" in html
+    assert "stops refreshing" not in html
 
 
 @pytest.mark.parametrize("action", ["retry", "cancel", "escalate"])
-def test_bulk_actions_go_to_the_coordinator(operator_client, action):
-    failed = make_failure("timeout")
-    queued = make_run(status=Run.Status.QUEUED)
-    target = queued if action == "cancel" else failed
+def test_bulk_actions_go_to_the_coordinator_once_confirmed(operator_client, action):
+    failed = [make_failure("timeout"), make_failure("timeout")]
+    queued = [make_run(status=Run.Status.QUEUED), make_run(status=Run.Status.QUEUED)]
+    done = make_run()  # succeeded: no action applies to it
+    targets = queued if action == "cancel" else failed
+    data = {"action": action, "run": [r.pk for r in [*targets, done]], "reason": "why"}
+    data["next"] = RUNS + "?status=failed"
+    asked = operator_client.post(reverse("dashboard:run_actions"), data)
+    html = asked.content.decode()
+    assert asked.status_code == 200 and "Left as they are" in html and f"#{done.pk}" in html
+    assert (
+        Run.objects.filter(pk__in=[r.pk for r in targets]).filter(status__in=["cancelled"]).count()
+        == 0
+    )
+    assert not Run.objects.filter(retry_of__in=failed).exists()
     response = operator_client.post(
-        reverse("dashboard:run_actions"),
-        {"action": action, "run": [target.pk], "next": RUNS + "?status=failed", "reason": "why"},
-        follow=True,
+        reverse("dashboard:run_actions"), data | {"confirmed": "1"}, follow=True
     )
     assert response.redirect_chain[-1][0] == RUNS + "?status=failed"
-    assert f"{action.capitalize()}: 1 run done" in response.content.decode()
-    target.refresh_from_db()
-    if action == "cancel":
-        assert target.status == Run.Status.CANCELLED
-    elif action == "escalate":
-        assert target.review_items.count() == 1
-    else:
-        assert Run.objects.attempts_of(target).count() == 2
+    assert f"{action.capitalize()}: 2 runs done, 1 skipped" in response.content.decode()
+    for target in targets:
+        target.refresh_from_db()
+        if action == "cancel":
+            assert target.status == Run.Status.CANCELLED
+        elif action == "escalate":
+            assert target.review_items.get().reason.startswith("why")
+        else:
+            assert Run.objects.attempts_of(target).count() == 2
+
+
+def test_one_run_is_retried_or_escalated_at_once_but_cancelled_only_after_asking(operator_client):
+    failed, queued = make_failure("timeout"), make_run(status=Run.Status.QUEUED)
+    url = reverse("dashboard:run_actions")
+    operator_client.post(url, {"action": "retry", "run": [failed.pk]})
+    assert Run.objects.attempts_of(failed).count() == 2
+    asked = operator_client.post(url, {"action": "cancel", "run": [queued.pk]})
+    assert "Yes, cancel 1 run" in asked.content.decode()
+    queued.refresh_from_db()
+    assert queued.status == Run.Status.QUEUED
+
+
+def test_escalating_needs_a_reason(operator_client):
+    failed = make_failure("timeout")
+    response = operator_client.post(
+        reverse("dashboard:run_actions"),
+        {"action": "escalate", "run": [failed.pk], "reason": "  "},
+        follow=True,
+    )
+    assert "Say why you escalate" in response.content.decode()
+    assert not failed.review_items.exists()
 
 
 def test_bulk_actions_refuse_bad_input_and_foreign_redirects(operator_client):

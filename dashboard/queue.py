@@ -1,0 +1,361 @@
+"""The review queue's filters, facet counts and grouped view, read from the query string.
+
+Every filter lives in the URL (a filtered queue is a link to share, the back button works). The
+facets are columns of the review item itself (copied from the run when it opens), so counting
+thousands of open items is one GROUP BY over the pending rows (the partial index on pending
+items), never a join with the run table: the counts of each facet are summed in Python from that
+one result, each with every *other* active filter applied, as a faceted search shows them. The
+workflow facet, whose values are too many to group with the rest, is one more small query.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Case, CharField, Count, Min, Q, QuerySet, Value, When
+from django.http import QueryDict
+
+from orchestrator import keyset
+from orchestrator.models import FailureType, ReviewItem, Workflow
+from orchestrator.vocabulary import Origin
+
+PAGE_SIZE = 50
+GROUPS_SHOWN = 50
+WORKFLOWS_SHOWN = 8
+# How long an item has waited: the buckets of the age facet, youngest first.
+AGES = {
+    "1h": ("under an hour", timedelta(0), timedelta(hours=1)),
+    "24h": ("1 to 24 hours", timedelta(hours=1), timedelta(hours=24)),
+    "older": ("over a day", timedelta(hours=24), None),
+}
+CLAIMS = {"unclaimed": "unclaimed", "mine": "claimed by me", "others": "claimed by others"}
+# The facets counted by the one GROUP BY, in the order the page shows them.
+FACETS = ("claim", "origin", "failure_type", "source", "agent", "age")
+FACET_TITLES = {
+    "claim": "Claim",
+    "origin": "Reported by",
+    "failure_type": "Failure type",
+    "source": "Source",
+    "agent": "Agent",
+    "age": "Waiting",
+    "workflow": "Workflow",
+}
+STATES = {"open": "Open", "resolved": "Resolved"}
+VIEWS = {"list": "One by one", "groups": "Grouped by signature"}
+
+
+@dataclass
+class FacetOption:
+    value: str
+    label: str
+    count: int
+    selected: bool
+    href: str
+
+
+@dataclass
+class QueueFilter:
+    """The queue's filters; `errors` names each value that was refused (never silently)."""
+
+    failure_type: str = ""
+    source: str = ""
+    agent: str = ""
+    workflow: int | None = None
+    age: str = ""
+    claim: str = ""
+    origin: str = ""
+    signature: str = ""
+    state: str = "open"
+    view: str = "list"
+    after: tuple[datetime, int] | None = None
+    before: tuple[datetime, int] | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_query(cls, params: QueryDict) -> QueueFilter:
+        f = cls()
+        choices = {
+            "failure_type": FailureType.values,
+            "age": list(AGES),
+            "claim": list(CLAIMS),
+            "origin": [o.value for o in Origin],
+            "state": list(STATES),
+            "view": list(VIEWS),
+        }
+        if params.get("show") == "resolved":  # the old "Resolved" link
+            f.state = "resolved"
+        for name, allowed in choices.items():
+            raw = params.get(name, "").strip()
+            if raw and raw not in allowed:
+                label = name.replace("_", " ")
+                f.errors.append(f"{label} {raw!r} is not one of: {_list(allowed)}.")
+            elif raw:
+                setattr(f, name, raw)
+        f.source = params.get("source", "").strip()[:100]
+        f.agent = params.get("agent", "").strip()[:100]
+        f.signature = params.get("signature", "").strip()[:64]
+        f._read_workflow(params.get("workflow", "").strip())
+        f.after = f._cursor(params, "after")
+        f.before = f._cursor(params, "before")
+        return f
+
+    def _read_workflow(self, raw: str) -> None:
+        if raw.isdigit():
+            self.workflow = int(raw)
+        elif raw:
+            self.errors.append(f"workflow {raw!r} is not a workflow id (a number).")
+
+    def _cursor(self, params: QueryDict, name: str) -> tuple[datetime, int] | None:
+        raw = params.get(name, "")
+        if not raw:
+            return None
+        try:
+            return keyset.decode_cursor(raw)
+        except ValueError:
+            self.errors.append("This page link is damaged: start again from the first page.")
+            return None
+
+    # -----------------------------------------------------------------------------------------
+
+    def apply(self, qs: QuerySet, user: Any, now: datetime, skip: str = "") -> QuerySet:
+        """Apply every filter except the facet `skip` (a facet's own counts ignore its value)."""
+        exact = {
+            "failure_type": self.failure_type,
+            "source": self.source,
+            "agent": self.agent,
+            "origin": self.origin,
+            "signature": self.signature,
+        }
+        qs = qs.filter(**{k: v for k, v in exact.items() if v and k != skip})
+        if self.workflow is not None and skip != "workflow":
+            qs = qs.filter(workflow_id=self.workflow)
+        if self.age and skip != "age":
+            qs = qs.filter(_age_condition(self.age, now))
+        if self.claim and skip != "claim":
+            qs = qs.filter(_claim_condition(self.claim, user))
+        return qs
+
+    @property
+    def active(self) -> bool:
+        return any(
+            (self.failure_type, self.source, self.agent, self.workflow, self.age, self.claim)
+        ) or bool(self.origin or self.signature)
+
+    def value(self, facet: str) -> str:
+        value = getattr(self, facet)
+        return "" if value is None else str(value)
+
+
+def _list(values: Any) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _age_condition(age: str, now: datetime) -> Q:
+    _, youngest, oldest = AGES[age]
+    condition = Q(created_at__lte=now - youngest)
+    if oldest is not None:
+        condition &= Q(created_at__gt=now - oldest)
+    return condition
+
+
+def _claim_condition(claim: str, user: Any) -> Q:
+    if claim == "unclaimed":
+        return Q(state=ReviewItem.State.OPEN)
+    mine = Q(state=ReviewItem.State.CLAIMED, assignee_id=user.pk)
+    if claim == "mine":
+        return mine
+    return Q(state=ReviewItem.State.CLAIMED) & ~Q(assignee_id=user.pk)
+
+
+def _age_bucket(now: datetime) -> Case:
+    whens = [
+        When(created_at__gt=now - oldest, then=Value(name))
+        for name, (_, _, oldest) in AGES.items()
+        if oldest is not None
+    ]
+    return Case(*whens, default=Value("older"), output_field=CharField())
+
+
+def _claim_bucket(user: Any) -> Case:
+    return Case(
+        When(state=ReviewItem.State.OPEN, then=Value("unclaimed")),
+        When(assignee_id=user.pk, then=Value("mine")),
+        default=Value("others"),
+        output_field=CharField(),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Facet counts
+
+
+def facets(
+    pending: QuerySet, f: QueueFilter, user: Any, now: datetime, params: QueryDict
+) -> list[tuple[str, str, list[FacetOption]]]:
+    """Each facet's options with their counts, most common first (the chosen one always shown)."""
+    base = pending
+    if f.workflow is not None:
+        base = base.filter(workflow_id=f.workflow)
+    if f.signature:
+        base = base.filter(signature=f.signature)
+    rows = (
+        base.annotate(claim=_claim_bucket(user), age=_age_bucket(now))
+        .values(*FACETS)
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    counts: dict[str, dict[str, int]] = {name: defaultdict(int) for name in FACETS}
+    chosen = {name: f.value(name) for name in FACETS}
+    for row in rows:
+        misses = [name for name in FACETS if chosen[name] and row[name] != chosen[name]]
+        # A row counts for facet X when every *other* chosen value matches it.
+        for name in FACETS:
+            if not misses or misses == [name]:
+                counts[name][row[name]] += row["n"]
+    out = [
+        (name, FACET_TITLES[name], _options(name, counts[name], chosen[name], params))
+        for name in FACETS
+    ]
+    workflows = _workflow_options(pending, f, user, now, params)
+    out.append(("workflow", FACET_TITLES["workflow"], workflows))
+    return out
+
+
+def _options(
+    name: str, counts: dict[str, int], chosen: str, params: QueryDict
+) -> list[FacetOption]:
+    if chosen and chosen not in counts:
+        counts = {**counts, chosen: 0}
+    ordered = _ordered(name, counts)
+    return [
+        FacetOption(
+            value, _label(name, value), n, value == chosen, _toggle(params, name, value, chosen)
+        )
+        for value, n in ordered
+    ]
+
+
+def _ordered(name: str, counts: dict[str, int]) -> list[tuple[str, int]]:
+    fixed = {"age": list(AGES), "claim": list(CLAIMS), "origin": [o.value for o in Origin]}
+    if name in fixed:
+        return [(value, counts.get(value, 0)) for value in fixed[name]]
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _label(name: str, value: str) -> str:
+    if name == "age":
+        return AGES[value][0]
+    if name == "claim":
+        return CLAIMS[value]
+    if name == "origin":
+        return Origin(value).label
+    if name == "failure_type":
+        return FailureType(value).label if value in FailureType.values else value
+    return value or "—"
+
+
+def _toggle(params: QueryDict, name: str, value: str, chosen: str) -> str:
+    """The query string that picks `value` for facet `name` (or drops it when already chosen)."""
+    query = params.copy()
+    for key in ("after", "before", name):
+        query.pop(key, None)
+    if value != chosen:
+        query[name] = value
+    return "?" + query.urlencode() if query else "?"
+
+
+def _workflow_options(
+    pending: QuerySet, f: QueueFilter, user: Any, now: datetime, params: QueryDict
+) -> list[FacetOption]:
+    rows = list(
+        f.apply(pending, user, now, skip="workflow")
+        .filter(workflow__isnull=False)
+        .values_list("workflow_id")
+        .annotate(n=Count("id"))
+        .order_by("-n", "workflow_id")[:WORKFLOWS_SHOWN]
+    )
+    chosen = f.value("workflow")
+    counts = {str(pk): n for pk, n in rows}
+    if chosen and chosen not in counts:
+        counts[chosen] = 0
+    names = dict(Workflow.objects.filter(pk__in=[int(k) for k in counts]).values_list("pk", "name"))
+    return [
+        FacetOption(
+            value,
+            f"{names.get(int(value), '?')} #{value}",
+            n,
+            value == chosen,
+            _toggle(params, "workflow", value, chosen),
+        )
+        for value, n in counts.items()
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages and groups
+
+
+def list_page(qs: QuerySet, f: QueueFilter) -> keyset.Page:
+    """Open items oldest first (the longest wait at the top), or resolved ones latest first."""
+    if f.state == "resolved":
+        return keyset.page(
+            qs, PAGE_SIZE, after=f.after, before=f.before, field="resolved_at", descending=True
+        )
+    return keyset.page(qs, PAGE_SIZE, after=f.after, before=f.before, descending=False)
+
+
+@dataclass
+class SignatureGroup:
+    """Open items sharing a signature: how many this operator may resolve, and the oldest one."""
+
+    signature: str
+    count: int
+    oldest: datetime
+    failure_type: str
+    source: str
+    held_by_others: int
+    item: ReviewItem | None = None
+    failure_group: int | None = None
+    options: list[Any] = field(default_factory=list)
+
+
+def signature_groups(filtered: QuerySet, user: Any) -> tuple[list[SignatureGroup], int]:
+    """The largest groups among the filtered open items, and how many groups there are.
+
+    Items held by another operator are counted apart: "resolve all like this" leaves them to
+    whoever claimed them (`ReviewItem.resolve`). The group is judged on its oldest item that
+    this operator may resolve.
+    """
+    signed = filtered.exclude(signature="")
+    mine = ReviewItem.resolvable(user)
+    rows = (
+        signed.values("signature", "failure_type", "source")
+        .annotate(
+            count=Count("id", filter=mine),
+            oldest=Min("created_at"),
+            total=Count("id"),
+            first=Min("id", filter=mine),
+        )
+        .order_by("-count", "oldest")
+    )
+    total_groups = signed.values("signature").distinct().count()
+    groups, firsts = [], {}
+    for row in rows[:GROUPS_SHOWN]:
+        group = SignatureGroup(
+            row["signature"],
+            row["count"],
+            row["oldest"],
+            row["failure_type"] or "",
+            row["source"],
+            row["total"] - row["count"],
+        )
+        groups.append(group)
+        if row["first"]:
+            firsts[row["first"]] = group
+    items = ReviewItem.objects.filter(pk__in=firsts).select_related("run", "workflow")
+    for item in items:
+        firsts[item.pk].item = item
+    return groups, total_groups
