@@ -316,13 +316,16 @@ def prefix_condition(column: str, prefixes: list[str]) -> Q:
 
 @dataclass(frozen=True)
 class Total:
+    """A count of runs: exact, or the planner's estimate, or only "over the cap"."""
+
     count: int
     exact: bool
+    estimated: bool = False
 
     def __str__(self) -> str:
         if self.exact:
             return f"{self.count:,}"
-        return f"about {self.count:,}" if self.count > EXACT_TOTAL else f"over {EXACT_TOTAL:,}"
+        return f"about {self.count:,}" if self.estimated else f"over {self.count - 1:,}"
 
 
 def total(qs: QuerySet) -> Total:
@@ -338,8 +341,10 @@ def total(qs: QuerySet) -> Total:
     if connection.vendor != "postgresql":
         return Total(EXACT_TOTAL + 1, False)
     plan = json.loads(qs.order_by().values("pk").explain(format="json"))
-    estimate = int(plan[0]["Plan"]["Plan Rows"])
-    return Total(_round(max(estimate, EXACT_TOTAL + 1)), False)
+    estimate = _round(int(plan[0]["Plan"]["Plan Rows"]))
+    if estimate <= EXACT_TOTAL:  # the planner guessed low: all we know is "over the cap"
+        return Total(EXACT_TOTAL + 1, False)
+    return Total(estimate, False, estimated=True)
 
 
 def _round(n: int) -> int:

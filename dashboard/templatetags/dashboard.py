@@ -142,6 +142,13 @@ def bidi_controls(value: Any) -> list[str]:
 
 
 @register.filter
+def escape_bidi(value: Any) -> str:
+    """The text with each direction control written as its escape (\\u202e): what it is."""
+    text = "" if value is None else str(value)
+    return BIDI_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+@register.filter
 def plain(value: Any) -> str:
     """Text without direction controls, for places no element can isolate (the page title)."""
     return BIDI_CONTROLS.sub("", "" if value is None else str(value))

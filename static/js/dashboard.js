@@ -111,12 +111,24 @@ function resolve(row) {
   });
 }
 
+// On an item's own page: c claims it, r goes to its resolution.
+function itemKeys(event) {
+  const card = document.querySelector("main article.review");
+  if (!card) return;
+  if (event.key === "c") card.querySelector("[data-claim]")?.click();
+  else if (event.key === "r") focusResolution(card);
+}
+
 document.addEventListener("keydown", (event) => {
   if (event.ctrlKey || event.metaKey || event.altKey) return;
   const target = event.target;
   if (target instanceof Element && target.closest("input, textarea, select, [contenteditable]")) return;
   const rows = queueRows();
-  if (!rows.length || !["j", "k", "c", "r", "o"].includes(event.key)) return;
+  if (!rows.length) {
+    itemKeys(event);
+    return;
+  }
+  if (!["j", "k", "c", "r", "o"].includes(event.key)) return;
   const row = currentRow(rows);
   const index = row ? rows.indexOf(row) : -1;
   event.preventDefault();

@@ -154,3 +154,20 @@ def test_a_batch_larger_than_one_statement_can_bind_is_stored_whole(client, auth
     runs = [ok_run(idempotency_key=f"k{i}", results=[]) for i in range(1000)]
     assert statuses(post_batch(client, auth_headers, runs)) == ["created"] * 1000
     assert Run.objects.count() == 1000
+
+
+def test_each_failure_is_stored_with_its_group_signature(client, auth_headers):
+    from orchestrator.fingerprint import signature
+
+    runs = [
+        failed_run(idempotency_key="f1", detail="ReadTimeout after 10 s (request 'a1b2')"),
+        failed_run(idempotency_key="f2", detail="ReadTimeout after 12 s (request 'c3d4')"),
+        failed_run(idempotency_key="f3", source="web_search", detail="ReadTimeout after 10 s"),
+        ok_run(idempotency_key="ok"),
+    ]
+    assert statuses(post_batch(client, auth_headers, runs)) == ["created"] * 4
+    stored = dict(Run.objects.values_list("idempotency_key", "signature"))
+    # The same error with other numbers and quoted ids is one group; another source is another.
+    same = signature("news_api", "timeout", "ReadTimeout after 1 s (request 'zz')")
+    assert stored["f1"] == stored["f2"] == same
+    assert stored["f3"] not in ("", stored["f1"]) and stored["ok"] == ""

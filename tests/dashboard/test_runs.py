@@ -269,6 +269,117 @@ def test_the_trace_filter_lists_the_runs_of_one_trace(operator_client, outsider)
     assert ids(operator_client.get(RUNS + f"?trace_id={trace.upper()}")) == [b.pk, a.pk]
     page = operator_client.get(RUNS + f"?trace_id={trace}")
     assert f'name="trace_id" value="{trace}"' in page.content.decode()
-    assert len(ids(operator_client.get(RUNS + "?trace_id=not-a-trace"))) == 4  # no filter
+    refused = operator_client.get(RUNS + "?trace_id=not-a-trace")  # shown, not ignored
+    assert refused.status_code == 400 and "is not a trace id" in refused.content.decode()
     assert operator_client.get(RUNS + f"?trace_id={trace}").context["filters"].active
     assert signed_in(outsider).get(RUNS + f"?trace_id={trace}").status_code == 403
+
+
+def test_the_total_is_exact_up_to_a_cap_and_labelled_above_it(operator_client, monkeypatch):
+    from django.db import connection
+
+    from dashboard import filters
+
+    for _ in range(8):
+        make_failure("timeout")
+    make_run()
+    response = operator_client.get(RUNS + "?failure_type=timeout")
+    assert str(response.context["total"]) == "8" and response.context["total"].exact
+    assert "<strong>8</strong> runs match" in response.content.decode()
+    monkeypatch.setattr(filters, "EXACT_TOTAL", 5)
+    capped = operator_client.get(RUNS + "?failure_type=timeout").context["total"]
+    assert not capped.exact
+    if connection.vendor == "postgresql" and capped.estimated:
+        assert str(capped) == f"about {capped.count:,}" and capped.count > 5  # the planner's
+    else:
+        assert str(capped) == "over 5"
+
+
+def test_source_and_agent_match_by_prefix_with_the_known_names_suggested(operator_client):
+    api = make_run(source="news_api", agent="news-agent")
+    wire = make_run(source="news_wire", agent="wire-agent")
+    make_run(source="web_search", agent="crawler")
+    assert ids(operator_client.get(RUNS + "?source=news")) == [wire.pk, api.pk]
+    assert ids(operator_client.get(RUNS + "?source=NEWS_W")) == [wire.pk]
+    assert ids(operator_client.get(RUNS + "?source=news&agent=wire")) == [wire.pk]
+    assert ids(operator_client.get(RUNS + "?source=news_api")) == [api.pk]
+    html = operator_client.get(RUNS).content.decode()
+    assert '<datalist id="known-sources"><option value="news_api">' in html
+    assert 'list="known-agents"' in html and '<option value="crawler">' in html
+    nothing = operator_client.get(RUNS + "?source=zzz").content.decode()
+    assert "No source name starts with “zzz”" in nothing
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("status=bogus", "status &#x27;bogus&#x27; is not one of"),
+        ("failure_type=meteor", "failure type &#x27;meteor&#x27; is not one of"),
+        ("range=1y", "range &#x27;1y&#x27; is not one of"),
+        ("flag=zzz", "flag &#x27;zzz&#x27; is not one of"),
+        ("since=yesterday", "“From” &#x27;yesterday&#x27; is not a date and time"),
+        ("workflow=abc", "workflow &#x27;abc&#x27; is not a workflow id"),
+        ("group=999999", "There is no failure group #999999"),
+        ("since=2025-01-02T00:00&until=2025-01-01T00:00", "“From” must come before “To”"),
+    ],
+)
+def test_a_filter_the_page_cannot_use_is_an_error_not_ignored(operator_client, query, says):
+    make_run()
+    response = operator_client.get(f"{RUNS}?{query}")
+    html = response.content.decode()
+    assert response.status_code == 400 and says in html, html[html.find("errors") :][:400]
+    assert response.context["runs"] == [] and "These filters cannot be used" in html
+    fragment = operator_client.get(f"{RUNS}?{query}", HTTP_HX_REQUEST="true")
+    assert fragment.status_code == 200 and says in fragment.content.decode()
+
+
+def test_newest_newer_and_older_links_page_both_ways(operator_client):
+    made = [make_run(created_at=ago(minutes=i)) for i in range(PAGE_SIZE * 2 + 10)]
+    first = operator_client.get(RUNS)
+    assert first.context["page"].first and first.context["page"].next
+    second = operator_client.get(RUNS + f"?after={first.context['page'].next}")
+    html = second.content.decode()
+    assert all(f'rel="{rel}"' in html for rel in ("first", "prev", "next"))
+    assert ids(second) == [r.pk for r in made[PAGE_SIZE : 2 * PAGE_SIZE]]
+    newer = operator_client.get(RUNS + f"?before={second.context['page'].previous}")
+    assert ids(newer) == ids(first) and newer.context["page"].first
+    assert 'rel="prev"' not in newer.content.decode()
+
+
+def test_actions_are_offered_only_where_they_apply(operator_client):
+    ok = make_run()
+    failed = make_failure("timeout")
+    queued = make_run(status=Run.Status.QUEUED)
+    html = operator_client.get(RUNS).content.decode()
+    assert f'value="{ok.pk}" data-actions' not in html
+    assert f'value="{failed.pk}" data-actions="retry escalate"' in html
+    assert f'value="{queued.pk}" data-actions="cancel"' in html
+    only_ok = operator_client.get(RUNS + "?status=succeeded").content.decode()
+    assert 'name="action"' not in only_ok and "data-select-all" not in only_ok
+
+    def buttons(run):
+        page = operator_client.get(reverse("dashboard:run_detail", args=[run.pk])).content
+        return {a for a in ("retry", "cancel", "escalate") if f'value="{a}"' in page.decode()}
+
+    assert buttons(ok) == set()
+    assert buttons(failed) == {"retry", "escalate"}
+    assert buttons(queued) == {"cancel"}
+    page = operator_client.get(reverse("dashboard:run_detail", args=[failed.pk])).content.decode()
+    assert 'name="reason" required' in page  # a reason on the run page's Escalate too
+
+
+def test_above_the_cap_postgresql_gives_the_planners_estimate(
+    postgres, operator_client, monkeypatch
+):
+    from django.db import connection
+
+    from dashboard import filters
+
+    Run.objects.bulk_create(
+        Run(agent="a", source="news_api", status=Run.Status.SUCCEEDED) for _ in range(400)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE orchestrator_run")
+    monkeypatch.setattr(filters, "EXACT_TOTAL", 50)
+    total = operator_client.get(RUNS).context["total"]
+    assert total.estimated and str(total) == "about 400"

@@ -412,3 +412,19 @@ def test_children_do_not_outlive_a_killed_launcher(tmp_path):
         if handle.proc.poll() is None:
             handle.proc.kill()
     assert_no_orphans(handle, within=40)
+
+
+def test_the_live_summary_and_the_tile_agree_on_early_repeats(finished_job):
+    """The provider judges each request at its arrival (a slow answer finishing late is not a
+    repeat), the tile counts retries started before their due time: both zero, and the same."""
+    handle, _ = finished_job
+    printed = re.findall(r"(\d+) repeats before Retry-After", handle.output)
+    assert printed and printed[-1] == "0", handle.output
+    with handle.db() as conn:
+        early = conn.execute(
+            """SELECT count(*) FROM orchestrator_run
+               WHERE retry_of_id IS NOT NULL AND started_at < due_at"""
+        ).fetchone()[0]
+    assert early == 0
+    arrivals = provider_requests(handle)
+    assert all(r["t"] <= r["answered"] for r in arrivals)  # judged at arrival, logged both

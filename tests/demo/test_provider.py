@@ -6,6 +6,7 @@ Each test starts `demo.provider` in a thread on a free port and calls it through
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -134,6 +135,29 @@ def test_repeating_a_query_before_its_retry_after_is_counted(provider):
     call("news_api", "http:429:30")
     assert provider.stats().get("early_repeats", 0) == 0
     call("news_api", "ok:1")
+    assert provider.stats()["early_repeats"] == 1
+
+
+def test_a_slow_answer_finishing_after_a_retry_after_is_not_an_early_repeat(provider, tmp_path):
+    """Each request is judged at its arrival: the summary's "repeats before Retry-After" and
+    the overview's early-retry tile count the same thing (and agree on zero)."""
+    plan = ["slow:1:ok:1", "http:429:30", "ok:1"]
+    slow = threading.Thread(target=call, args=("news_api", plan), kwargs={"attempt": 1})
+    slow.start()
+    deadline = time.monotonic() + 5
+    while not provider.asked and time.monotonic() < deadline:  # the slow request is in
+        time.sleep(0.01)
+    assert isinstance(call("news_api", plan, attempt=2)[0], httpx.HTTPStatusError)  # the 429
+    slow.join()
+    while provider.stats().get("status:200", 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the slow request is answered now, after the Retry-After was given
+    assert provider.stats()["status:200"] == 1
+    assert provider.stats().get("early_repeats", 0) == 0
+    lines = [json.loads(x) for x in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    first, limited = lines[1], lines[0]  # logged in the order they were answered
+    assert first["status"] == 200 and limited["status"] == 429
+    assert first["t"] < limited["t"] < first["answered"]  # arrived first, answered last
+    call("news_api", plan, attempt=3)  # a genuine repeat before the 30 s have passed
     assert provider.stats()["early_repeats"] == 1
 
 
