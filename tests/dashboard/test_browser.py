@@ -202,10 +202,11 @@ def test_resolving_a_review_item(page, operator):
     item = make_review(make_failure("unclassified", detail="mystery error"))
     login(page, "olga", "operator-pass-123", then="/review/")
     card = page.locator(f"#review-{item.pk}")
+    card.locator("summary").click()  # a compact row opens with the item in full
     expect(card).to_contain_text("mystery error")
     card.locator("button", has_text="Claim").click()
-    expect(card.locator("select[name=resolution]")).to_be_visible()
-    card.locator("select[name=resolution]").select_option("abort")
+    expect(card.locator("input[name=resolution]").first).to_be_visible()
+    card.locator("input[name=resolution][value=abort]").check()
     card.locator("textarea[name=note]").fill("the source is gone for good")
     card.locator("button", has_text="Resolve").click()
     expect(page.locator(f"#review-{item.pk}")).to_contain_text("Resolved")
@@ -277,6 +278,9 @@ def test_every_page_is_free_of_csp_violations(page, policy_editor, settings):
         "/workflows/",
         "/review/",
         "/review/?show=resolved",
+        "/review/?view=groups",
+        f"/review/{item.pk}/",
+        "/groups/",
         "/policies/",
         f"/review/#review-{item.pk}",
     ):
