@@ -466,6 +466,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {
         "f": f,
         "open_total": pending.count(),
+        "review_prefix": reverse("dashboard:review_queue"),
         "can_review": user.has_perm(REVIEW),
         "states": queue.STATES,
         "facets": [],
@@ -495,13 +496,16 @@ def _queue_results(
     filtered = f.apply(pending, user, now)
     out: dict[str, Any] = {
         "facets": queue.facets(pending, f, user, now, request.GET),
-        "matching": filtered.count(),
+        "matching": filtered.count() if f.active else None,
     }
     if f.view == "groups":
         groups, total = queue.signature_groups(filtered, user)
+        reps = [g.item for g in groups if g.item is not None]
+        tried = review.tried_sources(reps)
         for group in groups:
             if group.item is not None:
-                group.options = review.group_options(group.item, group.count)
+                key = (group.item.workflow_id, group.item.run.topic)
+                group.options = review.group_options(group.item, group.count, tried.get(key))
         folded = FailureGroup.objects.filter(signature__in=[g.signature for g in groups])
         folded_ids = dict(folded.values_list("signature", "pk"))
         for group in groups:
@@ -524,6 +528,7 @@ def _card_context(
         group = FailureGroup.objects.filter(signature=item.signature).first()
     return {
         "item": item,
+        "review_prefix": reverse("dashboard:review_queue"),
         "options": options,
         "form": form or ResolveForm(options=options),
         "notice": notice,

@@ -1,11 +1,12 @@
-"""Take the README's screenshots (overview, a run detail, the review queue) from demonstration data.
+"""Take the README's screenshots (overview, a run detail, the review queue and an item, failure
+groups, a workflow) from demonstration data.
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 
 Builds a throwaway SQLite database under var/, runs the main job on it for a while (`manage.py
 launch --duration`: the fault-injecting provider, a real Celery worker and the workflow stream, as
-`make run` does), folds the rollups, serves the dashboard on a free local port and photographs it
-with Debian's headless Chromium.
+`make run` does), folds the rollups and the failure groups, serves the dashboard on a free local
+port and photographs it with Debian's headless Chromium.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def seed(seconds: float) -> None:
     from django.contrib.auth.models import Group, User
     from django.utils import timezone
 
+    from dashboard.groups import fold
     from dashboard.stats import refresh_rollups
 
     with socket.socket() as s:
@@ -64,6 +66,7 @@ def seed(seconds: float) -> None:
     cmd = [sys.executable, "manage.py", "launch", "--duration", str(seconds), "--seed", "7"]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     refresh_rollups(timezone.now() - timedelta(days=2))
+    fold(timezone.now() - timedelta(days=2))
     user = User.objects.create_user(USER, password=PASSWORD)
     user.groups.add(*Group.objects.filter(name__in=["operators", "policy editors"]))
 
@@ -93,6 +96,14 @@ def pick_run() -> int:
     return run.pk
 
 
+def pick_review() -> int:
+    """An open item of the back office tour (the one a newcomer is asked to resolve)."""
+    from orchestrator.models import ReviewItem
+
+    item = ReviewItem.objects.open().filter(run__topic="payroll").first()
+    return (item or ReviewItem.objects.open().first() or ReviewItem.objects.first()).pk
+
+
 def pick_workflow() -> int:
     from orchestrator.models import Workflow
 
@@ -105,6 +116,8 @@ def shoot(base: str, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     shots = [("overview.png", "/"), ("run-detail.png", f"/runs/{pick_run()}/")]
     shots.append(("review-queue.png", "/review/"))
+    shots.append(("review-item.png", f"/review/{pick_review()}/"))
+    shots.append(("failure-groups.png", "/groups/"))
     shots.append(("workflow.png", f"/workflows/{pick_workflow()}/"))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -118,6 +131,10 @@ def shoot(base: str, out: Path) -> list[Path]:
         for name, path in shots:
             page.goto(path)
             page.wait_for_load_state("networkidle")
+            if name == "review-queue.png":  # one compact row opened, with the keyboard
+                page.keyboard.press("j")
+                page.keyboard.press("Enter")
+                page.wait_for_load_state("networkidle")
             page.screenshot(path=str(out / name), full_page=True)
             taken.append(out / name)
         browser.close()

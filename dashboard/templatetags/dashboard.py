@@ -296,4 +296,6 @@ def open_review_count(context: template.Context) -> int | None:
     request = context.get("request")
     if request is None or not request.user.has_perm("orchestrator.view_reviewitem"):
         return None
+    if context.get("open_total") is not None:  # the queue page counted them already
+        return context["open_total"]
     return ReviewItem.objects.open().count()

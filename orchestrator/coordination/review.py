@@ -21,7 +21,7 @@ from django.dispatch import receiver
 
 from orchestrator.coordination import clock, dispatch, policy
 from orchestrator.coordination.registry import registry
-from orchestrator.models import ReviewItem, review_resolved
+from orchestrator.models import ReviewItem, Run, review_resolved
 from orchestrator.vocabulary import FailureCategory
 
 Resolution = ReviewItem.Resolution
@@ -40,15 +40,19 @@ class ResolutionOption:
         return Resolution(self.value).label
 
 
-def resolution_options(item: ReviewItem) -> list[ResolutionOption]:
-    """Every resolution, in the enum's order, each marked available or not with the reason."""
+def resolution_options(item: ReviewItem, tried: set[str] | None = None) -> list[ResolutionOption]:
+    """Every resolution, in the enum's order, each marked available or not with the reason.
+
+    `tried` (the sources the item's topic has tried, from `tried_sources`) saves a query per
+    item when many are judged at once.
+    """
     run, wf = item.run, item.workflow
     built_in = wf is not None and wf.is_built_in
     applies = "" if built_in else " The agent's own coordinator applies it."
     stopped = ""
     if built_in and wf.is_finished:
         stopped = f"The workflow has finished ({wf.get_status_display()}): nothing would run."
-    switch_ok, switch_why = _switch(item)
+    switch_ok, switch_why = _switch(item, tried)
     partial = run.partial_count
     kept = f"keep the {partial} partial results" if partial else "nothing was gathered to keep"
     options = [
@@ -63,15 +67,16 @@ def resolution_options(item: ReviewItem) -> list[ResolutionOption]:
     ]
 
 
-def _switch(item: ReviewItem) -> tuple[bool, str]:
+def _switch(item: ReviewItem, tried: set[str] | None) -> tuple[bool, str]:
     """(can a switch work, what it would do or why not): the registry names the alternatives."""
     run, wf = item.run, item.workflow
     capability = (wf.capability if wf is not None and wf.is_built_in else "") or run.capability
     if not capability:
         return False, "The run names no capability, so no other source is known for it."
     known = registry().sources_for(capability)
-    tried = wf.sources_tried(run.topic) if wf is not None else set()
-    tried.add(run.source)
+    if tried is None:
+        tried = wf.sources_tried(run.topic) if wf is not None else set()
+    tried = set(tried) | {run.source}
     nxt = next((name for name in known if name not in tried), None)
     if nxt is not None:
         return True, f"Ask {nxt}, the next source of {capability}."
@@ -80,14 +85,32 @@ def _switch(item: ReviewItem) -> tuple[bool, str]:
     return False, f"Every source of {capability} was tried for this topic: {', '.join(known)}."
 
 
-def group_options(item: ReviewItem, size: int) -> list[ResolutionOption]:
+def tried_sources(items: list[ReviewItem]) -> dict[tuple[int, str], set[str]]:
+    """{(workflow id, topic): sources tried} for the items' runs, in one query."""
+    keys = {(i.workflow_id, i.run.topic) for i in items if i.workflow_id}
+    tried: dict[tuple[int, str], set[str]] = {key: set() for key in keys}
+    if not keys:
+        return tried
+    runs = Run.objects.filter(
+        workflow_id__in={w for w, _ in keys}, topic__in={t for _, t in keys}
+    ).values_list("workflow_id", "topic", "source")
+    for workflow_id, topic, source in runs.distinct().order_by():
+        if (workflow_id, topic) in tried:
+            tried[(workflow_id, topic)].add(source)
+    return tried
+
+
+def group_options(
+    item: ReviewItem, size: int, tried: set[str] | None = None
+) -> list[ResolutionOption]:
     """The options of a whole group, judged on its oldest item (`item`), of `size` items."""
+    options = resolution_options(item, tried)
     if size <= 1:
-        return resolution_options(item)
+        return options
     note = f" Applied to each of the {size} items; any it cannot help is noted on its timeline."
     return [
         ResolutionOption(o.value, o.available, o.why + (note if o.available else ""))
-        for o in resolution_options(item)
+        for o in options
     ]
 
 

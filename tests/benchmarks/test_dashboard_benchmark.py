@@ -1,8 +1,8 @@
 """Smoke test of benchmarks/dashboard.py: a tiny load and every page timed, on PostgreSQL.
 
 Skipped on SQLite locally, failed in CI without PostgreSQL (require_service). The benchmark uses
-its own database, failsight_dash_smoke (not the full run's failsight_dash_bench), on the server
-of DATABASE_URL.
+its own database, <DATABASE_URL's name>_dash_smoke (not the full run's failsight_dash_bench), on
+the server of DATABASE_URL.
 """
 
 from __future__ import annotations
@@ -108,7 +108,21 @@ def benchmark_run() -> tuple[str, str]:
 def test_the_dashboard_benchmark_loads_and_times_every_page(benchmark_run):
     _, out = benchmark_run
     assert "COPY 3,000 runs" in out and "rollups:" in out, out
-    pages = ("overview (24 h)", "overview (7 d)", "runs: failed timeouts, 24 h", "run detail")
+    assert "load average before starting:" in out and "a signature at insert:" in out
+    assert "failure groups:" in out and "periodic fold" in out
+    pages = (
+        "overview (24 h)",
+        "overview (7 d)",
+        "runs: failed timeouts, 24 h",
+        "runs: all, with the total",
+        "runs: newer, back to page 100",
+        "run detail",
+        "review queue (open, facets)",
+        "review queue: grouped",
+        "review item (mid-queue)",
+        "failure groups (24 h)",
+        "failure group detail",
+    )
     for page in pages:
         line = next((x for x in out.splitlines() if x.startswith(page)), "")
         assert " ms " in line, out  # timed (the 100 ms target is for the full-size run)

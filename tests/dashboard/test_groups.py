@@ -117,6 +117,9 @@ def test_the_groups_page_counts_a_window_and_filters(db, operator_client):
     groups.fold()
     every = operator_client.get(GROUPS)
     assert len(every.context["rows"]) == 2
+    month = next(r for r in every.context["rows"] if r.group.failure_type == "timeout").spark
+    assert len(month) == 30 and sum(month) == 2 and month[-1] == 1  # by day: today, 3 days ago
+    assert month[-4] + month[-5] == 1
     day = operator_client.get(GROUPS + "?range=24h&failure_type=timeout")
     (row,) = day.context["rows"]
     assert (row.group.count, row.window_counts["count"]) == (2, 1)

@@ -169,9 +169,11 @@ def test_review_age_rules(db, receiver, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False):
         make_review(created_at=ago(minutes=10))
         assert evaluate_alerts() == 0
-        make_review(created_at=ago(hours=2))
+        oldest = make_review(created_at=ago(hours=2))
         assert evaluate_alerts() == 1
-    assert AlertDelivery.objects.get().payload["open_review_items"] == 2
+    payload = AlertDelivery.objects.get().payload
+    assert payload["open_review_items"] == 2
+    assert payload["oldest_review_path"] == f"/review/{oldest.pk}/"  # its own page, to claim
 
 
 def test_every_beat_entry_names_a_registered_task():

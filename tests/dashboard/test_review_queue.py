@@ -123,11 +123,17 @@ def test_the_queue_costs_the_same_queries_with_3_or_300_open_items(db, operator_
             assert operator_client.get(QUEUE + "?view=groups&source=news_api").status_code == 200
         return len(captured)
 
+    wf = make_workflow(capability="news")  # built-in: a switch asks which sources were tried
     for i in range(3):
-        review(source=f"s{i % 2}")
+        review(source=f"s{i % 2}", workflow=wf if i % 2 else None)
     few = queries()
     for i in range(297):
-        review(source=f"s{i % 7}", agent=f"agent-{i % 5}", signature=f"sig-{i % 9}")
+        review(
+            source=f"s{i % 7}",
+            agent=f"agent-{i % 5}",
+            signature=f"sig-{i % 9}",
+            workflow=wf if i % 2 else None,
+        )
     assert queries() == few
 
 
