@@ -214,7 +214,7 @@ def load(rows: int, reviews: int) -> None:
     print(f"COPY {n:,} runs + {workflows:,} workflows: {seconds:.1f} s ({n / seconds:,.0f} rows/s)")
     print(
         f"  a signature at insert: {signature_cost():.1f} µs per failure, beside "
-        f"{1e6 * seconds / n:.1f} µs per row of the COPY itself"
+        f"{1e6 * seconds / n:.1f} µs per row of this load (making the row and its COPY)"
     )
     with connection.cursor() as cursor:
         for table in ("orchestrator_run", "orchestrator_workflow"):

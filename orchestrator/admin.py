@@ -158,8 +158,8 @@ class ReviewItemAdmin(admin.ModelAdmin):
         "resolved_at",
         "fallback_applied",
     ]
-    list_filter = ["state", "failure_type", "resolution", "fallback_applied"]
-    search_fields = ["reason", "note", "signature"]
+    list_filter = ["state", "origin", "failure_type", "resolution", "fallback_applied"]
+    search_fields = ["reason", "note", "signature", "source", "agent"]
     raw_id_fields = ["run", "workflow"]
     # Resolutions must go through the review queue (audited, feeds the coordinator exactly once).
     readonly_fields = [
@@ -168,6 +168,7 @@ class ReviewItemAdmin(admin.ModelAdmin):
         "resolved_by",
         "resolved_at",
         "continued_at",
+        "outcome",
         "fallback_applied",
     ]
 

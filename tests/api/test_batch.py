@@ -168,6 +168,6 @@ def test_each_failure_is_stored_with_its_group_signature(client, auth_headers):
     assert statuses(post_batch(client, auth_headers, runs)) == ["created"] * 4
     stored = dict(Run.objects.values_list("idempotency_key", "signature"))
     # The same error with other numbers and quoted ids is one group; another source is another.
-    same = signature("news_api", "timeout", "ReadTimeout after 1 s (request 'zz')")
+    same = signature("news_api", "timeout", "ReadTimeout after 1 s (request 'x9')")
     assert stored["f1"] == stored["f2"] == same
     assert stored["f3"] not in ("", stored["f1"]) and stored["ok"] == ""

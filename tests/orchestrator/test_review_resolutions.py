@@ -135,3 +135,35 @@ def test_resolving_a_group_leaves_the_items_another_operator_holds(operator, pol
     assert items[0].resolve(operator, "abort", note="dead source", apply_to_group=True) == 3
     states = dict(ReviewItem.objects.values_list("pk", "state"))
     assert [states[i.pk] for i in items] == ["resolved", "resolved", "resolved", "claimed"]
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        (
+            "ReadTimeout after 10 s (request 'a1b2')",
+            "ReadTimeout after 12 s (request 'c3d4')",
+            True,
+        ),
+        (
+            "Server error '503 Service Unavailable' for url 'http://h:1/v1/a?q=1'",
+            "Server error '503 Service Unavailable' for url 'http://h:2/v1/b?q=2'",
+            True,
+        ),
+        (
+            "Server error '503 Service Unavailable' for url 'http://h/a'",
+            "Server error '500 Internal Server Error' for url 'http://h/a'",
+            False,  # a quoted phrase says what went wrong: kept
+        ),
+        (
+            "key 550e8400-e29b-41d4-a716-446655440000 gone",
+            "key 6ba7b810-9dad-11d1-80b4-00c04fd430c8 gone",
+            True,
+        ),
+        ("missing column 'title'", "missing column 'author'", False),
+    ],
+)
+def test_a_signature_ignores_what_varies_and_keeps_what_went_wrong(one, other, same):
+    assert (signature("s", "server_fault", one) == signature("s", "server_fault", other)) is same
+    assert signature("s", "server_fault", one) != signature("t", "server_fault", one)
+    assert signature("s", "server_fault", one) != signature("s", "timeout", one)
