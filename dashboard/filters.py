@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
-from dashboard.groups import signature_from
+from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS
 from orchestrator import keyset
 from orchestrator.models import Run, RunQuerySet
@@ -58,6 +58,18 @@ FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
     "retrying": ("retries waiting for their due time", RunQuerySet.retrying),
     "in_flight": ("runs in flight (started, not finished)", RunQuerySet.in_flight),
 }
+
+
+def canonical_failure_type(name: str, errors: list[str]) -> str:
+    """The taxonomy's name for `name` (an alias such as "auth_error" included), or "" with the
+    reason added to `errors`; "" for no name. Every dashboard filter reads failure types so."""
+    if not name.strip():
+        return ""
+    try:
+        return parse_failure_type(name.strip()).value
+    except UnknownFailureType as exc:
+        errors.append(str(exc))
+        return ""
 
 
 def _values(params: QueryDict, key: str) -> list[str]:
@@ -108,7 +120,8 @@ class RunFilter:
         f.before = f._cursor(params, "before")
         f.q = params.get("q", "").strip()[:200]
         if f.group is not None:
-            f.signature = signature_from(f.group) or ""
+            group = FailureGroup.objects.filter(pk=f.group).values_list("signature", flat=True)
+            f.signature = group.first() or ""
             if not f.signature:
                 f.errors.append(f"There is no failure group #{f.group}.")
         if f.since and f.until and f.since >= f.until:
@@ -129,13 +142,8 @@ class RunFilter:
     def _failure_types(self, names: list[str]) -> list[str]:
         """The canonical names of the failure types asked for, aliases included ("auth_error");
         a name in neither the taxonomy nor its alias table is refused with the reason."""
-        found = []
-        for name in names:
-            try:
-                found.append(parse_failure_type(name).value)
-            except UnknownFailureType as exc:
-                self.errors.append(str(exc))
-        return list(dict.fromkeys(found))
+        found = [canonical_failure_type(name, self.errors) for name in names]
+        return list(dict.fromkeys(name for name in found if name))
 
     def _trace(self, params: QueryDict) -> str:
         raw = params.get("trace_id", "").strip()

@@ -45,11 +45,12 @@ from django.db.models.functions import Coalesce, Trunc
 from django.http import QueryDict
 from django.utils import timezone
 
+from dashboard.filters import canonical_failure_type
 from dashboard.models import FailureGroup, FailureGroupHour, GroupCounts
 from dashboard.stats import floor_hour, rollup_lookback
 from orchestrator import keyset
 from orchestrator.fingerprint import normalise_detail, signature
-from orchestrator.models import AuditEntry, FailureType, ReviewItem, Run, RunSets
+from orchestrator.models import AuditEntry, ReviewItem, Run, RunSets
 from orchestrator.vocabulary import Action, Vocabulary
 
 HOUR = timedelta(hours=1)
@@ -192,6 +193,7 @@ def _hour_rows(failures: QuerySet) -> dict[tuple[str, datetime], dict[str, Any]]
             n=Count("id"),
             wasted=Count("id", filter=RunSets.RETRIES),
             partial=Count("id", filter=Q(partial_count__gt=0)),
+            futile=Count("id", filter=RunSets.FUTILE_RETRIES),
             first_at=Min("created_at"),
             last_at=Max("created_at"),
         )
@@ -206,6 +208,7 @@ def _hour_rows(failures: QuerySet) -> dict[tuple[str, datetime], dict[str, Any]]
         acc["count"] += row["n"]
         acc["wasted"] += row["wasted"]
         acc["partial"] += row["partial"]
+        acc["futile"] += row["futile"]
         acc[ENDING_COLUMNS[Ending(row["ending"])]] += row["n"]
         if row["decision"] in DECISION_COLUMNS:
             acc[DECISION_COLUMNS[Action(row["decision"])]] += row["n"]
@@ -346,6 +349,7 @@ GROUP_WINDOWS = {
 HAS = {
     "wasted": ("wasted retries", "wasted"),
     "partial": ("partial results kept", "partial"),
+    "futile": ("futile retries", "futile"),
     "retry": ("retried", "decided_retry"),
     "switch": ("switched", "decided_switch"),
     "escalated": ("escalated", "decided_escalate"),
@@ -375,10 +379,10 @@ class GroupFilter:
         f.source = [v for v in sources if v][:20]
         choices = {
             "state": FailureGroup.State.values,
-            "failure_type": FailureType.values,
             "has": list(HAS),
             "range": list(GROUP_WINDOWS),
         }
+        f.failure_type = canonical_failure_type(params.get("failure_type", ""), f.errors)
         for name, allowed in choices.items():
             raw = params.get(name, "").strip()
             if raw and raw not in allowed:
@@ -479,8 +483,3 @@ def with_endings(runs: QuerySet) -> QuerySet:
 
 def open_reviews(group: FailureGroup) -> int:
     return ReviewItem.objects.with_signature(group.signature).count()
-
-
-def signature_from(group_id: Any) -> str | None:
-    """The signature of the group with this id (the runs list's `group` filter), or None."""
-    return FailureGroup.objects.filter(pk=group_id).values_list("signature", flat=True).first()

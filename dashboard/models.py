@@ -192,9 +192,11 @@ class GroupCounts(models.Model):
     applied to each, and how each ended. Folded in batches by `dashboard.groups.fold`."""
 
     count = models.PositiveIntegerField(default=0)
-    # failures that were themselves retries, and failures that kept partial results
+    # failures that were themselves retries, failures that kept partial results, and failures
+    # retried although they said a retry cannot help (the named set of futile retries)
     wasted = models.PositiveIntegerField(default=0)
     partial = models.PositiveIntegerField(default=0)
+    futile = models.PositiveIntegerField(default=0)
     # the decision routing (or an operator) took on each failure
     decided_retry = models.PositiveIntegerField(default=0)
     decided_switch = models.PositiveIntegerField(default=0)
@@ -212,6 +214,7 @@ class GroupCounts(models.Model):
         "count",
         "wasted",
         "partial",
+        "futile",
         "decided_retry",
         "decided_switch",
         "decided_partial",

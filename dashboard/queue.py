@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import Case, CharField, Count, Min, Q, QuerySet, Value, When
 from django.http import QueryDict
 
+from dashboard.filters import canonical_failure_type
 from orchestrator import keyset
 from orchestrator.models import FailureType, ReviewItem, Workflow
 from orchestrator.vocabulary import Origin
@@ -76,7 +77,6 @@ class QueueFilter:
     def from_query(cls, params: QueryDict) -> QueueFilter:
         f = cls()
         choices = {
-            "failure_type": FailureType.values,
             "age": list(AGES),
             "claim": list(CLAIMS),
             "origin": [o.value for o in Origin],
@@ -85,6 +85,7 @@ class QueueFilter:
         }
         if params.get("show") == "resolved":  # the old "Resolved" link
             f.state = "resolved"
+        f.failure_type = canonical_failure_type(params.get("failure_type", ""), f.errors)
         for name, allowed in choices.items():
             raw = params.get(name, "").strip()
             if raw and raw not in allowed:

@@ -185,6 +185,7 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
             runs_url(w, flag="futile"),
             sub="failures retried although they said a retry cannot help (should be 0)",
             tone="bad" if futile else "ok",
+            groups=groups_url(w, has="futile"),
         ),
         Tile(
             "unclassified",

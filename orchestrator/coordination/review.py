@@ -6,7 +6,8 @@ updates with an audit row); the model announces each resolution with the `review
 and the receiver here sends the workflow's step after commit, which applies the decision once
 (`workflow._apply_resolution`) and writes what it did on the item. `resolution_options` says,
 before anyone decides, which resolutions can work for an item and why the others cannot (a switch
-needs another registered source of the capability that the topic has not tried). Items left
+needs a source the coordinator would switch to: another registered source of the capability that
+the topic has not tried, or one the run suggested). Items left
 undecided past their deadline get their failure type's fallback from the routing policy.
 """
 
@@ -68,21 +69,34 @@ def resolution_options(item: ReviewItem, tried: set[str] | None = None) -> list[
 
 
 def _switch(item: ReviewItem, tried: set[str] | None) -> tuple[bool, str]:
-    """(can a switch work, what it would do or why not): the registry names the alternatives."""
+    """(can a switch work, what it would do or why not), by the rule the coordinator switches
+    with (`Registry.switch_target`): the capability's next untried source, else a registered
+    source the run itself suggested."""
     run, wf = item.run, item.workflow
-    capability = (wf.capability if wf is not None and wf.is_built_in else "") or run.capability
-    if not capability:
-        return False, "The run names no capability, so no other source is known for it."
-    known = registry().sources_for(capability)
     if tried is None:
         tried = wf.sources_tried(run.topic) if wf is not None else set()
-    tried = set(tried) | {run.source}
-    nxt = next((name for name in known if name not in tried), None)
-    if nxt is not None:
-        return True, f"Ask {nxt}, the next source of {capability}."
+    capability = run.capability or (wf.capability if wf is not None else "")
+    suggestions = [a for a in run.alternatives if isinstance(a, str)]
+    reg = registry()
+    target, suggested = reg.switch_target(
+        run.source, set(tried), suggestions, capability=capability or None
+    )
+    if target is not None:
+        how = "which the agent suggested" if suggested else f"the next source of {capability}"
+        if not suggested and not capability:
+            how = f"the next source that does what {run.source} does"
+        return True, f"Ask {target}, {how}."
+    capabilities = [capability] if capability else reg.capabilities_of(run.source)
+    if not capabilities:
+        return False, (
+            f"No registered capability lists {run.source}, and the run suggests no registered "
+            "source to ask instead."
+        )
+    known = [name for cap in capabilities for name in reg.sources_for(cap)]
+    names = ", ".join(capabilities)
     if not set(known) - {run.source}:
-        return False, f"No other source of {capability} is registered."
-    return False, f"Every source of {capability} was tried for this topic: {', '.join(known)}."
+        return False, f"No other source of {names} is registered."
+    return False, f"Every source of {names} was tried for this topic: {', '.join(known)}."
 
 
 def tried_sources(items: list[ReviewItem]) -> dict[tuple[int, str], set[str]]:

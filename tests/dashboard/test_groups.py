@@ -42,7 +42,7 @@ def story(db) -> dict[str, Run]:
     make_run(source="news_wire", retry_of=runs["c2"], attempt=2)  # the switch's retry did
     runs["d"] = timeout(4, status=Run.Status.ESCALATED, decision="escalate")
     runs["e"] = timeout(5)  # no decision yet
-    runs["f"] = timeout(6, decision="retry")
+    runs["f"] = timeout(6, decision="retry", retryable=False)  # retried against its signal
     make_run(source="news_api", retry_of=runs["f"], attempt=2, status=Run.Status.QUEUED)
     runs["g"] = timeout(7, decision="abort")
     runs["h"] = timeout(8, retry_of=runs["g"], attempt=2, decision="accept_partial")
@@ -65,6 +65,7 @@ def test_the_fold_groups_failures_by_signature_and_says_how_each_ended(story):
     }
     assert (group.decided_retry, group.decided_switch, group.decided_escalate) == (2, 2, 1)
     assert (group.decided_abort, group.decided_partial, group.wasted) == (1, 1, 1)  # h retried g
+    assert group.futile == 1  # f said a retry cannot help and was retried
     assert other.recovered_retry == 1
     assert group.agents == ["researcher"] and group.example_run == story["a"]
     assert Run.objects.filter(pk=story["a"].pk).values_list("signature", flat=True)[0]

@@ -82,6 +82,7 @@ def test_filters_narrow_the_queue_and_each_facet_counts_with_the_others_applied(
         "age=older": "a",
         f"workflow={queue['a'].workflow_id}": "ab",
         "failure_type=timeout&source=web_search": "d",
+        "failure_type=auth_error": "c",  # an alias of auth_failure, as on the runs page
     }
     for query, expected in checks.items():
         response = operator_client.get(f"{QUEUE}?{query}")
@@ -186,11 +187,12 @@ def test_the_grouped_view_resolves_all_like_this_but_not_another_operators(
 
 
 def test_a_resolution_that_cannot_work_is_shown_disabled_and_refused(db, operator_client):
-    item = review()  # reported by an agent, with no capability: no other source is known
+    # Reported by an agent, from a source no capability lists: nothing to switch to.
+    item = review(source="vendor_api")
     operator_client.post(reverse("dashboard:review_claim", args=[item.pk]))
     html = operator_client.get(item_url(item)).content.decode()
     assert 'value="switch_source" disabled' in html
-    assert "Not possible: <bdi>The run names no capability" in html
+    assert "Not possible: <bdi>No registered capability lists vendor_api" in html
     response = operator_client.post(
         reverse("dashboard:review_resolve", args=[item.pk]),
         {"resolution": "switch_source", "note": "try another"},

@@ -314,7 +314,7 @@ def test_source_and_agent_match_by_prefix_with_the_known_names_suggested(operato
     ("query", "says"),
     [
         ("status=bogus", "status &#x27;bogus&#x27; is not one of"),
-        ("failure_type=meteor", "failure type &#x27;meteor&#x27; is not one of"),
+        ("failure_type=meteor", "&#x27;meteor&#x27; is not a failure type"),
         ("range=1y", "range &#x27;1y&#x27; is not one of"),
         ("flag=zzz", "flag &#x27;zzz&#x27; is not one of"),
         ("since=yesterday", "“From” &#x27;yesterday&#x27; is not a date and time"),

@@ -117,7 +117,15 @@ def test_an_agent_reported_item_is_the_agents_to_apply(operator):
     )
     assert opts["switch_source"] == (
         False,
-        "The run names no capability, so no other source is known for it.",
+        "No registered capability lists vendor_api, and the run suggests no registered source "
+        "to ask instead.",
+    )
+    # A source it suggested, if registered, is one the coordinator would switch to.
+    Run.objects.filter(pk=run.pk).update(alternatives=["try news_wire instead"])
+    item.run.refresh_from_db()
+    assert options(item)["switch_source"] == (
+        True,
+        "Ask news_wire, which the agent suggested. The agent's own coordinator applies it.",
     )
 
 

@@ -7,8 +7,8 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dashboard", "0003_six_hour_rollups"),
-        ("orchestrator", "0007_15_signatures_review_facets"),
+        ("dashboard", "0004_issue12_futile_retries"),
+        ("orchestrator", "0008_15_signatures_review_facets"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -25,6 +25,7 @@ class Migration(migrations.Migration):
                 ("count", models.PositiveIntegerField(default=0)),
                 ("wasted", models.PositiveIntegerField(default=0)),
                 ("partial", models.PositiveIntegerField(default=0)),
+                ("futile", models.PositiveIntegerField(default=0)),
                 ("decided_retry", models.PositiveIntegerField(default=0)),
                 ("decided_switch", models.PositiveIntegerField(default=0)),
                 ("decided_partial", models.PositiveIntegerField(default=0)),
@@ -121,6 +122,7 @@ class Migration(migrations.Migration):
                 ("count", models.PositiveIntegerField(default=0)),
                 ("wasted", models.PositiveIntegerField(default=0)),
                 ("partial", models.PositiveIntegerField(default=0)),
+                ("futile", models.PositiveIntegerField(default=0)),
                 ("decided_retry", models.PositiveIntegerField(default=0)),
                 ("decided_switch", models.PositiveIntegerField(default=0)),
                 ("decided_partial", models.PositiveIntegerField(default=0)),
