@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("dashboard", "0004_issue12_futile_retries"),
-        ("orchestrator", "0008_15_signatures_review_facets"),
+        ("orchestrator", "0009_15_signatures_review_facets"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -25,7 +25,7 @@ def copy_facets(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0007_issue12_reported_failure_type_and_signal"),
+        ("orchestrator", "0008_issue11_otlp_trace_ids"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
