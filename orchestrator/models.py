@@ -159,8 +159,9 @@ class ApiToken(models.Model):
 # The one rule of who coordinates a workflow: the built-in coordinator steps a workflow started
 # over a capability (`start_workflow`, `POST /api/v1/workflows`, which refuse a capability with no
 # registered source); any other workflow is an agent's, whose runs agents report. A kind of
-# workflow added later (an explicitly external coordinator) changes this condition and nothing
-# else: the dispatcher, the review queue's origin facet and its resolutions all read it.
+# workflow added later (an explicitly external coordinator) changes this condition: the review
+# queue's origin (copied onto each item as it opens) and its resolutions read it, and the
+# dispatcher's due-run query (`dispatch.dispatch_due`) states the same test on the joined row.
 BUILT_IN_WORKFLOW = ~Q(capability="")
 
 
