@@ -4,6 +4,7 @@ which fail loudly on a bad value; the defaults make a fresh clone run with no se
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -54,6 +55,27 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_networks(name: str) -> list[str]:
+    """Comma-separated addresses or networks (`10.0.0.0/8`), each checked; empty by default."""
+    values = env_list(name, [])
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {value!r} is not an address or network") from None
+    return values
+
+
+def env_pair(name: str) -> tuple[str, str] | None:
+    """`HEADER,value` (e.g. `HTTP_X_FORWARDED_PROTO,https`), or None when unset."""
+    values = env_list(name, [])
+    if not values:
+        return None
+    if len(values) != 2:
+        raise ImproperlyConfigured(f"{name} takes two comma-separated values: HEADER,value")
+    return values[0], values[1]
+
+
 DEBUG = env_bool("DEBUG", True)
 
 _DEV_SECRET = "dev-only-insecure-secret-key-do-not-use-in-production"
@@ -75,6 +97,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    # Sign-in throttling and lockout (AXES_* below); lockouts are also audited.
+    "axes",
     "orchestrator",
     "dashboard",
     # The main job (`manage.py launch`) and its demonstration: an add-on the product never imports.
@@ -92,6 +116,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it answers a locked-out sign-in.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -120,15 +146,18 @@ TEMPLATES = [
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 _db = dj_database_url.parse(DATABASE_URL)
 if _db["ENGINE"] == "django.db.backends.postgresql":
+    # Fail fast while the database is down: a request waits at most these few seconds for a
+    # connection (then answers 503 with Retry-After) instead of holding a web worker for long.
+    _db["OPTIONS"] = {"connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT", 2, minimum=1)}
     if env_bool("DATABASE_POOL", True):
-        _db["OPTIONS"] = {
-            "pool": {
-                "min_size": env_int("DATABASE_POOL_MIN", 1),
-                "max_size": env_int("DATABASE_POOL_MAX", 10, minimum=1),
-                "timeout": env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1),
-            }
+        _db["OPTIONS"]["pool"] = {
+            "min_size": env_int("DATABASE_POOL_MIN", 1),
+            "max_size": env_int("DATABASE_POOL_MAX", 10, minimum=1),
+            "timeout": env_int("DATABASE_POOL_TIMEOUT", 2, minimum=1),
         }
     _db["CONN_MAX_AGE"] = 0
+    # With the pool: a connection broken by a database restart is replaced before use.
+    _db["CONN_HEALTH_CHECKS"] = True
 elif _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the worker write while the web process reads; the timeout waits out short locks.
     _db["OPTIONS"] = {
@@ -147,6 +176,11 @@ if CACHE_URL.startswith(("redis://", "rediss://")):
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out sign-in before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -177,6 +211,26 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
+# HTTPS: the redirect, HSTS and the header a TLS-terminating proxy sets. Off by default (a fresh
+# clone serves plain HTTP); the README's production settings turn them on.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SECURE_PROXY_SSL_HEADER = env_pair("SECURE_PROXY_SSL_HEADER")
+# Proxies whose X-Forwarded-For is believed (addresses or networks); from anyone else the header
+# is ignored and the client is the connection's own address.
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
+
+# Sign-in throttling: after LOGIN_FAILURE_LIMIT wrong passwords for one user name from one
+# address, that pair is locked out for LOGIN_LOCKOUT_MINUTES (each further try restarts it).
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_CLIENT_IP_CALLABLE = "dashboard.addresses.client_ip"
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
 # Django 5.2 has no built-in CSP: django-csp sends it. No inline script may run; the API docs page
 # (Swagger UI) is served from bundled files; a nonce is added only where a page asks for one.
@@ -202,9 +256,11 @@ API_MAX_BATCH = env_int("API_MAX_BATCH", 1000, minimum=1)
 API_MAX_JSON_DEPTH = env_int("API_MAX_JSON_DEPTH", 32, minimum=2)
 # Requests per minute per token; 0 turns throttling off.
 API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 6000)
-# Shared secret or allow-list for the Prometheus /metrics endpoint.
+# The Prometheus /metrics endpoint answers a bearer METRICS_TOKEN, or a client address inside
+# METRICS_ALLOWED_IPS when that is set explicitly (none by default: a same-host proxy would
+# otherwise make every visitor look local).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
-METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", ["127.0.0.1", "::1"])
+METRICS_ALLOWED_IPS = env_networks("METRICS_ALLOWED_IPS")
 
 
 def env_trace_url(name: str) -> str:
@@ -245,9 +301,11 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
 else:
     # An unacknowledged task comes back after the visibility timeout; long delays live in the
-    # database (a due time swept by beat), never in broker countdowns longer than this.
+    # database (a due time swept by beat), never in broker countdowns longer than this. A broker
+    # that does not answer fails a send within seconds: the outbox keeps the message meanwhile.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=10)
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=10),
+        "socket_connect_timeout": 2,
     }
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_IGNORE_RESULT = True
@@ -264,6 +322,17 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
 # The sweeper enqueues due retries (delays live in the database, never in long broker ETAs); the
 # fallback task resolves review items left undecided past their deadline.
 CELERY_SWEEP_SECONDS = env_int("CELERY_SWEEP_SECONDS", 1, minimum=1)
+# Recovery windows, in seconds. A started run holds a lease its heartbeat renews; once it has run
+# out the sweeper takes the run back for a new delivery, and after RUN_MAX_DELIVERIES starts
+# without an outcome the run is parked for review. A run sent but not started after
+# LOST_DISPATCH_SECONDS is sent again; a workflow with something due and untouched for
+# NUDGE_SECONDS gets one step per window; an outbox message the relay could not send is tried
+# again every OUTBOX_RESEND_SECONDS.
+RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 60, minimum=3)
+RUN_MAX_DELIVERIES = env_int("RUN_MAX_DELIVERIES", 3, minimum=1)
+LOST_DISPATCH_SECONDS = env_int("LOST_DISPATCH_SECONDS", 60, minimum=1)
+NUDGE_SECONDS = env_int("NUDGE_SECONDS", 60, minimum=1)
+OUTBOX_RESEND_SECONDS = env_int("OUTBOX_RESEND_SECONDS", 5, minimum=1)
 CELERY_BEAT_SCHEDULE: dict = {
     "sweep-due-runs": {
         "task": "orchestrator.tasks.sweep",

@@ -6,3 +6,7 @@ from django.apps import AppConfig
 class DashboardConfig(AppConfig):
     name = "dashboard"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Connects the receiver that audits sign-in lockouts.
+        from dashboard import signin  # noqa: F401

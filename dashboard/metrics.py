@@ -3,8 +3,10 @@
 Run counts and the named run sets (retries spent, wasted, early, futile and avoided; switched runs;
 partial results) are the rollups' sums of the `RunSets` conditions the tiles count too.
 
-Scrapers do not sign in: the endpoint accepts `Authorization: Bearer <METRICS_TOKEN>` or a
-client address in METRICS_ALLOWED_IPS (REMOTE_ADDR: behind a proxy, use the token).
+Scrapers do not sign in: the endpoint accepts `Authorization: Bearer <METRICS_TOKEN>`, or a
+client address inside METRICS_ALLOWED_IPS when that is set explicitly (empty by default, so the
+token is needed). The address is the connection's, or a forwarded one from TRUSTED_PROXIES only
+(`dashboard.addresses`). A wrong token is refused even from an allowed address.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from dashboard.addresses import address_in, client_ip
 from dashboard.stats import all_time_counts
 from orchestrator.coordination.budget import source_states
 from orchestrator.models import ReviewItem, Run
@@ -60,12 +63,14 @@ SET_COUNTERS = (
 
 
 def allowed(request: HttpRequest) -> bool:
-    token = getattr(settings, "METRICS_TOKEN", "")
+    token = settings.METRICS_TOKEN
     header = request.headers.get("Authorization", "")
-    if token and header.startswith("Bearer "):
+    if header.startswith("Bearer "):
         # Constant-time comparison: the token is a shared secret.
-        return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())
-    return request.META.get("REMOTE_ADDR", "") in getattr(settings, "METRICS_ALLOWED_IPS", [])
+        given = header.removeprefix("Bearer ").strip().encode()
+        return bool(token) and hmac.compare_digest(given, token.encode())
+    allow_list = settings.METRICS_ALLOWED_IPS
+    return bool(allow_list) and address_in(client_ip(request), allow_list)
 
 
 def _label(value: object) -> str:

@@ -1,13 +1,15 @@
 """The dashboard's Celery tasks: folding run rollups and failure groups, evaluating alert rules,
 delivering webhooks.
 
-Tasks take ids, fetch, do one thing and return. Deliveries are enqueued after commit so a worker
-never looks for a row that is not visible yet.
+Tasks take ids, fetch, do one thing and return. Deliveries, and their later tries, are outbox
+messages written with the row they deliver (`orchestrator.coordination.dispatch`), so a broker
+outage delays an alert and never loses it.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 from datetime import timedelta
 from typing import Any
 
@@ -22,12 +24,16 @@ from dashboard import groups
 from dashboard.models import AlertDelivery, AlertRule
 from dashboard.stats import FAILURE_STATUSES, rollup_lookback
 from dashboard.stats import refresh_rollups as refresh
+from orchestrator.coordination import dispatch
 from orchestrator.models import ReviewItem, Run
 
 log = logging.getLogger(__name__)
 
 WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 MAX_DELIVERY_ATTEMPTS = 6
+RETRY_BASE_DELAY = 5.0
+RETRY_MAX_DELAY = 300.0
+DELIVER_TASK = "dashboard.tasks.deliver_alert"
 
 __all__ = ["deliver_alert", "evaluate_alerts", "fold_failure_groups", "refresh_rollups"]
 
@@ -115,39 +121,49 @@ def evaluate_alerts() -> int:
                 **facts,
             }
             delivery = AlertDelivery.objects.create(rule=rule, payload=payload)
-            deliver_alert.delay_on_commit(delivery.pk)
+            dispatch.enqueue(DELIVER_TASK, [delivery.pk])
         fired += 1
     return fired
 
 
-@shared_task(
-    bind=True,
-    ignore_result=True,
-    autoretry_for=(httpx.HTTPError,),
-    retry_backoff=5,
-    retry_backoff_max=300,
-    retry_jitter=True,
-    max_retries=MAX_DELIVERY_ATTEMPTS - 1,
-)
-def deliver_alert(self: Any, delivery_id: int) -> str:
-    """POST one delivery's payload; a network error or a 5xx retries with backoff."""
+@shared_task(ignore_result=True)
+def deliver_alert(delivery_id: int) -> str:
+    """POST one delivery's payload; a network error or a 5xx is tried again later, a 4xx is final.
+
+    The next try is an outbox message with a delay, written with the failure it follows: it
+    survives a worker or broker restart, and never waits in a broker countdown.
+    """
     delivery = AlertDelivery.objects.select_related("rule").filter(pk=delivery_id).first()
     if delivery is None or delivery.status == AlertDelivery.Status.SENT:
         return "skipped"
-    AlertDelivery.objects.filter(pk=delivery.pk).update(attempts=delivery.attempts + 1)
+    attempts = delivery.attempts + 1
+    AlertDelivery.objects.filter(pk=delivery.pk).update(attempts=attempts)
     try:
         response = httpx.post(delivery.rule.url, json=delivery.payload, timeout=WEBHOOK_TIMEOUT)
-        if response.status_code >= 500:
-            response.raise_for_status()
     except httpx.HTTPError as exc:
-        code = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
-        _record(delivery, AlertDelivery.Status.FAILED, code, f"{type(exc).__name__}: {exc}")
-        raise
+        return _try_again_later(delivery, attempts, None, f"{type(exc).__name__}: {exc}")
+    if response.status_code >= 500:
+        return _try_again_later(delivery, attempts, response.status_code, response.text[:500])
     ok = response.is_success
     status = AlertDelivery.Status.SENT if ok else AlertDelivery.Status.FAILED
     # A 4xx will not get better by retrying the same request: record it and stop.
     _record(delivery, status, response.status_code, "" if ok else response.text[:500])
     return status
+
+
+def retry_delay(attempts: int) -> float:
+    """Seconds before the next try after `attempts` failed ones: doubling from 5 s up to 5 min,
+    with jitter so that many deliveries to one receiver do not come back together."""
+    ceiling = min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2 ** (attempts - 1))
+    return ceiling * random.uniform(0.5, 1.0)
+
+
+def _try_again_later(delivery: AlertDelivery, attempts: int, code: int | None, error: str) -> str:
+    with transaction.atomic():
+        _record(delivery, AlertDelivery.Status.FAILED, code, error)
+        if attempts < MAX_DELIVERY_ATTEMPTS:
+            dispatch.enqueue(DELIVER_TASK, [delivery.pk], delay=retry_delay(attempts))
+    return AlertDelivery.Status.FAILED
 
 
 def _record(delivery: AlertDelivery, status: str, code: int | None, error: str) -> None:

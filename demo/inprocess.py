@@ -174,6 +174,8 @@ def _log_call(name: str, query: dict[str, Any], behaviour: str) -> None:
         "source": name,
         "topic": query.get("topic", ""),
         "attempt": query.get("attempt"),
+        "run": query.get("run"),
+        "delivery": query.get("delivery"),
         "behaviour": behaviour,
         "pid": os.getpid(),
         "t": time.time(),

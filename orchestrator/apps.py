@@ -10,4 +10,5 @@ class OrchestratorConfig(AppConfig):
 
     def ready(self) -> None:
         # Connects the receiver that continues a workflow once a review item is resolved.
+        from orchestrator import checks  # noqa: F401
         from orchestrator.coordination import review  # noqa: F401

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 from django.utils import timezone
@@ -32,6 +32,11 @@ from orchestrator.vocabulary import Action, Breaker, FailureCategory, Jitter, Or
 FailureType = models.TextChoices(
     "FailureType", [(c.name, (c.value, c.value.replace("_", " "))) for c in FailureCategory]
 )
+
+# Years 1 to 9999 in UTC: what Python's datetime reads back. PostgreSQL stores times beyond them
+# (and years BC), which no page or list could then show.
+TIME_MIN = datetime.min.replace(tzinfo=UTC)
+TIME_MAX = datetime.max.replace(tzinfo=UTC)
 
 # Sent inside the transaction that resolves a review item (`ReviewItem.resolve`), with `item`; the
 # coordinator continues the item's workflow once that transaction commits.
@@ -174,6 +179,23 @@ class WorkflowQuerySet(models.QuerySet):
         """Workflows the built-in coordinator steps (see BUILT_IN_WORKFLOW)."""
         return self.filter(BUILT_IN_WORKFLOW)
 
+    def needing_step(self) -> WorkflowQuerySet:
+        """Unfinished built-in workflows in which a step has something to do now.
+
+        A failed run without a decision (its step was lost), a resolution not applied yet, or
+        nothing left pending (fan out, or settle). A workflow whose runs are queued for later or
+        held by a live lease, or that waits for a human, needs no step: the sweeper leaves it be.
+        An agent's own workflow is never stepped: its coordinator is the agent's.
+        """
+        mine = {"workflow": OuterRef("pk")}
+        undecided = Run.objects.filter(**mine, status=Run.Status.FAILED, decision="")
+        unapplied = ReviewItem.objects.filter(**mine).unapplied()
+        pending = Run.objects.filter(**mine, status__in=Run.PENDING)
+        waiting = ReviewItem.objects.filter(**mine, state__in=ReviewItem.PENDING)
+        idle = ~Exists(pending) & (Q(status=Workflow.Status.RUNNING) | ~Exists(waiting))
+        due = Exists(undecided) | Exists(unapplied) | idle
+        return self.unfinished().built_in().filter(due)
+
 
 class Workflow(models.Model):
     """One coordinator job, made of subagent runs."""
@@ -206,14 +228,33 @@ class Workflow(models.Model):
     breadth = models.PositiveSmallIntegerField(
         default=1, validators=[MinValueValidator(1)], help_text="Sources asked per topic at first"
     )
+    # POST /api/v1/workflows with an Idempotency-Key: a retried request finds this row again.
+    idempotency_key = models.CharField(max_length=255, blank=True)
+    request_hash = models.CharField(
+        max_length=64, blank=True, help_text="Hash of the request body, to refuse a reused key"
+    )
 
     objects = WorkflowQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [
+            # A retried start never makes a second workflow: the insert conflicts on this index.
+            models.UniqueConstraint(
+                fields=["token", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="workflow_idempotency_key_per_token",
+            ),
+        ]
         indexes = [
             # overview tile "workflows degraded" and the workflow list filtered by status
             models.Index(fields=["status", "created_at"], name="wf_status_created"),
+            # the sweeper's nudge: unfinished workflows untouched for a while
+            models.Index(
+                fields=["updated_at"],
+                name="wf_unfinished_updated",
+                condition=Q(status__in=["running", "awaiting_review"]),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -321,14 +362,26 @@ class RunQuerySet(models.QuerySet):
     def claim_due(self, now: datetime) -> int:
         """Claim the due queued runs among these (queued → running); return how many were won."""
         return self.filter(status=Run.Status.QUEUED, due_at__lte=now).update(
-            status=Run.Status.RUNNING, dispatched_at=now
+            status=Run.Status.RUNNING, dispatched_at=now, lease_until=None, lease_owner=""
         )
 
     def lost_dispatches(self, before: datetime) -> RunQuerySet:
-        """Runs claimed before `before` whose task never started: their message was lost."""
+        """Runs sent before `before` whose task never took their lease: the message was lost."""
         return self.filter(
-            status=Run.Status.RUNNING, started_at__isnull=True, dispatched_at__lt=before
+            status=Run.Status.RUNNING, lease_until__isnull=True, dispatched_at__lt=before
         )
+
+    def lease_expired(self, now: datetime) -> RunQuerySet:
+        """Started runs whose lease ran out: their worker died (or froze) mid-call."""
+        return self.filter(status=Run.Status.RUNNING, lease_until__lt=now)
+
+    def take_back(self, now: datetime) -> int:
+        """Free the expired leases among these for a new delivery; return how many were taken.
+
+        The run stays running with no lease, sent again at `now`: if that message is lost too,
+        it is a lost dispatch like any other.
+        """
+        return self.lease_expired(now).update(lease_until=None, lease_owner="", dispatched_at=now)
 
     def by_failure_type(self) -> dict[str, int]:
         """Return {failure_type: count} over the failed runs of this queryset."""
@@ -527,6 +580,12 @@ class Run(models.Model):
     deliveries = models.PositiveSmallIntegerField(default=0)
     calls = models.PositiveSmallIntegerField(default=0, help_text="Source calls, local retries too")
     dispatched_at = models.DateTimeField(null=True, blank=True)
+    # The lease of the delivery running this run: renewed by its heartbeat while the source call
+    # is in flight; once it has run out, the sweeper takes the run back (its worker died).
+    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(
+        max_length=200, blank=True, help_text="host:pid of the worker process holding the lease"
+    )
     idempotency_key = models.CharField(max_length=255, blank=True)
     request_hash = models.CharField(
         max_length=64, blank=True, help_text="Hash of the reported body, to refuse a reused key"
@@ -556,6 +615,16 @@ class Run(models.Model):
                 condition=Q(retry_of__isnull=False),
                 name="run_unique_retry_attempt",
             ),
+            # A reported time outside what Python can read back would break every page and list
+            # showing the run; the API refuses it first, this keeps any other writer honest.
+            *(
+                models.CheckConstraint(
+                    condition=Q(**{f"{name}__isnull": True})
+                    | Q(**{f"{name}__gte": TIME_MIN, f"{name}__lte": TIME_MAX}),
+                    name=f"run_{name}_readable",
+                )
+                for name in ("started_at", "finished_at")
+            ),
         ]
         indexes = [
             # runs list (newest first, keyset on created_at, id) and time-window counts
@@ -582,11 +651,15 @@ class Run(models.Model):
             ),
             # the sweeper's "queued retries that are due" and the "still retrying" view
             models.Index(fields=["due_at"], name="run_due_queued", condition=Q(status="queued")),
-            # the sweeper's "claimed but never started" safety net (a lost enqueue)
+            # the sweeper's "sent but never started" safety net (a lost message)
             models.Index(
                 fields=["dispatched_at"],
-                name="run_dispatched_unstarted",
-                condition=Q(status="running", started_at__isnull=True),
+                name="run_dispatched_unleased",
+                condition=Q(status="running", lease_until__isnull=True),
+            ),
+            # the sweeper's "lease ran out" safety net (a dead worker)
+            models.Index(
+                fields=["lease_until"], name="run_lease_running", condition=Q(status="running")
             ),
             # a failure group's runs, newest first, and the runs list's `group` filter; only
             # failures carry a signature, so successes never enter (or cost) this index
@@ -653,13 +726,39 @@ class Run(models.Model):
                 setattr(self, name, value)
         return bool(changed)
 
-    def start(self, now: datetime) -> bool:
-        """Count one more delivery of this claimed run's task and stamp its first start."""
-        started = Run.objects.filter(pk=self.pk, status=self.Status.RUNNING).update(
-            deliveries=F("deliveries") + 1, started_at=Coalesce(F("started_at"), now)
+    def start(self, now: datetime, owner: str, until: datetime, take_from: str = "") -> int | None:
+        """Take this running run's lease for one delivery; return its number (None: held).
+
+        The lease is free when nobody holds it, when it has run out, when `owner` holds it
+        already (a retry of a task that failed on a database error), or when it is held by
+        `take_from` (a holder the caller knows to be dead). Every start counts as a delivery,
+        so a run never executes more often than its `deliveries` say.
+        """
+        free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner)
+        if take_from:
+            free |= Q(lease_owner=take_from)
+        started = (
+            Run.objects.filter(pk=self.pk, status=self.Status.RUNNING)
+            .filter(free)
+            .update(
+                deliveries=F("deliveries") + 1,
+                started_at=Coalesce(F("started_at"), now),
+                lease_until=until,
+                lease_owner=owner,
+            )
         )
-        self.refresh_from_db(fields=["deliveries", "started_at", "status"])
-        return bool(started)
+        self.refresh_from_db(
+            fields=["deliveries", "started_at", "status", "lease_until", "lease_owner"]
+        )
+        return self.deliveries if started and self.lease_owner == owner else None
+
+    def renew_lease(self, delivery: int, until: datetime) -> bool:
+        """Extend the lease of delivery number `delivery`; False once another delivery has it."""
+        return bool(
+            Run.objects.filter(pk=self.pk, status=self.Status.RUNNING, deliveries=delivery).update(
+                lease_until=until
+            )
+        )
 
     def previous_failure_type(self) -> str | None:
         """The failure type of the attempt before this one of the same task, if any."""
@@ -668,16 +767,37 @@ class Run(models.Model):
         previous = Run.objects.attempts_of(self).filter(attempt__lt=self.attempt).last()
         return previous.failure_type if previous else None
 
-    def record_outcome(self, envelope: dict[str, Any], finished_at: datetime, calls: int) -> bool:
-        """Store a subagent's envelope on this running run, once; False if already recorded."""
+    def transition_fenced(self, delivery: int | None, new: str, **fields: Any) -> bool:
+        """Finish a running run, only while delivery `delivery` holds it (None: whoever does)."""
+        if delivery is None:
+            return self.transition(self.Status.RUNNING, new, **fields)
+        fields |= {"lease_until": None, "lease_owner": ""}
+        changed = Run.objects.filter(
+            pk=self.pk, status=self.Status.RUNNING, deliveries=delivery
+        ).update(status=new, **fields)
+        if changed:
+            self.status = new
+            for name, value in fields.items():
+                setattr(self, name, value)
+        return bool(changed)
+
+    def record_outcome(
+        self,
+        envelope: dict[str, Any],
+        finished_at: datetime,
+        calls: int,
+        delivery: int | None = None,
+    ) -> bool:
+        """Store a subagent's envelope on this running run, once; False if already recorded (or
+        if another delivery than `delivery` took the run over meanwhile)."""
         ok = envelope.get("status") == "ok"
         results = list(envelope.get("results") or []) if ok else []
         partial = list(envelope.get("partial_results") or [])
         started = self.started_at or finished_at
         failure_type = None if ok else envelope.get("failure_type") or FailureCategory.UNCLASSIFIED
         detail = envelope.get("detail") or ""
-        return self.transition(
-            self.Status.RUNNING,
+        return self.transition_fenced(
+            delivery,
             self.Status.SUCCEEDED if ok else self.Status.FAILED,
             results=results,
             result_count=len(results),
@@ -1260,6 +1380,46 @@ class ReviewItem(models.Model):
 
 
 # ---------------------------------------------------------------------------------------------
+# The outbox
+
+
+class OutboxQuerySet(models.QuerySet):
+    def available(self, now: datetime) -> OutboxQuerySet:
+        """Messages the sweeper may (re)send now, oldest first."""
+        return self.filter(available_at__lte=now).order_by("available_at", "id")
+
+
+class OutboxMessage(models.Model):
+    """A Celery task to send, written in the same transaction as the change it announces.
+
+    A row exists only until its message is sent: the relay deletes it once the broker has it, so
+    the table holds only what is still to send (a broker outage delays work, it never loses it).
+    `available_at` is when the sweeper may send it: a short grace after creation for messages
+    the relay sends right after the commit, the due time for delayed ones, and after a failed
+    send the next try.
+    """
+
+    task = models.CharField(max_length=200)
+    args = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    available_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0, help_text="Sends tried by the sweeper")
+    last_error = models.CharField(max_length=500, blank=True)
+
+    objects = OutboxQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["available_at", "id"]
+        indexes = [
+            # the sweeper's "unsent and available now" (every row is unsent)
+            models.Index(fields=["available_at"], name="outbox_available"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task}{tuple(self.args)}"
+
+
+# ---------------------------------------------------------------------------------------------
 # Audit trail
 
 
@@ -1312,6 +1472,23 @@ class AuditEntry(models.Model):
             before=before,
             after=after,
             note=note,
+        )
+
+    @classmethod
+    def record_lockout(cls, username: str, address: str, failures: int) -> AuditEntry:
+        """Record that sign-in was locked for `username` from `address` after `failures` tries.
+
+        The name is whatever was typed (it may name no user), so the entry names it as text.
+        """
+        return cls.objects.create(
+            actor=None,
+            actor_label=(username or "anonymous")[:150],
+            action="auth.lockout",
+            object_type="user",
+            object_id=(username or "")[:50],
+            before=None,
+            after={"address": address, "failures": failures},
+            note=f"Sign-in locked after {failures} failed attempts from {address}.",
         )
 
 

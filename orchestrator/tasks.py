@@ -1,7 +1,8 @@
 """Celery tasks: thin, taking ids; the work lives in `orchestrator.coordination`.
 
 Every task is idempotent by the id it takes, so a redelivery (acks_late with
-reject_on_worker_lost: a killed worker's task comes back) is harmless. Tasks are sent by name from
+reject_on_worker_lost: a killed worker's task comes back) or a message sent twice by the outbox is
+harmless; a run's lease keeps two deliveries from executing it at once. Tasks are sent by name from
 `coordination.dispatch`, so this module is the only one that imports both Celery's decorators and
 the coordination modules: nothing imports it back.
 """
@@ -9,17 +10,29 @@ the coordination modules: nothing imports it back.
 from __future__ import annotations
 
 from celery import shared_task
+from django.db import InterfaceError, OperationalError
 
 from orchestrator.coordination import dispatch, execution, review, workflow
 
+# A database that restarts or drops a connection fails the task with one of these: it is tried
+# again with backoff instead of leaving its run or workflow behind. The longest wait stays below
+# the smallest visibility timeout (10 s), past which Redis would deliver the message twice.
+ON_DATABASE_ERRORS = dict(
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=1,
+    retry_backoff_max=8,
+    retry_jitter=True,
+    max_retries=12,
+)
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **ON_DATABASE_ERRORS)
 def run_subagent(run_id: int) -> str:
     """Call one run's source with local recovery and record its envelope; then step the workflow."""
     return execution.execute_run(run_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **ON_DATABASE_ERRORS)
 def coordinate(workflow_id: int, review_item_id: int | None = None) -> str:
     """Advance a workflow: route failures, apply a resolved review item once, settle."""
     return workflow.step(workflow_id, review_item_id)
@@ -27,7 +40,8 @@ def coordinate(workflow_id: int, review_item_id: int | None = None) -> str:
 
 @shared_task(ignore_result=True)
 def sweep() -> int:
-    """Enqueue queued runs whose due time has come (retries wait in the database)."""
+    """Send what is due: unsent outbox messages, due retries, lost runs, runs whose lease ran out,
+    stalled workflows (retries and delays wait in the database, never in the broker)."""
     return dispatch.sweep()
 
 

@@ -16,8 +16,10 @@ router at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import wraps
@@ -46,8 +48,9 @@ DB_RETRY_AFTER = 5.0
 # Status codes of the errors every operation may answer, for the OpenAPI document: no token,
 # another method, the rate limit, an internal error, the database unavailable.
 COMMON_ERRORS = (401, 405, 429, 500, 503)
-# ...and those of an operation with a JSON body: unparsable (400), too large (413), invalid (422).
-BODY_ERRORS = (400, 413, 422)
+# ...and those of an operation with a JSON body: unparsable (400), a chunked body this server
+# cannot end (411), too large (413), invalid (422).
+BODY_ERRORS = (400, 411, 413, 422)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,22 +302,96 @@ def _too_deep(limit: int) -> ApiError:
     return invalid(f"The JSON nests deeper than {limit} levels.", [FieldError("", "too deep")])
 
 
-class EnvelopeParser(Parser):
-    """ninja's body parser, made safe: size, depth, strict JSON, and no NUL characters.
+# orjson reads an integer beyond 64 bits as a float, rounding it; anything that long is checked.
+_LONG_NUMBER = re.compile(rb"\d{19,}")
+INT_RANGE = (-(2**63), 2**64 - 1)
+_READ_PIECE = 64 * 1024
 
-    PostgreSQL refuses U+0000 in text and jsonb. Rather than refuse a whole failure report because
-    an exception message carried a NUL byte (losing the very information the product exists to
-    carry), every U+0000 in any string is replaced with U+FFFD (the Unicode replacement
-    character), which keeps a visible trace that something was there.
+
+def _chunked(request: HttpRequest) -> bool:
+    encoding = request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+    return "chunked" in encoding
+
+
+def read_body(request: HttpRequest) -> bytes:
+    """The request body, never more than API_MAX_BODY_BYTES (413 beyond).
+
+    A body sent with `Transfer-Encoding: chunked` has no Content-Length, so Django would read it
+    as empty: it is read here from the server's stream, which a server that decodes chunked bodies
+    ends at the last chunk (gunicorn says so with `wsgi.input_terminated`). A server that does not
+    (Django's development server) cannot tell where such a body ends: 411, send a Content-Length.
     """
-
-    def parse_body(self, request: HttpRequest) -> Any:
+    limit = settings.API_MAX_BODY_BYTES
+    if not _chunked(request):
         try:
             body = request.body
         except RequestDataTooBig:
             raise _too_big() from None
-        if len(body) > settings.API_MAX_BODY_BYTES:  # a chunked body has no Content-Length
+        if len(body) > limit:
             raise _too_big()
+        return body
+    if not request.META.get("wsgi.input_terminated"):
+        raise ApiError(
+            411,
+            FailureCategory.INVALID_INPUT,
+            "A chunked body cannot be read here; send it with a Content-Length header.",
+            alternatives=["send the body with Content-Length instead of Transfer-Encoding"],
+        )
+    stream = request.META["wsgi.input"]
+    pieces, size = [], 0
+    while piece := stream.read(_READ_PIECE):
+        size += len(piece)
+        if size > limit:
+            raise _too_big()  # stop reading: the rest never reaches memory
+        pieces.append(piece)
+    body = b"".join(pieces)
+    request._body = body  # type: ignore[attr-defined]  # what request.body answers from now on
+    return body
+
+
+def _wide_integer(body: bytes) -> str | None:
+    """Return the path of the first integer outside 64 bits (orjson would round it), or None.
+
+    Read again with the standard library, which keeps integers exact; only bodies holding a run
+    of 19 or more digits pay for it.
+    """
+    if not _LONG_NUMBER.search(body):
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:  # more digits than Python converts: certainly too wide
+        return ""
+    level: list[tuple[str, Any]] = [("", data)]
+    while level:
+        nxt = []
+        for path, value in level:
+            if type(value) is int and not INT_RANGE[0] <= value <= INT_RANGE[1]:
+                return path
+            if type(value) is dict:
+                children = list(value.items())
+            elif type(value) is list:
+                children = list(enumerate(value))
+            else:
+                continue
+            nxt += [(f"{path}.{key}" if path else str(key), child) for key, child in children]
+        level = nxt
+    return None
+
+
+class EnvelopeParser(Parser):
+    """ninja's body parser, made safe: size (chunked bodies too), depth, strict JSON, integers
+    kept exact, and no NUL characters.
+
+    PostgreSQL refuses U+0000 in text and jsonb. Rather than refuse a whole failure report because
+    an exception message carried a NUL byte (losing the very information the product exists to
+    carry), every U+0000 in any string is replaced with U+FFFD (the Unicode replacement
+    character), which keeps a visible trace that something was there. Integers from -2**63 to
+    2**64-1 are kept exactly; a wider one (which orjson would round to a float) is a 422 naming
+    its path, never stored rounded.
+    """
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        body = read_body(request)
         limit = settings.API_MAX_JSON_DEPTH
         try:
             # orjson is strict: no NaN/Infinity, no lone surrogates (which no database accepts).
@@ -325,6 +402,10 @@ class EnvelopeParser(Parser):
             raise invalid(f"The body is not valid JSON: {exc}", status=400) from None
         if deeper_than(data, limit):
             raise _too_deep(limit)
+        wide = _wide_integer(body)
+        if wide is not None:
+            message = f"integer outside {INT_RANGE[0]}..{INT_RANGE[1]}: send it as a string"
+            raise invalid("An integer is too wide to keep exactly.", [FieldError(wide, message)])
         if _NUL_ESCAPE in body:
             data = replace_nul(data)
         request._parsed_json = data  # type: ignore[attr-defined]

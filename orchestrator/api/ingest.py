@@ -16,6 +16,7 @@ import hashlib
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -267,9 +268,9 @@ def _row(p: Pending) -> tuple:
     )
 
 
-def _batch_values(token_id: int) -> list[tuple[Field, Any]]:
+def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]]:
     """The columns with one value for the whole batch, and that value ready for the database."""
-    given = {"created_at": timezone.now(), "token": token_id}
+    given = {"created_at": created_at, "token": token_id}
     values = []
     for field in Run._meta.concrete_fields:
         if field.primary_key or field.name in ROW_FIELDS:
@@ -367,7 +368,9 @@ def _max_params() -> int:
     return 999
 
 
-def insert_rows(token_id: int, rows: Sequence[tuple]) -> list[tuple[int, str]]:
+def insert_rows(
+    token_id: int, rows: Sequence[tuple], created_at: datetime | None = None
+) -> list[tuple[int, str]]:
     """Insert rows, skipping stored keys; return (id, key) of the rows inserted, in row order.
 
     Row order is PostgreSQL's and SQLite's RETURNING order for one INSERT, as Django's own
@@ -375,7 +378,7 @@ def insert_rows(token_id: int, rows: Sequence[tuple]) -> list[tuple[int, str]]:
     """
     if not rows:
         return []
-    batch = _batch_values(token_id)
+    batch = _batch_values(token_id, created_at or timezone.now())
     insert = _insert_json if connection.vendor == "postgresql" else _insert_values
     with transaction.atomic():
         return insert(rows, batch)
@@ -392,21 +395,24 @@ def stored_keys(token_id: int, keys: Iterable[str]) -> dict[str, tuple[int, str]
     return {key: (pk, digest) for key, pk, digest in rows}
 
 
-def key_reused(key: str, stored_id: int, path: str) -> ApiError:
+def key_reused(key: str, stored_id: int, path: str, noun: str = "run") -> ApiError:
     return ApiError(
         409,
         FailureCategory.INVALID_INPUT,
-        f"Idempotency key {key!r} was already used for a different run (id {stored_id}).",
+        f"Idempotency key {key!r} was already used for a different {noun} (id {stored_id}).",
         errors=[FieldError(path, "already used for a different body")],
         alternatives=[
-            "use a new idempotency key for a new run",
-            "repeat the original body unchanged to get the stored run",
+            f"use a new idempotency key for a new {noun}",
+            f"repeat the original body unchanged to get the stored {noun}",
         ],
     )
 
 
 def store(
-    token_id: int, pending: Sequence[Pending], key_path: Callable[[int], str]
+    token_id: int,
+    pending: Sequence[Pending],
+    key_path: Callable[[int], str],
+    created_at: datetime | None = None,
 ) -> list[Outcome]:
     """Insert the valid items; return one outcome per item, in the order given."""
     first: dict[str, Pending] = {}
@@ -421,7 +427,7 @@ def store(
     # Inserting in key order makes concurrent batches take index locks in the same order, so two
     # batches sharing keys wait for each other instead of deadlocking.
     to_insert.sort(key=lambda p: p.key)
-    inserted = insert_rows(token_id, [_row(p) for p in to_insert])
+    inserted = insert_rows(token_id, [_row(p) for p in to_insert], created_at)
 
     stored = {key: (pk, first[key].digest) for pk, key in inserted if key}
     keyless = iter(pk for pk, key in inserted if not key)
@@ -496,7 +502,19 @@ def ingest_one(
     missing = reference_errors([p], lambda i: "")
     if missing:
         raise invalid("Invalid reference to a workflow or run.", missing[0])
-    outcome = store(token_id, [p], lambda i: "Idempotency-Key")[0]
+    created_at = timezone.now()
+    outcome = store(token_id, [p], lambda i: "Idempotency-Key", created_at)[0]
     if outcome.error is not None:
         raise outcome.error
-    return Run.objects.get(pk=outcome.id), outcome.status == "existing"
+    if outcome.status == "created":
+        # Answered from what was inserted: a read after the commit could fail (the database
+        # going away) and turn a stored report into an error its sender would resend.
+        return inserted_run(p, outcome.id, created_at), False
+    return Run.objects.get(pk=outcome.id), True  # an identical earlier report: the stored row
+
+
+def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
+    """The Run row `insert_rows` wrote for `p`, as an instance (the model's defaults elsewhere)."""
+    row = zip(ROW_FIELDS, _row(p), strict=True)
+    values = {Run._meta.get_field(name).attname: value for name, value in row}
+    return Run(id=pk, token_id=p.token_id, created_at=created_at, **values)

@@ -54,6 +54,22 @@ RunId = Annotated[int, Field(ge=1, le=BIGINT_MAX)]
 NoNul = StringConstraints(pattern=r"^[^\x00]*$")
 
 
+def in_utc(value: datetime | None) -> datetime | None:
+    """A time in UTC (naive means UTC); refused unless it lies within years 1 to 9999 in UTC.
+
+    PostgreSQL would store "0001-01-01T00:00:00+14:00" (a time in year 0 UTC), which Python
+    cannot read back: every list and page showing it would fail. It never gets that far.
+    """
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("must lie within the years 1 to 9999 in UTC") from None
+
+
 Name = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 Str100 = Annotated[str, StringConstraints(max_length=100)]
 Str200 = Annotated[str, StringConstraints(max_length=200)]
@@ -295,12 +311,7 @@ class RunIn(BaseModel):
         """The failure type as the agent wrote it, when that differs from the canonical name."""
         return self._sent_failure_type
 
-    @field_validator("started_at", "finished_at")
-    @classmethod
-    def _naive_means_utc(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
+    _in_utc = field_validator("started_at", "finished_at")(in_utc)
 
 
 class RunBatchIn(BaseModel):
@@ -421,12 +432,7 @@ class RunFilters(Schema):
     def _empty_is_any(cls, value: Any) -> Any:
         return None if value == "" else value
 
-    @field_validator("since", "until")
-    @classmethod
-    def _naive_means_utc(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
+    _in_utc = field_validator("since", "until")(in_utc)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,34 +1,47 @@
 """Workflows run by the built-in coordinator: start one, read it, read its coverage.
 
-Starting a workflow creates its row and sends its first step after commit
-(`coordination.workflow.start_workflow`); everything after that is the coordinator's.
+Starting a workflow creates its row with its first step's outbox message in one transaction
+(`coordination.workflow.start_workflow`), so a broker that is down delays the start and never
+turns the accepted request into an error; an `Idempotency-Key` makes a retried start return the
+stored workflow. Everything after that is the coordinator's.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from django.http import HttpRequest
-from ninja import Router
+from django.http import HttpRequest, HttpResponse
+from ninja import Header, Router
 from ninja.responses import Status
 
-from orchestrator.api.errors import error_responses, invalid, not_found_error
-from orchestrator.api.schemas import CoverageOut, WorkflowIn, WorkflowOut
+from orchestrator.api.errors import EnvelopeParser, error_responses, invalid, not_found_error
+from orchestrator.api.ingest import key_reused, request_hash
+from orchestrator.api.runs import REPLAYED_HEADER
+from orchestrator.api.schemas import CoverageOut, Str255, WorkflowIn, WorkflowOut
 from orchestrator.coordination import coverage
 from orchestrator.coordination.registry import registry
-from orchestrator.coordination.workflow import start_workflow
+from orchestrator.coordination.workflow import start_workflow_once
 from orchestrator.models import ReviewItem, Run, Workflow
 
 router = Router(tags=["workflows"])
 
 
-@router.post("", response={201: WorkflowOut, **error_responses(body=True)})
-def start(request: HttpRequest, payload: WorkflowIn) -> tuple[int, dict[str, Any]]:
-    """Start a workflow run by this product's coordinator over the registered sources."""
+@router.post("", response={201: WorkflowOut, **error_responses(409, body=True)})
+def start(
+    request: HttpRequest,
+    response: HttpResponse,
+    payload: WorkflowIn,
+    idempotency_key: Annotated[Str255 | None, Header(alias="Idempotency-Key")] = None,
+) -> Status:
+    """Start a workflow run by this product's coordinator over the registered sources. With an
+    `Idempotency-Key` header, repeating the request returns the stored workflow (201 again, with
+    `Idempotent-Replayed: true`) and never starts a second one; the same key with another body is
+    a 409."""
     if not registry().sources_for(payload.capability):
         known = ", ".join(sorted(registry().capabilities)) or "none"
         raise invalid(f"No sources are registered for capability {payload.capability!r} ({known}).")
-    wf = start_workflow(
+    digest = request_hash(EnvelopeParser.parsed(request) or {}) if idempotency_key else ""
+    wf, replayed = start_workflow_once(
         payload.name,
         payload.topics,
         payload.capability,
@@ -36,7 +49,13 @@ def start(request: HttpRequest, payload: WorkflowIn) -> tuple[int, dict[str, Any
         goal=payload.goal,
         input=payload.input,
         token=getattr(request, "auth", None),
+        idempotency_key=idempotency_key or "",
+        request_hash=digest,
     )
+    if wf.request_hash != digest:
+        raise key_reused(idempotency_key or "", wf.pk, "Idempotency-Key", noun="workflow")
+    if replayed:
+        response[REPLAYED_HEADER] = "true"
     return Status(201, _workflow_out(wf))
 
 

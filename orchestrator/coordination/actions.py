@@ -2,8 +2,8 @@
 
 The dashboard's views check the permission, then call these; each acts only on runs in a state
 the action applies to (a succeeded run is never retried, a finished one never cancelled) and
-says how many it acted on. Each change is one transaction with its audit row; the workflow step
-that follows is sent after commit.
+says how many it acted on. Each change is one transaction with its audit row and the outbox
+message of the workflow step that follows.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def retry_runs(run_ids: list[int], actor: Any) -> int:
                 before={"status": run.status},
                 after={"retry_attempt": attempts},
             )
-            dispatch.after_commit_dispatch(run.workflow_id)
-            dispatch.after_commit_step(run.workflow_id)
+            dispatch.dispatch_due(workflow_id=run.workflow_id)
+            dispatch.step(run.workflow_id)
             done += 1
     return done
 
@@ -90,7 +90,7 @@ def cancel_runs(run_ids: list[int], actor: Any) -> int:
                 before={"status": old},
                 after={"status": Run.Status.CANCELLED},
             )
-            dispatch.after_commit_step(run.workflow_id)
+            dispatch.step(run.workflow_id)
             done += 1
     return done
 
@@ -115,7 +115,7 @@ def escalate_runs(run_ids: list[int], actor: Any, reason: str = "") -> int:
                 after={"status": Run.Status.ESCALATED, "review_item": item.pk},
                 note=reason,
             )
-            dispatch.after_commit_step(run.workflow_id)
+            dispatch.step(run.workflow_id)
             done += 1
     return done
 

@@ -1,87 +1,230 @@
-"""Sending work to Celery, and the sweeper's safety nets: the one place tasks are enqueued.
+"""Sending work to Celery through the outbox, and the sweeper's safety nets: the one place tasks
+are sent.
+
+Every message is first a row (`OutboxMessage`) written in the caller's transaction, beside the
+state change it announces: a run claimed, a workflow created, a review item resolved, an alert
+to deliver. Right after that transaction commits, the relay sends the rows it wrote and deletes
+them; a row the relay could not send (the broker is down, the process died) stays, and the
+sweeper sends it a few seconds later. So a broker outage delays work and never loses it, and an
+accepted request never fails after its commit because the broker did not answer.
+
+The sweeper (a beat task, every CELERY_SWEEP_SECONDS) also makes good what a broker can lose
+after it accepted a message: runs sent but never started are sent again (LOST_DISPATCH_SECONDS),
+runs whose lease ran out are taken back for a new delivery (their worker died), and a workflow
+with something due and untouched for NUDGE_SECONDS gets one step per window.
 
 Tasks are sent by name, so neither this module nor its callers import `orchestrator.tasks` (which
-imports the coordination modules whose functions the tasks run): the arrows point one way. Every
-send happens after the caller's transaction commits, so a worker never looks for a row that is not
-visible yet. `dispatcher` is replaced by the simulation (tests, the recovery benchmark), which runs
-the same steps in process. What a step or a run does lives in `workflow` and `execution`.
+imports the coordination modules whose functions the tasks run): the arrows point one way.
+`dispatcher` is replaced by the simulation (tests, the recovery benchmark), which runs the same
+steps in process. What a step or a run does lives in `workflow` and `execution`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from celery import current_app
-from django.db import transaction
+from django.conf import settings
+from django.db import DatabaseError, transaction
+from django.db.models import F
 
 from orchestrator.coordination import clock
-from orchestrator.models import Run, Workflow
+from orchestrator.models import OutboxMessage, Run, Workflow
+
+logger = logging.getLogger(__name__)
 
 RUN_TASK = "orchestrator.tasks.run_subagent"
 STEP_TASK = "orchestrator.tasks.coordinate"
-# A claimed run whose task never started in this long lost its message (broker hiccup).
-LOST_DISPATCH_AFTER = timedelta(minutes=10)
-# A running workflow untouched this long gets a step, in case a step message was lost.
-NUDGE_AFTER = timedelta(minutes=5)
+# One quick reconnect (a connection the broker dropped), then the outbox keeps the message.
+PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+SWEEP_BATCH = 200
 
 
 class Dispatcher(Protocol):
-    def run(self, run_id: int) -> None: ...
-
-    def step(self, workflow_id: int, review_item_id: int | None = None) -> None: ...
+    def send(self, task: str, args: list[Any]) -> None: ...
 
 
 class CeleryDispatcher:
-    """Sends the tasks by name; callers make sure this happens after their transaction commits."""
+    """Sends a task by name to the broker; raises when the broker does not take it."""
 
-    def run(self, run_id: int) -> None:
-        current_app.send_task(RUN_TASK, args=[run_id])
-
-    def step(self, workflow_id: int, review_item_id: int | None = None) -> None:
-        current_app.send_task(STEP_TASK, args=[workflow_id, review_item_id])
+    def send(self, task: str, args: list[Any]) -> None:
+        current_app.send_task(task, args=args, retry=True, retry_policy=PUBLISH_RETRY)
 
 
 dispatcher: Dispatcher = CeleryDispatcher()
 
 
-def after_commit_step(workflow_id: int | None, review_item_id: int | None = None) -> None:
-    """Send a coordinator step for the workflow once the current transaction commits."""
+def lost_dispatch_window() -> timedelta:
+    return timedelta(seconds=settings.LOST_DISPATCH_SECONDS)
+
+
+def nudge_window() -> timedelta:
+    return timedelta(seconds=settings.NUDGE_SECONDS)
+
+
+# ---------------------------------------------------------------------------------------------
+# The outbox
+
+
+def enqueue(task: str, args: list[Any], delay: float = 0) -> OutboxMessage:
+    """Write a message in the current transaction; it is sent after the commit (or after `delay`
+    seconds, by the sweeper). Outside a transaction it is written and sent at once."""
+    now = clock.now()
+    wait = delay if delay > 0 else settings.OUTBOX_RESEND_SECONDS
+    message = OutboxMessage.objects.create(
+        task=task, args=args, created_at=now, available_at=now + timedelta(seconds=wait)
+    )
+    if delay <= 0:
+        transaction.on_commit(lambda: relay([message.pk]))
+    return message
+
+
+def step(workflow_id: int | None, review_item_id: int | None = None) -> None:
+    """Send a coordinator step for the workflow with the current transaction."""
     if workflow_id:
-        transaction.on_commit(lambda: dispatcher.step(workflow_id, review_item_id))
+        enqueue(STEP_TASK, [workflow_id, review_item_id])
 
 
-def after_commit_dispatch(workflow_id: int | None = None) -> None:
-    """Claim and send the workflow's due runs once the current transaction commits."""
-    transaction.on_commit(lambda: dispatch_due(workflow_id=workflow_id))
+def run(run_id: int) -> None:
+    """Send a claimed run's task with the current transaction."""
+    enqueue(RUN_TASK, [run_id])
+
+
+def relay(ids: Iterable[int]) -> int:
+    """Send these outbox rows, if still there, and delete each one the broker took.
+
+    Stops at the first refusal: the broker is down, and every further try would wait as long;
+    the rows left are the sweeper's. Never raises (it runs after a commit that already stands).
+    """
+    try:
+        messages = list(OutboxMessage.objects.filter(pk__in=list(ids)).order_by("id"))
+    except DatabaseError:
+        logger.warning("outbox relay could not read its messages; the sweeper will send them")
+        return 0
+    sent: list[int] = []
+    for message in messages:
+        try:
+            dispatcher.send(message.task, message.args)
+        except Exception as exc:  # whatever the broker raised: the row stays for the sweeper
+            logger.warning("outbox: %s not sent (%s); the sweeper will retry", message, exc)
+            _note_failure(message, exc)
+            break
+        sent.append(message.pk)
+    if sent:
+        try:
+            OutboxMessage.objects.filter(pk__in=sent).delete()
+        except DatabaseError:  # sent again later: every task is idempotent by its ids
+            logger.warning("outbox: %d sent messages could not be deleted", len(sent))
+    return len(sent)
+
+
+def _note_failure(message: OutboxMessage, exc: Exception) -> None:
+    with contextlib.suppress(DatabaseError):
+        OutboxMessage.objects.filter(pk=message.pk).update(
+            last_error=f"{type(exc).__name__}: {exc}"[:500]
+        )
+
+
+def resend_unsent(now: datetime, limit: int = SWEEP_BATCH) -> int:
+    """Send the outbox rows that are due (the relay failed or never ran, or they were delayed).
+
+    Each is claimed first by moving its `available_at` on (two sweepers never send one twice at
+    once); if the sender then dies, the row becomes available again after that delay.
+    """
+    retry_at = now + timedelta(seconds=settings.OUTBOX_RESEND_SECONDS)
+    with transaction.atomic():
+        ids = list(
+            OutboxMessage.objects.available(now)
+            .select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)[:limit]
+        )
+        OutboxMessage.objects.filter(pk__in=ids).update(
+            available_at=retry_at, attempts=F("attempts") + 1
+        )
+    return relay(ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
 
 
 def dispatch_due(
-    now: datetime | None = None, workflow_id: int | None = None, limit: int = 200
+    now: datetime | None = None, workflow_id: int | None = None, limit: int = SWEEP_BATCH
 ) -> int:
-    """Claim due queued runs (queued → running, one winner each) and send them; return count."""
+    """Claim due queued runs (queued → running, one winner each) and send them; return count.
+
+    Inside a transaction (a step) the claims and their messages commit with it.
+    """
     now = now or clock.now()
     due = Run.objects.due(now).filter(workflow__isnull=False).exclude(workflow__capability="")
     if workflow_id:
         due = due.filter(workflow_id=workflow_id)
     sent = 0
     for pk in due.order_by("due_at").values_list("pk", flat=True)[:limit]:
-        if Run.objects.filter(pk=pk).claim_due(now):
-            dispatcher.run(pk)
-            sent += 1
+        with transaction.atomic(savepoint=False):
+            if Run.objects.filter(pk=pk).claim_due(now):
+                run(pk)
+                sent += 1
+    return sent
+
+
+def resend_lost(now: datetime, limit: int = SWEEP_BATCH) -> int:
+    """Send again the runs sent longer than LOST_DISPATCH_SECONDS ago that never started."""
+    sent = 0
+    lost = Run.objects.lost_dispatches(now - lost_dispatch_window())
+    for pk in lost.values_list("pk", flat=True)[:limit]:
+        with transaction.atomic():
+            if (
+                Run.objects.filter(pk=pk)
+                .lost_dispatches(now - lost_dispatch_window())
+                .update(dispatched_at=now)
+            ):
+                run(pk)
+                sent += 1
+    return sent
+
+
+def take_back_expired(now: datetime, limit: int = SWEEP_BATCH) -> int:
+    """Take back the runs whose lease ran out (a dead worker) and send each a new delivery.
+
+    The delivery that starts counts itself (`Run.start`); past RUN_MAX_DELIVERIES it parks the
+    run for review instead of calling the source again (`execution`).
+    """
+    sent = 0
+    for pk in Run.objects.lease_expired(now).values_list("pk", flat=True)[:limit]:
+        with transaction.atomic():
+            if Run.objects.filter(pk=pk).take_back(now):
+                logger.warning("run %s: its lease ran out; sent for a new delivery", pk)
+                run(pk)
+                sent += 1
+    return sent
+
+
+def nudge_stalled(now: datetime, limit: int = SWEEP_BATCH) -> int:
+    """Step each workflow that has something due and was untouched for NUDGE_SECONDS, once per
+    window: the nudge moves its `updated_at`, so a stuck workflow costs one step a window."""
+    before = now - nudge_window()
+    stalled = Workflow.objects.needing_step().filter(updated_at__lt=before)
+    sent = 0
+    for pk in stalled.values_list("pk", flat=True)[:limit]:
+        with transaction.atomic():
+            if Workflow.objects.filter(pk=pk, updated_at__lt=before).update(updated_at=now):
+                step(pk)
+                sent += 1
     return sent
 
 
 def sweep(now: datetime | None = None) -> int:
-    """The beat's safety nets: due retries, lost enqueues and stalled workflows."""
+    """The beat's safety nets: unsent messages, due retries, lost messages, dead workers' runs
+    and stalled workflows. Return how many messages were sent."""
     now = now or clock.now()
-    sent = dispatch_due(now)
-    lost = Run.objects.lost_dispatches(now - LOST_DISPATCH_AFTER)
-    for pk in lost.values_list("pk", flat=True)[:100]:
-        if Run.objects.filter(pk=pk, started_at__isnull=True).update(dispatched_at=now):
-            dispatcher.run(pk)
-            sent += 1
-    stalled = Workflow.objects.unfinished().filter(updated_at__lt=now - NUDGE_AFTER)
-    for pk in stalled.values_list("pk", flat=True)[:100]:
-        dispatcher.step(pk)
+    sent = resend_unsent(now)
+    sent += dispatch_due(now)
+    sent += resend_lost(now)
+    sent += take_back_expired(now)
+    sent += nudge_stalled(now)
     return sent

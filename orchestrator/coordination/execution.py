@@ -1,81 +1,207 @@
-"""Running one subagent attempt: admission, the source call with local recovery, the envelope.
+"""Running one subagent attempt: the lease, admission, the source call with local recovery, the
+envelope.
 
-`execute_run` is the body of the `run_subagent` task: it takes a claimed run, asks the source's
-budget and breaker whether a call may go now, calls the source through `call_with_recovery` (a
-couple of quick local retries for a blip, never a long wait in a worker; a provider's Retry-After is
-shared by every caller of that source), and records the envelope on the run. Deciding what happens
-after a failure is `workflow`'s job, not this module's; sending tasks is `dispatch`'s.
+`execute_run` is the body of the `run_subagent` task. It takes the claimed run's lease (`Run.start`:
+one more delivery, counted), asks the source's budget and breaker whether a call may go now, calls
+the source through `call_with_recovery` (a couple of quick local retries for a blip, never a long
+wait in a worker; a provider's Retry-After is shared by every caller of that source) while a
+heartbeat thread renews the lease, and records the envelope with the next step's message in one
+transaction, fenced by its delivery number: a delivery that lost the run to another (its lease ran
+out and the sweeper took it back) records nothing. A run whose worker died on every delivery is
+parked for review rather than started once more. Deciding what happens after a failure is
+`workflow`'s job, not this module's; sending tasks is `dispatch`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import random
-from collections.abc import Callable
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connections, transaction
+from django.db.models import Q
 
 from classifier import Failure
 from classifier.envelope import failure_envelope, success_envelope
 from orchestrator.coordination import budget, clock, dispatch, policy
-from orchestrator.coordination.clock import Clock
+from orchestrator.coordination.clock import Clock, SystemClock
 from orchestrator.coordination.registry import Source, registry
 from orchestrator.models import Run
 from orchestrator.vocabulary import FailureCategory
 
-# A task started this many times without finishing kills its worker: park it for a human.
-MAX_DELIVERIES = 3
+logger = logging.getLogger(__name__)
+
 # Local recovery: a couple of quick retries for blips, never a long wait in a worker (the README's
 # "Recover locally, propagate the rest").
 LOCAL_RETRIES = 2
 LOCAL_MAX_WAIT = 1.0
 LOCAL_TYPES = frozenset({FailureCategory.TRANSIENT, FailureCategory.TIMEOUT})
 # Keys the coordinator adds to a query for the source's benefit; not part of "what was attempted".
-INTERNAL_KEYS = ("attempt", "faults", "workflow")
+# `run` and `delivery` let a source recognise a redelivery of the same run (and tests count them).
+INTERNAL_KEYS = ("attempt", "faults", "workflow", "run", "delivery")
+# A database error while recording an outcome already paid for is retried here, for up to this
+# long, before the task gives up (and the lease, running out, brings the run back).
+RECORD_PATIENCE = 30.0
+# What a parked run reports: the exception Celery raises when a worker process dies mid-task.
+WORKER_LOST = "WorkerLostError"
+
+
+def lease_owner() -> str:
+    """This worker process, as a lease names its holder: host and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_is_dead(owner: str) -> bool:
+    """True if `owner` names a process of this host that no longer runs (a killed worker child).
+
+    Lets the redelivery of a killed child's task take its run at once instead of waiting for the
+    lease to run out; any doubt (another host, a live or unknown pid) answers False.
+    """
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    return False
+
+
+def lease_period() -> timedelta:
+    return timedelta(seconds=settings.RUN_LEASE_SECONDS)
 
 
 def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
-    """Run a claimed run once; a redelivery of a finished run does nothing. Return what happened."""
+    """Run a claimed run once; a redelivery of a finished or held run does nothing. Return what
+    happened."""
     run_clock = run_clock or clock.current
     run = Run.objects.filter(pk=run_id).select_related("workflow").first()
     if run is None or run.status != Run.Status.RUNNING:
         return "skipped"
     now = run_clock.now()
+    owner = lease_owner()
+    held = run.lease_until is not None and run.lease_until >= now and run.lease_owner != owner
+    dead = run.lease_owner if held and holder_is_dead(run.lease_owner) else ""
+    if held and not dead:
+        return "skipped"  # another delivery holds the run and is alive
     wait = budget.admit(run.source, now)
     if wait is not None:
         # The provider asked us to wait, or its breaker is open: back to the queue, no call.
-        run.transition(Run.Status.RUNNING, Run.Status.QUEUED, due_at=wait)
-        return "deferred"
-    if not run.start(now):
-        return "skipped"
-    if run.deliveries > MAX_DELIVERIES:
-        _park(run, run_clock.now())
+        return "deferred" if _defer(run, wait, now, owner, dead) else "skipped"
+    delivery = run.start(now, owner, now + lease_period(), take_from=dead)
+    if delivery is None:
+        return "skipped"  # another delivery holds the run and is alive
+    if delivery > settings.RUN_MAX_DELIVERIES:
+        _park(run, delivery, run_clock.now())
         return "parked"
-    envelope, calls = _call_source(run, run_clock)
-    finished = run_clock.now()
-    if run.record_outcome(envelope, finished, calls):
-        _record_health(run.source, envelope, finished)
-    dispatch.after_commit_step(run.workflow_id)
+    with heartbeat(run, delivery, run_clock):
+        envelope, calls = _call_source(run, delivery, run_clock)
+    _record(run, delivery, envelope, calls, run_clock)
     return run.status
 
 
-def _park(run: Run, now: datetime) -> None:
+def _defer(run: Run, until: datetime, now: datetime, owner: str, dead: str) -> bool:
+    """Put a claimed run back in the queue until `until`, unless a live delivery holds it."""
+    free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner)
+    if dead:
+        free |= Q(lease_owner=dead)
+    changed = (
+        Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING)
+        .filter(free)
+        .update(status=Run.Status.QUEUED, due_at=until, lease_until=None, lease_owner="")
+    )
+    return bool(changed)
+
+
+def _record(
+    run: Run, delivery: int, envelope: dict[str, Any], calls: int, run_clock: Clock
+) -> None:
+    """Store the envelope and send the next step in one transaction; a database that is down
+    for a moment is waited for (the call was paid for), then the task's own retry takes over."""
+    deadline = time.monotonic() + RECORD_PATIENCE
+    pause = 0.5
+    while True:
+        try:
+            with transaction.atomic():
+                finished = run_clock.now()
+                if run.record_outcome(envelope, finished, calls, delivery=delivery):
+                    _record_health(run.source, envelope, finished)
+                    dispatch.step(run.workflow_id)
+            return
+        except DatabaseError:
+            if time.monotonic() + pause > deadline:
+                raise
+            logger.warning("run %s: database error while recording; retrying", run.pk)
+            connections["default"].close()
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
+
+@contextlib.contextmanager
+def heartbeat(run: Run, delivery: int, run_clock: Clock) -> Iterator[None]:
+    """Renew the run's lease every third of its period while the block runs (real time only: a
+    simulated clock never waits long enough to need it)."""
+    if not isinstance(run_clock, SystemClock):
+        yield
+        return
+    stop = threading.Event()
+    period = lease_period()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(period.total_seconds() / 3):
+                try:
+                    if not run.renew_lease(delivery, run_clock.now() + period):
+                        return  # another delivery has the run now: nothing left to hold
+                except DatabaseError:
+                    logger.warning("run %s: lease not renewed (database error)", run.pk)
+                    connections["default"].close()
+        finally:
+            connections["default"].close()  # this thread's own connection
+
+    thread = threading.Thread(target=beat, name=f"lease-{run.pk}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _park(run: Run, delivery: int, now: datetime) -> None:
+    deaths = delivery - 1
     detail = (
-        f"Parked after {run.deliveries - 1} deliveries: the worker died every time it ran this "
-        "task (a poison task), so it is not run again."
+        f"Parked: its worker died {deaths} times while running this task (a poison task, or a "
+        "worker that keeps being killed), so it is not run again."
     )
     envelope = {
         "status": "error",
         "failure_type": FailureCategory.UNCLASSIFIED,
         "detail": detail,
+        "exception_type": WORKER_LOST,
         "retryable": False,
     }
-    run.record_outcome(envelope, now, run.calls)
-    dispatch.after_commit_step(run.workflow_id)
+    with transaction.atomic():
+        if run.record_outcome(envelope, now, run.calls, delivery=delivery):
+            dispatch.step(run.workflow_id)
 
 
-def _call_source(run: Run, run_clock: Clock) -> tuple[dict[str, Any], int]:
+def _call_source(run: Run, delivery: int, run_clock: Clock) -> tuple[dict[str, Any], int]:
     reg = registry()
     source = reg.get(run.source)
     if source is None:
@@ -85,7 +211,13 @@ def _call_source(run: Run, run_clock: Clock) -> tuple[dict[str, Any], int]:
     if source.refresher and run.previous_failure_type() == FailureCategory.AUTH_FAILURE:
         source.refresher()
     wf = run.workflow
-    query = run.attempted | {"attempt": run.attempt, "faults": (wf.input or {}).get("faults", {})}
+    faults = (wf.input or {}).get("faults", {})
+    query = run.attempted | {
+        "attempt": run.attempt,
+        "faults": faults,
+        "run": run.pk,
+        "delivery": delivery,
+    }
     others = [s for s in reg.sources_for(run.capability) if s != run.source]
     classifier = policy.current_classifier()
     outcome = call_with_recovery(

@@ -3,12 +3,13 @@ and overdue fallbacks.
 
 Claiming and resolving are the model's (`ReviewItem.claim`, `ReviewItem.resolve`: conditional
 updates with an audit row); the model announces each resolution with the `review_resolved` signal,
-and the receiver here sends the workflow's step after commit, which applies the decision once
-(`workflow._apply_resolution`) and writes what it did on the item. `resolution_options` says,
-before anyone decides, which resolutions can work for an item and why the others cannot (a switch
-needs a source the coordinator would switch to: another registered source of the capability that
-the topic has not tried, or one the run suggested). Items left
-undecided past their deadline get their failure type's fallback from the routing policy.
+inside its transaction, and the receiver here writes the workflow's step into the outbox in that
+same transaction; the step applies the decision once (`workflow._apply_resolution`) and writes
+what it did on the item. `resolution_options` says, before anyone decides, which resolutions can
+work for an item and why the others cannot (a switch needs a source the coordinator would switch
+to: another registered source of the capability that the topic has not tried, or one the run
+suggested). Items left undecided past their deadline get their failure type's fallback from the
+routing policy.
 """
 
 from __future__ import annotations
@@ -130,8 +131,9 @@ def group_options(
 
 @receiver(review_resolved, dispatch_uid="coordination.review.continue_workflow")
 def continue_workflow(sender: Any, item: ReviewItem, **kwargs: Any) -> None:
-    """Send the step that applies `item`'s resolution, once the resolution commits."""
-    dispatch.after_commit_step(item.workflow_id, item.pk)
+    """Write the message of the step that applies `item`'s resolution, in the resolution's own
+    transaction: it is sent once that commits, and never lost if the broker is down then."""
+    dispatch.step(item.workflow_id, item.pk)
 
 
 def apply_overdue_fallbacks(now: datetime | None = None) -> int:

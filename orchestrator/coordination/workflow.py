@@ -14,11 +14,11 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
 
 from orchestrator.coordination import budget, clock, coverage, dispatch, policy, routing
 from orchestrator.coordination.escalation import escalate
-from orchestrator.coordination.execution import MAX_DELIVERIES
 from orchestrator.coordination.registry import registry
 from orchestrator.models import AuditEntry, ReviewItem, Run, Workflow, actor_label
 from orchestrator.vocabulary import Action, FailureCategory
@@ -36,21 +36,63 @@ def start_workflow(
     goal: str = "",
     input: dict[str, Any] | None = None,
     token: Any = None,
+    idempotency_key: str = "",
+    request_hash: str = "",
 ) -> Workflow:
-    """Create a workflow and send its first step after commit."""
-    with transaction.atomic():
-        wf = Workflow.objects.create(
-            name=name,
-            goal=goal,
-            topics=list(dict.fromkeys(topics)),
-            capability=capability,
-            breadth=max(1, breadth),
-            input=input or {},
-            token=token,
-            created_at=clock.now(),
-        )
-        dispatch.after_commit_step(wf.pk)
-    return wf
+    """Create a workflow with its first step's message, in one transaction (see
+    `start_workflow_once` for the idempotency key)."""
+    return start_workflow_once(
+        name,
+        topics,
+        capability,
+        breadth=breadth,
+        goal=goal,
+        input=input,
+        token=token,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )[0]
+
+
+def start_workflow_once(
+    name: str,
+    topics: list[str],
+    capability: str,
+    *,
+    breadth: int = 1,
+    goal: str = "",
+    input: dict[str, Any] | None = None,
+    token: Any = None,
+    idempotency_key: str = "",
+    request_hash: str = "",
+) -> tuple[Workflow, bool]:
+    """Create a workflow with its first step's message; return it and whether it existed.
+
+    With an `idempotency_key`, a second start under the same token and key returns the first
+    workflow instead of a new one (the unique constraint arbitrates concurrent starts); the
+    caller compares its `request_hash` to tell a replay from a reused key.
+    """
+    fields = dict(
+        name=name,
+        goal=goal,
+        topics=list(dict.fromkeys(topics)),
+        capability=capability,
+        breadth=max(1, breadth),
+        input=input or {},
+        token=token,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        created_at=clock.now(),
+    )
+    try:
+        with transaction.atomic():
+            wf = Workflow.objects.create(**fields)
+            dispatch.step(wf.pk)
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        return Workflow.objects.get(token=token, idempotency_key=idempotency_key), True
+    return wf, False
 
 
 def abort_workflow(workflow_id: int, actor: Any, note: str = "") -> bool:
@@ -94,7 +136,7 @@ def step(workflow_id: int, review_item_id: int | None = None) -> str:
         for run in wf.runs.filter(status=Run.Status.FAILED, decision="").order_by("pk"):
             _route(wf, run)
         _settle(wf)
-        dispatch.after_commit_dispatch(wf.pk)
+        dispatch.dispatch_due(workflow_id=wf.pk)
         return wf.status
 
 
@@ -199,7 +241,7 @@ def route_context(wf: Workflow | None, run: Run) -> routing.Context:
         can_refresh=reg.has_refresher(run.source),
         refreshed=refreshed,
         partial_count=run.partial_count,
-        poisoned=run.deliveries > MAX_DELIVERIES,
+        poisoned=run.deliveries > settings.RUN_MAX_DELIVERIES,
     )
 
 

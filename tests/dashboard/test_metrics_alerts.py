@@ -7,15 +7,21 @@ import threading
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
 from dashboard.models import AlertDelivery, AlertRule
 from dashboard.stats import refresh_rollups
-from dashboard.tasks import deliver_alert, evaluate_alerts
-from orchestrator.models import SourceHealth
+from dashboard.tasks import (
+    DELIVER_TASK,
+    MAX_DELIVERY_ATTEMPTS,
+    RETRY_BASE_DELAY,
+    deliver_alert,
+    evaluate_alerts,
+    retry_delay,
+)
+from orchestrator.models import OutboxMessage, SourceHealth
 
 from .conftest import ago, make_failure, make_review, make_run
 
@@ -116,26 +122,41 @@ def test_a_delivery_posts_the_payload_and_records_the_answer(db, receiver):
     assert deliver_alert(delivery.pk) == "skipped"  # never sent twice
 
 
-def test_a_server_error_is_recorded_and_raised_for_celery_to_retry(db, receiver):
+def next_try(delivery: AlertDelivery) -> OutboxMessage:
+    """The outbox message that will try `delivery` again (exactly one)."""
+    return OutboxMessage.objects.get(task=DELIVER_TASK, args=[delivery.pk])
+
+
+def test_a_server_error_is_recorded_and_tried_again_later_through_the_outbox(db, receiver):
     _, url = receiver
     Receiver.status = 503
     delivery = AlertDelivery.objects.create(rule=rule(url), payload={})
-    with pytest.raises(httpx.HTTPStatusError):
-        deliver_alert(delivery.pk)
+    before = timezone.now()
+    assert deliver_alert(delivery.pk) == "failed"
     delivery.refresh_from_db()
-    assert (delivery.status, delivery.response_code) == ("failed", 503)
-    assert deliver_alert.autoretry_for == (httpx.HTTPError,) and deliver_alert.max_retries >= 3
+    assert (delivery.status, delivery.response_code, delivery.attempts) == ("failed", 503, 1)
+    wait = (next_try(delivery).available_at - before).total_seconds()
+    assert RETRY_BASE_DELAY / 2 <= wait <= RETRY_BASE_DELAY + 1  # later, not in a countdown
 
 
-def test_an_unreachable_receiver_is_recorded(db, receiver):
+def test_an_unreachable_receiver_is_recorded_and_given_up_after_the_last_attempt(db, receiver):
     server, url = receiver
     server.shutdown()
     server.server_close()
-    delivery = AlertDelivery.objects.create(rule=rule(url), payload={})
-    with pytest.raises(httpx.ConnectError):
-        deliver_alert(delivery.pk)
+    delivery = AlertDelivery.objects.create(
+        rule=rule(url), payload={}, attempts=MAX_DELIVERY_ATTEMPTS - 2
+    )
+    assert deliver_alert(delivery.pk) == "failed"
     delivery.refresh_from_db()
     assert delivery.status == "failed" and "ConnectError" in delivery.error
+    next_try(delivery).delete()
+    assert deliver_alert(delivery.pk) == "failed"  # the last attempt
+    assert not OutboxMessage.objects.filter(task=DELIVER_TASK).exists()
+
+
+def test_the_delays_between_tries_double_up_to_five_minutes():
+    for attempts, ceiling in [(1, 5), (2, 10), (3, 20), (7, 300), (20, 300)]:
+        assert ceiling / 2 <= retry_delay(attempts) <= ceiling
 
 
 def test_a_client_error_is_final(db, receiver):

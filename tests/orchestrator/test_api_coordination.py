@@ -80,7 +80,7 @@ def test_it_starts_a_workflow_and_serves_its_coverage(client, auth_headers):
     assert response.json()["status"] == "running"
     workflow.step(wf_id)
     detail = client.get(f"{API}/workflows/{wf_id}", **auth_headers).json()
-    assert detail["runs"]["queued"] == 2
+    assert detail["runs"]["running"] == 2  # claimed by the step, their messages in the outbox
     cov = client.get(f"{API}/workflows/{wf_id}/coverage", **auth_headers).json()
     assert cov["final"] is False and set(cov["coverage"]) == {"film", "music"}
     Workflow.objects.filter(pk=wf_id).update(

@@ -272,19 +272,22 @@ def test_steps_and_task_redeliveries_are_idempotent(sim):
     assert wf.runs.count() == 2
 
 
-def test_a_poison_task_is_parked_and_escalated(sim):
+def test_a_poison_task_is_parked_and_escalated(sim, settings):
     wf = sim.start(["film"], {})
     workflow.step(wf.pk)
     run = wf.runs.get()
     Run.objects.filter(pk=run.pk).update(
-        status="running", deliveries=execution.MAX_DELIVERIES, dispatched_at=START
+        status="running", deliveries=settings.RUN_MAX_DELIVERIES, dispatched_at=START
     )
     sim.disp.runs.clear()
     assert execution.execute_run(run.pk) == "parked"
     sim.drive()
     run.refresh_from_db()
     assert run.status == "escalated" and run.decision == "escalate"
-    assert "poison task" in run.detail
+    assert f"its worker died {settings.RUN_MAX_DELIVERIES} times" in run.detail
+    assert run.exception_type == "WorkerLostError" and run.calls == 0  # never called again
+    item = ReviewItem.objects.get(run=run)
+    assert f"its worker died {settings.RUN_MAX_DELIVERIES} times" in item.reason
 
 
 def test_concurrent_resolutions_have_one_winner_and_continue_once(sim, operator, policy_editor):
@@ -448,22 +451,23 @@ def test_the_retry_budget_is_spent_and_refunded_atomically(db):
     assert SourceHealth.objects.get(source="b").consecutive_failures == 0
 
 
-def test_the_sweeper_sends_due_runs_lost_dispatches_and_nudges_stalled_workflows(sim):
+def test_the_sweeper_sends_due_runs_and_lost_messages_once_each(sim, settings):
     wf = sim.start(["film"], {"news_api:film": "ok:1"})
     sim.disp.steps.clear()
     with sim.commit():
         workflow.step(wf.pk)
-    sim.disp.runs.clear()  # the step's own dispatch: forget it, as a lost message would be
+    sim.disp.runs.clear()  # the step's own message: forget it, as a broker losing it would
     run = wf.runs.get()
-    assert run.status == Run.Status.RUNNING and run.started_at is None
+    assert run.status == Run.Status.RUNNING and run.lease_until is None
 
-    later = START + dispatch.LOST_DISPATCH_AFTER + timedelta(seconds=1)
-    Workflow.objects.filter(pk=wf.pk).update(updated_at=START)
+    later = START + timedelta(seconds=settings.LOST_DISPATCH_SECONDS + 1)
     queued = Run.objects.create(
         workflow=wf, topic="film", agent="a", source="news_wire", status="queued", due_at=later
     )
-    dispatch.sweep(later)
+    with sim.commit():
+        dispatch.sweep(later)
     assert sorted(sim.disp.runs) == sorted([run.pk, queued.pk])  # a lost one and a due one
-    assert list(sim.disp.steps) == [(wf.pk, None)]  # untouched for longer than NUDGE_AFTER
-    dispatch.sweep(later)
+    assert not sim.disp.steps  # its runs are in flight: nothing in the workflow is due
+    with sim.commit():
+        dispatch.sweep(later)
     assert len(sim.disp.runs) == 2  # neither is sent twice by the next sweep
