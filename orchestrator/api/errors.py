@@ -264,6 +264,7 @@ def json_method_not_allowed(view: Callable[..., HttpResponse]) -> Callable[..., 
 
 _NUL_ESCAPE = b"\\u0000"
 _ORJSON_DEPTH = "depth limit exceeded"  # orjson refuses nesting beyond 1,024 levels itself
+_ORJSON_HUGE = "number is infinity"  # a number of more than ~308 digits
 
 
 def deeper_than(value: Any, limit: int) -> bool:
@@ -296,6 +297,11 @@ def replace_nul(value: Any) -> Any:
     if isinstance(value, dict):
         return {replace_nul(key): replace_nul(item) for key, item in value.items()}
     return value
+
+
+def _too_wide(path: str) -> ApiError:
+    message = f"integer outside {INT_RANGE[0]}..{INT_RANGE[1]}: send it as a string"
+    return invalid("An integer is too wide to keep exactly.", [FieldError(path, message)])
 
 
 def _too_deep(limit: int) -> ApiError:
@@ -399,13 +405,14 @@ class EnvelopeParser(Parser):
         except orjson.JSONDecodeError as exc:
             if str(exc).startswith(_ORJSON_DEPTH):
                 raise _too_deep(limit) from None
+            if _ORJSON_HUGE in str(exc) and (wide := _wide_integer(body)) is not None:
+                raise _too_wide(wide) from None  # valid JSON, a number beyond any double
             raise invalid(f"The body is not valid JSON: {exc}", status=400) from None
         if deeper_than(data, limit):
             raise _too_deep(limit)
         wide = _wide_integer(body)
         if wide is not None:
-            message = f"integer outside {INT_RANGE[0]}..{INT_RANGE[1]}: send it as a string"
-            raise invalid("An integer is too wide to keep exactly.", [FieldError(wide, message)])
+            raise _too_wide(wide)
         if _NUL_ESCAPE in body:
             data = replace_nul(data)
         request._parsed_json = data  # type: ignore[attr-defined]

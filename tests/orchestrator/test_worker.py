@@ -77,11 +77,18 @@ def app_sending_to(url: str, queue: str) -> Iterator[None]:
         task_default_queue=queue,
         broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT},
     )
+    # Celery reads the broker from the CELERY_BROKER_URL variable before its configuration.
+    saved_env = os.environ.get("CELERY_BROKER_URL")
+    os.environ["CELERY_BROKER_URL"] = url
     reset()
     try:
         yield
     finally:
         app.conf.update(saved)
+        if saved_env is None:
+            os.environ.pop("CELERY_BROKER_URL", None)
+        else:
+            os.environ["CELERY_BROKER_URL"] = saved_env
         reset()
 
 
