@@ -110,6 +110,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A page whose database is down answers 503 with Retry-After (the API: its envelope).
     "dashboard.unavailable.DatabaseUnavailableMiddleware",
+    # An API body sent chunked is read (within API_MAX_BODY_BYTES) or refused with 411.
+    "orchestrator.api.errors.ChunkedBodyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -156,6 +158,10 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
             "min_size": env_int("DATABASE_POOL_MIN", 1),
             "max_size": env_int("DATABASE_POOL_MAX", 10, minimum=1),
             "timeout": env_int("DATABASE_POOL_TIMEOUT", 2, minimum=1),
+            # The pool retries a lost server with doubling delays; stopping each series after a
+            # few seconds lets the next request start a new one, so a server that is back is
+            # used at once rather than after a delay as long as the outage was.
+            "reconnect_timeout": 5,
         }
     _db["CONN_MAX_AGE"] = 0
     # With the pool: a connection broken by a database restart is replaced before use.

@@ -328,6 +328,8 @@ def read_body(request: HttpRequest) -> bytes:
     (Django's development server) cannot tell where such a body ends: 411, send a Content-Length.
     """
     limit = settings.API_MAX_BODY_BYTES
+    if hasattr(request, "_body"):
+        return request._body  # already read (a chunked body, by ChunkedBodyMiddleware)
     if not _chunked(request):
         try:
             body = request.body
@@ -353,6 +355,27 @@ def read_body(request: HttpRequest) -> bytes:
     body = b"".join(pieces)
     request._body = body  # type: ignore[attr-defined]  # what request.body answers from now on
     return body
+
+
+class ChunkedBodyMiddleware:
+    """Read a chunked body under /api/ before the view (or answer its 411/413 envelope).
+
+    ninja looks at `request.body` before it calls the parser, and Django reads a body without
+    Content-Length as empty: without this, a chunked report would be a 422 "field required".
+    """
+
+    PREFIX = "/api/"
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path_info.startswith(self.PREFIX) and _chunked(request):
+            try:
+                read_body(request)
+            except ApiError as error:
+                return error_response(request, error)
+        return self.get_response(request)
 
 
 def _wide_integer(body: bytes) -> str | None:

@@ -1,0 +1,261 @@
+"""Private servers for tests that stop, kill or restart them: a PostgreSQL cluster, a Redis
+server and the app's own processes, on free ports of this machine.
+
+The machine's shared PostgreSQL and Redis serve every test run at once and are never touched:
+a test that needs a database or a broker to fail starts its own here and removes it afterwards.
+`benchmarks/chaos.py` uses the same helpers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def postgres_bin() -> Path | None:
+    """The folder of PostgreSQL's server programs (initdb, pg_ctl), if installed."""
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).resolve().parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    return Path(versions[-1]).parent if versions else None
+
+
+def available() -> bool:
+    return postgres_bin() is not None and shutil.which("redis-server") is not None
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    # initdb and the server refuse to run as root: run them as the `postgres` system user.
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@dataclass
+class PrivatePostgres:
+    """A throwaway cluster: trust auth on 127.0.0.1, no fsync (it need not survive the machine
+    crashing, only its own server crashing: every commit still reaches the WAL first)."""
+
+    port: int = field(default_factory=free_port)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="failsight-pg-")))
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
+
+    def _run(self, *args: str, timeout: float = 120) -> None:
+        done = subprocess.run(
+            _as_postgres([str(postgres_bin() / args[0]), *args[1:]]),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode:
+            raise RuntimeError(f"{args[0]} failed: {done.stdout}{done.stderr}")
+
+    def init(self) -> PrivatePostgres:
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        return self.start()
+
+    def start(self) -> PrivatePostgres:
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c full_page_writes=off -c max_connections=100"
+        )
+        log = self.root / "server.log"
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(log), "-w", "start")
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server; `immediate` is a crash (no clean shutdown, connections cut)."""
+        with contextlib.suppress(RuntimeError):
+            self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        self.stop(mode)
+        self.start()
+
+    def create_database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def remove(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@dataclass
+class PrivateRedis:
+    """A Redis server that keeps nothing on disk: a restart loses every queued message."""
+
+    port: int = field(default_factory=free_port)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="failsight-redis-")))
+    proc: subprocess.Popen | None = None
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def start(self) -> PrivateRedis:
+        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        cmd += ["--appendonly", "no", "--dir", str(self.root), "--loglevel", "warning"]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        wait_until(lambda: listening(self.port), 15, "the private Redis to listen")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: what the server held in memory (queued and unacknowledged tasks) is gone."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def remove(self) -> None:
+        self.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def manage(env: dict[str, str], *args: str, timeout: float = 300) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout.strip()
+
+
+@dataclass
+class Process:
+    """A long-running command in a session (process group) of its own, logging to a file."""
+
+    name: str
+    command: str
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> Process:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                ["bash", "-c", self.command],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole group: the main process and every child (a worker's pool too)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        if sig == signal.SIGKILL:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+
+    def stop(self, grace: float = 10) -> None:
+        if self.proc is None:
+            return
+        self.kill(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=grace)
+        self.kill(signal.SIGKILL)
+
+
+def gunicorn_url(process: Process, timeout: float = 60) -> str:
+    """The address gunicorn logged once it listens (it binds port 0, a free port)."""
+
+    def found() -> str | None:
+        if process.proc is not None and process.proc.poll() is not None:
+            raise RuntimeError(f"{process.name} exited:\n{process.text()[-3000:]}")
+        match = re.search(r"Listening at: (http://\S+)", process.text())
+        return match.group(1) if match else None
+
+    return wait_until(found, timeout, "gunicorn to listen")
+
+
+def procfile() -> dict[str, str]:
+    """The Procfile's commands by process type (the way production runs them)."""
+    entries = {}
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, command = line.partition(":")
+            entries[name.strip()] = command.strip()
+    return entries
+
+
+def app_env(database_url: str, broker_url: str, cache_url: str, var: Path) -> dict[str, str]:
+    """The environment of the app's processes (DEBUG off) on these servers."""
+    return os.environ | {
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": broker_url,
+        "CACHE_URL": cache_url,
+        "DEBUG": "0",
+        "SECRET_KEY": "test-only-secret-" + "k" * 48,
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "FAILSIGHT_VAR_DIR": str(var),
+        "BIND": "127.0.0.1:0",
+        "LOG_LEVEL": "WARNING",
+    }
