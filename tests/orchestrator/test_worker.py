@@ -104,6 +104,7 @@ class Worker:
         cmd += ["-Q", self.env["CELERY_TASK_DEFAULT_QUEUE"], "--loglevel=INFO", "--without-mingle"]
         cmd += ["--without-gossip", "-n", f"{uuid.uuid4().hex[:6]}@%h"]
         cmd += ["-s", str(self.log.parent / "beat-schedule")]
+        ready = self.log.read_text().count("ready.") if self.log.exists() else 0
         out = self.log.open("a")
         self.proc = subprocess.Popen(
             cmd,
@@ -113,7 +114,14 @@ class Worker:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_for(lambda: "ready." in self.log.read_text(), 60, "the worker to start", self)
+        started = lambda: self.log.read_text().count("ready.") > ready  # noqa: E731
+        wait_for(started, 60, "the worker to start", self)
+
+    def kill_all(self) -> None:
+        """SIGKILL the main process and every child at once: nothing gets to requeue a task."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -167,11 +175,13 @@ def worker_env(broker_url: str, queue: str, var: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def worker(postgres, tmp_path) -> Iterator[Worker]:
+def worker(request, postgres, tmp_path) -> Iterator[Worker]:
+    """A worker process; `@pytest.mark.parametrize("worker", [{VAR: value}], indirect=True)`
+    adds settings to its environment."""
     url = redis_url()
     require_service(redis_available(url), f"Redis at {url}")
     queue = f"{SESSION_QUEUE}-{uuid.uuid4().hex[:4]}"
-    env = worker_env(url, queue, tmp_path)
+    env = worker_env(url, queue, tmp_path) | getattr(request, "param", {})
     handle = Worker(env=env, log=tmp_path / "worker.log", calls_log=tmp_path / "calls.jsonl")
     with app_sending_to(url, queue):
         handle.start()
@@ -263,7 +273,7 @@ def test_concurrent_review_resolutions_continue_the_workflow_once(worker, operat
     for t in threads:
         t.join()
     assert sorted(results) == [0, 0, 1]
-    dispatch.dispatcher.step(wf.pk, item.pk)  # a duplicated continuation is harmless too
+    dispatch.dispatcher.send(dispatch.STEP_TASK, [wf.pk, item.pk])  # a duplicate is harmless
     wait_for(settled(wf, *Workflow.FINISHED), 60, "the workflow to finish", worker)
     assert wf.status == Workflow.Status.SUCCEEDED
     assert Run.objects.filter(retry_of=item.run).count() == 1
@@ -279,3 +289,36 @@ def test_a_provider_answering_429_is_not_called_before_retry_after(worker):
     calls = worker.calls(source="news_api", topic="film")
     assert [c["behaviour"] for c in calls] == ["rate_limited:2", "ok:2"]
     assert calls[1]["t"] - calls[0]["t"] >= 2.0
+
+
+SHORT_LEASE = {"RUN_LEASE_SECONDS": "3", "LOST_DISPATCH_SECONDS": "3", "NUDGE_SECONDS": "3"}
+
+
+@pytest.mark.parametrize("worker", [SHORT_LEASE], indirect=True)
+def test_a_call_longer_than_the_lease_keeps_it_by_heartbeat_and_runs_once(worker):
+    wf = start(["film"], {"news_api:film": "sleep:7:ok:2"})  # more than two lease periods
+    wait_for(settled(wf, *Workflow.FINISHED), 60, "the workflow to finish", worker)
+    assert wf.status == Workflow.Status.SUCCEEDED
+    run = Run.objects.get(workflow=wf)
+    assert run.deliveries == 1  # never taken back: the heartbeat renewed the lease
+    assert [c["delivery"] for c in worker.calls(topic="film")] == [1]
+    assert "lease ran out" not in worker.tail()
+
+
+@pytest.mark.parametrize("worker", [SHORT_LEASE], indirect=True)
+def test_a_whole_worker_killed_mid_call_costs_one_lease_and_one_more_delivery(worker):
+    wf = start(["film"], {"news_api:film": "sleep:2:ok:2"})
+    wait_for(lambda: worker.calls(topic="film"), 60, "the call to start", worker)
+    worker.kill_all()  # main process and children: the broker keeps the task unacknowledged
+    killed = time.monotonic()
+    worker.start()
+    wait_for(settled(wf, *Workflow.FINISHED), 60, "the workflow to finish", worker)
+    recovered = time.monotonic() - killed
+    assert wf.status == Workflow.Status.SUCCEEDED
+    run = Run.objects.get(workflow=wf)
+    assert run.deliveries == 2 and run.result_count == 2 and run.lease_until is None
+    deliveries = [c["delivery"] for c in worker.calls(topic="film")]
+    assert deliveries == [1, 2]  # the dead one and the one that finished, once each
+    # restart + one lease (3 s) + a sweep, with room for a loaded machine; never the broker's
+    # visibility timeout of an hour (here 10 s) plus a five-minute nudge.
+    assert recovered < 30, recovered
