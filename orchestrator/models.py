@@ -1,4 +1,5 @@
-"""The run store: workflows, runs, routing policies, review items, API tokens and the audit trail.
+"""The run store: workflows, runs, routing policies, review items, API tokens, the outbox of
+messages to send and the audit trail.
 
 Choice values come from `orchestrator.vocabulary` (failure types are the classifier's taxonomy), so
 the database, admin, API and templates share one vocabulary. One instance's behaviour is a model

@@ -35,7 +35,8 @@ class TokenRateThrottle(BaseThrottle):
     A fixed window counted with one atomic cache increment per request: O(1) whatever the limit,
     unlike a sliding log of timestamps. It lets a client burst up to twice the limit across a
     minute boundary, which is acceptable for a limit meant to stop runaway loops. With the default
-    local-memory cache the count is per server process; set CACHE_URL to Redis to share it.
+    local-memory cache the count is per server process; CACHE_URL (Redis) shares it, and
+    `check --deploy` fails without it (`orchestrator.checks`).
     """
 
     WINDOW = 60

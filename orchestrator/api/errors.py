@@ -9,7 +9,8 @@ screen"), so an agent can feed our answer to its own classifier and routing unch
      "alternatives": ["…"]}
 
 `install_handlers(api)` registers the handlers once on the NinjaAPI, so every router mounted on it
-answers the same way. The JSON body parser lives here too because its refusals (413, too deep,
+answers the same way. Reading the body (chunked ones too: `ChunkedBodyMiddleware`) and the JSON
+body parser live here too because their refusals (411, 413, too deep, an integer too wide to keep,
 malformed) are errors of this shape, and it is where NUL characters are neutralised for every
 router at once.
 """
