@@ -329,11 +329,9 @@ def read_body(request: HttpRequest) -> bytes:
     (Django's development server) cannot tell where such a body ends: 411, send a Content-Length.
     """
     limit = settings.API_MAX_BODY_BYTES
-    if hasattr(request, "_body"):
-        return request._body  # already read (a chunked body, by ChunkedBodyMiddleware)
-    if not _chunked(request):
+    if hasattr(request, "_body") or not _chunked(request):
         try:
-            body = request.body
+            body = request.body  # read already (ninja looks first; a chunked one, above)
         except RequestDataTooBig:
             raise _too_big() from None
         if len(body) > limit:
