@@ -20,7 +20,9 @@ its idempotency key until it is accepted. Then, one after the other:
             client's retry the same workflow), then Redis started again.
 
 After each fault every workflow must settle, and this prints how long that took after the last
-fault beside the bound (restart + lease + lost-dispatch/nudge window + sweeps). At the end it
+fault beside its bound: the lease, two recovery windows (a lost step is nudged, and the runs it
+then sends may have been lost too), two sweeps, and twice the time the workflows still live at the
+fault take without any fault (the baseline's pace). At the end it
 counts what must be zero: runs left running, runs executed more often than their deliveries
 allow (from the provider's call log: each call names its run and delivery), accepted reports
 lost, duplicated runs or workflows under one key, tile counts that differ from raw counts, outbox
@@ -40,6 +42,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -87,6 +90,7 @@ PLANS: list[Any] = [
     "sleep:0.3:empty",
 ]
 SETTLE_TIMEOUT = 180.0
+Bound = Callable[[int], float]  # seconds allowed to settle, given the workflows live at the fault
 
 
 def log(message: str) -> None:
@@ -306,7 +310,7 @@ def baseline(stack: Stack, rng: random.Random, n: int) -> Scenario:
     return s
 
 
-def sigkill(stack: Stack, rng: random.Random, n: int, kills: int, bound: float) -> Scenario:
+def sigkill(stack: Stack, rng: random.Random, n: int, kills: int, bound: Bound) -> Scenario:
     """Two new workflows before each kill, so that every kill finds live ones; the rest after."""
     s = Scenario("sigkill", faults=kills)
     restarts: list[float] = []
@@ -323,7 +327,7 @@ def sigkill(stack: Stack, rng: random.Random, n: int, kills: int, bound: float) 
         s.workflows.append(start_workflow(stack, stack.seed, f"kill-rest-{i}")[0])
     last_fault = time.monotonic()
     s.settle_seconds = wait_settled(s.workflows, last_fault)
-    s.bound_seconds = bound
+    s.bound_seconds = bound(live[-1] + n - 2 * kills if live else n)
     s.notes = {
         "live_at_each_kill": live,
         "slowest_worker_restart_seconds": round(max(restarts, default=0), 1),
@@ -331,7 +335,7 @@ def sigkill(stack: Stack, rng: random.Random, n: int, kills: int, bound: float) 
     return s
 
 
-def postgres_restart(stack: Stack, rng: random.Random, n: int, bound: float) -> Scenario:
+def postgres_restart(stack: Stack, rng: random.Random, n: int, bound: Bound) -> Scenario:
     s = Scenario("postgres", faults=1)
     s.workflows = [start_workflow(stack, stack.seed, f"pg{i}")[0] for i in range(n)]
     time.sleep(rng.uniform(0.2, 0.8))
@@ -343,11 +347,11 @@ def postgres_restart(stack: Stack, rng: random.Random, n: int, bound: float) -> 
     s.notes = {"live_at_fault": live, "down_seconds": round(time.monotonic() - began, 1)}
     last_fault = time.monotonic()
     s.settle_seconds = wait_settled(s.workflows, last_fault)
-    s.bound_seconds = bound
+    s.bound_seconds = bound(live)
     return s
 
 
-def redis_restart(stack: Stack, rng: random.Random, n: int, bound: float) -> Scenario:
+def redis_restart(stack: Stack, rng: random.Random, n: int, bound: Bound) -> Scenario:
     s = Scenario("redis", faults=1)
     s.workflows = [start_workflow(stack, stack.seed, f"redis{i}")[0] for i in range(n)]
     time.sleep(rng.uniform(0.2, 0.8))
@@ -357,11 +361,11 @@ def redis_restart(stack: Stack, rng: random.Random, n: int, bound: float) -> Sce
     s.notes = {"live_at_fault": live, "messages_lost": queued}
     last_fault = time.monotonic()
     s.settle_seconds = wait_settled(s.workflows, last_fault)
-    s.bound_seconds = bound
+    s.bound_seconds = bound(live)
     return s
 
 
-def broker_outage(stack: Stack, rng: random.Random, n: int, bound: float) -> Scenario:
+def broker_outage(stack: Stack, rng: random.Random, n: int, bound: Bound) -> Scenario:
     s = Scenario("broker", faults=1)
     stack.redis.kill()
     statuses: list[int] = []
@@ -380,7 +384,7 @@ def broker_outage(stack: Stack, rng: random.Random, n: int, bound: float) -> Sce
         stack.redis.start()
     last_fault = time.monotonic()
     s.settle_seconds = wait_settled(s.workflows, last_fault)
-    s.bound_seconds = bound
+    s.bound_seconds = bound(len(s.workflows))
     s.notes = {
         "posts": len(statuses),
         "posts_answered_201_at_once": statuses.count(201),
@@ -486,9 +490,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         per = max(2, args.workflows // 4)
         scenarios = [baseline(stack, rng, per)]
         log(f"baseline: {per} workflows settled in {scenarios[0].settle_seconds:.1f} s")
-        # A lost step waits for a nudge and the runs it then sends may be lost too: two windows
-        # after the lease, a sweep each, and twice the time the work takes without faults.
-        bound = LEASE + 2 * WINDOW + 2 * SWEEP + 2 * scenarios[0].settle_seconds
+        pace = scenarios[0].settle_seconds / per  # seconds of work per workflow, no fault
+
+        def bound(live: int) -> float:
+            # A lost step waits for a nudge and the runs it then sends may be lost too: two
+            # windows after the lease, a sweep each, and twice the fault-free time of the work.
+            return LEASE + 2 * WINDOW + 2 * SWEEP + 2 * pace * max(live, per)
+
         steps = {
             "sigkill": lambda: sigkill(stack, rng, max(per, 2 * args.kills), args.kills, bound),
             "postgres": lambda: postgres_restart(stack, rng, per, bound),
