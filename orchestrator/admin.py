@@ -12,6 +12,7 @@ from django.http import HttpRequest
 from orchestrator.models import (
     ApiToken,
     AuditEntry,
+    OutboxMessage,
     PolicyState,
     ProviderOverride,
     ReviewItem,
@@ -120,6 +121,21 @@ class ProviderOverrideAdmin(PolicyAuditMixin, admin.ModelAdmin):
 @admin.register(PolicyState)
 class PolicyStateAdmin(admin.ModelAdmin):
     list_display = ["version", "changed_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(admin.ModelAdmin):
+    """What is still to send (the broker was down, or a delayed message): read only, since the
+    sweeper sends each row and deletes it."""
+
+    list_display = ["id", "task", "args", "created_at", "available_at", "attempts", "last_error"]
+    list_filter = ["task"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
