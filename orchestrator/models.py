@@ -753,11 +753,12 @@ class Run(models.Model):
         )
         return self.deliveries if started and self.lease_owner == owner else None
 
-    def renew_lease(self, delivery: int, until: datetime) -> bool:
-        """Extend the lease of delivery number `delivery`; False once another delivery has it."""
+    def renew_lease(self, delivery: int, owner: str, until: datetime) -> bool:
+        """Extend the lease of delivery number `delivery` (held by `owner`, who keeps it even if
+        the sweeper freed it meanwhile); False once another delivery has started."""
         return bool(
             Run.objects.filter(pk=self.pk, status=self.Status.RUNNING, deliveries=delivery).update(
-                lease_until=until
+                lease_until=until, lease_owner=owner
             )
         )
 

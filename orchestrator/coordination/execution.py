@@ -109,7 +109,7 @@ def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
     if delivery > settings.RUN_MAX_DELIVERIES:
         _park(run, delivery, run_clock.now())
         return "parked"
-    with heartbeat(run, delivery, run_clock):
+    with heartbeat(run, delivery, owner, run_clock):
         envelope, calls = _call_source(run, delivery, run_clock)
     _record(run, delivery, envelope, calls, run_clock)
     return run.status
@@ -153,7 +153,7 @@ def _record(
 
 
 @contextlib.contextmanager
-def heartbeat(run: Run, delivery: int, run_clock: Clock) -> Iterator[None]:
+def heartbeat(run: Run, delivery: int, owner: str, run_clock: Clock) -> Iterator[None]:
     """Renew the run's lease every third of its period while the block runs (real time only: a
     simulated clock never waits long enough to need it)."""
     if not isinstance(run_clock, SystemClock):
@@ -166,7 +166,7 @@ def heartbeat(run: Run, delivery: int, run_clock: Clock) -> Iterator[None]:
         try:
             while not stop.wait(period.total_seconds() / 3):
                 try:
-                    if not run.renew_lease(delivery, run_clock.now() + period):
+                    if not run.renew_lease(delivery, owner, run_clock.now() + period):
                         return  # another delivery has the run now: nothing left to hold
                 except DatabaseError:
                     logger.warning("run %s: lease not renewed (database error)", run.pk)

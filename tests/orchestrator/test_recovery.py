@@ -284,3 +284,20 @@ def test_a_nudged_workflow_is_stepped_and_settles(
     workflow.step(wf.pk)
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.SUCCEEDED
+
+
+def test_a_slow_but_live_holder_keeps_its_run_even_after_the_sweeper_freed_it(sim, settings):
+    wf = start()
+    run = claimed_run(wf)
+    owner = f"{execution.lease_owner().rpartition(':')[0]}:{os.getppid()}"  # alive
+    delivery = run.start(START, owner, START + timedelta(seconds=1))
+    later = START + timedelta(seconds=5)
+    assert Run.objects.filter(pk=run.pk).take_back(later) == 1  # its heartbeat was late
+    assert run.renew_lease(delivery, owner, later + timedelta(seconds=60)) is True
+    assert execution.execute_run(run.pk) == "skipped"  # the resent message finds it held
+    assert Run.objects.get(pk=run.pk).deliveries == delivery
+    stolen = Run.objects.get(pk=run.pk).start(
+        later + timedelta(seconds=61), "other:1", later + timedelta(seconds=120)
+    )
+    assert stolen == delivery + 1
+    assert run.renew_lease(delivery, owner, later + timedelta(seconds=120)) is False
