@@ -42,6 +42,7 @@ from tests.orchestrator.test_worker import (
     wait_for,
     worker_env,
 )
+from tests.services import procfile
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,16 +52,6 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 STOP_TIMEOUT = 15  # seconds between SIGTERM and SIGKILL
-
-
-def procfile() -> dict[str, str]:
-    """Return the Procfile's commands by process type."""
-    entries = {}
-    for line in (ROOT / "Procfile").read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            name, _, command = line.partition(":")
-            entries[name.strip()] = command.strip()
-    return entries
 
 
 def stat_of(pid: int) -> tuple[str, int, int]:
