@@ -535,18 +535,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def loads(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
 def report(result: dict[str, Any]) -> None:
     scenarios = result["scenarios"]
     base = scenarios["baseline"]["settle_seconds"]
-    load = lambda values: ", ".join(f"{v:.2f}" for v in values)  # noqa: E731
     log("")
     log(
         f"chaos, seed {result['seed']}: lease {result['lease_seconds']} s, lost-dispatch and "
         f"nudge windows {result['window_seconds']} s, a sweep every {result['sweep_seconds']} s"
     )
     log(
-        f"load average (1, 5, 15 min) before: {load(result['load_before'])}; "
-        f"after: {load(result['load_after'])}"
+        f"load average (1, 5, 15 min) before: {loads(result['load_before'])}; "
+        f"after: {loads(result['load_after'])}"
     )
     log(
         f"{'scenario':<10}{'faults':>8}{'workflows':>11}{'settled after last fault':>27}"

@@ -114,8 +114,7 @@ class Worker:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        started = lambda: self.log.read_text().count("ready.") > ready  # noqa: E731
-        wait_for(started, 60, "the worker to start", self)
+        wait_for(lambda: self.log.read_text().count("ready.") > ready, 60, "the worker", self)
 
     def kill_all(self) -> None:
         """SIGKILL the main process and every child at once: nothing gets to requeue a task."""
