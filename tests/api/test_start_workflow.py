@@ -35,6 +35,7 @@ def test_a_repeated_start_with_one_key_returns_the_stored_workflow(client, auth_
     again = post_json(client, "/workflows", BODY, **headers)
     assert (first.status_code, again.status_code) == (201, 201)
     assert again.json()["id"] == first.json()["id"]
+    assert "Idempotent-Replayed" not in first and again["Idempotent-Replayed"] == "true"
     assert Workflow.objects.count() == 1
     assert OutboxMessage.objects.filter(task=dispatch.STEP_TASK).count() == 1  # started once
 
