@@ -35,6 +35,10 @@ def with_policy_version(view: Callable[..., HttpResponse]) -> Callable[..., Http
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         response = view(request, *args, **kwargs)
+        if response.status_code == 503:
+            # The database is unavailable: asking it for the version would make the client wait
+            # a second connection timeout for an answer that cannot carry one anyway.
+            return response
         try:
             response[VERSION_HEADER] = str(PolicyState.current_version())
         except DatabaseError:  # the database is down: the answer says so; no version to tell
