@@ -164,7 +164,8 @@ def dispatch_due(
     if workflow_id:
         due = due.filter(workflow_id=workflow_id)
     sent = 0
-    for pk in due.order_by("due_at").values_list("pk", flat=True)[:limit]:
+    # Oldest due first, and in creation order within one due time: deterministic, and fair.
+    for pk in due.order_by("due_at", "pk").values_list("pk", flat=True)[:limit]:
         with transaction.atomic(savepoint=False):
             if Run.objects.filter(pk=pk).claim_due(now):
                 run(pk)
