@@ -26,7 +26,7 @@ def clear_unreadable_times(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0007_issue12_reported_failure_type_and_signal"),
+        ("orchestrator", "0008_issue11_otlp_trace_ids"),
     ]
 
     operations = [
