@@ -26,7 +26,7 @@ def clear_unreadable_times(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0008_issue11_otlp_trace_ids"),
+        ("orchestrator", "0009_15_signatures_review_facets"),
     ]
 
     operations = [
