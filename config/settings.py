@@ -341,6 +341,12 @@ RUN_MAX_DELIVERIES = env_int("RUN_MAX_DELIVERIES", 3, minimum=1)
 LOST_DISPATCH_SECONDS = env_int("LOST_DISPATCH_SECONDS", 60, minimum=1)
 NUDGE_SECONDS = env_int("NUDGE_SECONDS", 60, minimum=1)
 OUTBOX_RESEND_SECONDS = env_int("OUTBOX_RESEND_SECONDS", 5, minimum=1)
+# Webhooks of resolutions (a token's callback URL): each attempt's timeout, how many attempts,
+# and the backoff between them (doubling from the base, capped), in seconds.
+WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1)
+WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
+WEBHOOK_BACKOFF_SECONDS = env_int("WEBHOOK_BACKOFF_SECONDS", 2, minimum=1)
+WEBHOOK_BACKOFF_MAX_SECONDS = env_int("WEBHOOK_BACKOFF_MAX_SECONDS", 600, minimum=1)
 CELERY_BEAT_SCHEDULE: dict = {
     "sweep-due-runs": {
         "task": "orchestrator.tasks.sweep",

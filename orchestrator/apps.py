@@ -9,6 +9,7 @@ class OrchestratorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Connects the receiver that continues a workflow once a review item is resolved.
+        # Connects the receivers of a resolution: the step that continues a built-in workflow,
+        # the webhook that takes an agent's resolution back to it.
         from orchestrator import checks  # noqa: F401
-        from orchestrator.coordination import review  # noqa: F401
+        from orchestrator.coordination import delivery, review  # noqa: F401

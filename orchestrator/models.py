@@ -11,23 +11,33 @@ does with these rows lives in `orchestrator.coordination`, HTTP in `orchestrator
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 from django.utils import timezone
 
-from orchestrator import keyset
+from orchestrator import keyset, notify
 from orchestrator.fingerprint import signature as failure_signature
-from orchestrator.vocabulary import Action, Breaker, FailureCategory, Jitter, Origin
+from orchestrator.vocabulary import (
+    Action,
+    Breaker,
+    Coordinator,
+    Delivery,
+    FailureCategory,
+    Jitter,
+    Origin,
+)
 
 # The taxonomy as Django choices (labels for forms and the admin); the values are the classifier's.
 FailureType = models.TextChoices(
@@ -80,6 +90,12 @@ class ApiToken(models.Model):
     )
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Where the resolutions of this token's review items are POSTed (README "Webhooks"), and
+    # the key that signs them: encrypted with a key derived from SECRET_KEY, shown only once.
+    callback_url = models.URLField(
+        max_length=500, blank=True, help_text="Resolutions of this token's review items go here"
+    )
+    sealed_signing_secret = models.TextField(blank=True, editable=False)
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -123,6 +139,32 @@ class ApiToken(models.Model):
     def is_active(self) -> bool:
         return self.revoked_at is None
 
+    def set_callback(self, url: str, actor: Any = None) -> str:
+        """Point this token's resolutions at `url` with a new signing secret; return the secret
+        (shown once: only its encrypted form is kept, to sign with)."""
+        secret = "whsec_" + secrets.token_urlsafe(32)
+        before = {"callback_url": self.callback_url}
+        self.callback_url = url
+        self.sealed_signing_secret = _fernet().encrypt(secret.encode()).decode()
+        self.full_clean(exclude=["hashed", "hint"])
+        with transaction.atomic():
+            self.save(update_fields=["callback_url", "sealed_signing_secret"])
+            AuditEntry.record(
+                actor=actor,
+                action="apitoken.callback",
+                obj=self,
+                before=before,
+                after={"callback_url": url},
+                note="a new signing secret was issued",
+            )
+        return secret
+
+    def signing_secret(self) -> str:
+        """The secret webhooks are signed with ("" if none was issued)."""
+        if not self.sealed_signing_secret:
+            return ""
+        return _fernet().decrypt(self.sealed_signing_secret.encode()).decode()
+
     def revoke(self) -> bool:
         """Revoke the token; return False if it was already revoked."""
         changed = ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(
@@ -158,17 +200,26 @@ class ApiToken(models.Model):
         self.last_used_at = now
 
 
+def _fernet() -> Any:
+    """The cipher of stored signing secrets, keyed by SECRET_KEY (a new SECRET_KEY means new
+    signing secrets: `createtoken --callback` issues one)."""
+    from cryptography.fernet import Fernet
+
+    digest = hashlib.sha256(b"failsight webhook secrets\n" + settings.SECRET_KEY.encode()).digest()
+    return Fernet(base64.urlsafe_b64encode(digest))
+
+
 # ---------------------------------------------------------------------------------------------
 # Workflows and runs
 
 
 # The one rule of who coordinates a workflow: the built-in coordinator steps a workflow started
 # over a capability (`start_workflow`, `POST /api/v1/workflows`, which refuse a capability with no
-# registered source); any other workflow is an agent's, whose runs agents report. A kind of
-# workflow added later (an explicitly external coordinator) changes this condition: the review
+# registered source); any other workflow is an agent's, whose runs agents report: one started
+# with `"coordinator": "external"` (capability or not), or one with no capability. The review
 # queue's origin (copied onto each item as it opens) and its resolutions read it, and the
 # dispatcher's due-run query (`dispatch.dispatch_due`) states the same test on the joined row.
-BUILT_IN_WORKFLOW = ~Q(capability="")
+BUILT_IN_WORKFLOW = ~Q(capability="") & Q(coordinator=Coordinator.BUILT_IN)
 
 
 class WorkflowQuerySet(models.QuerySet):
@@ -229,6 +280,9 @@ class Workflow(models.Model):
     breadth = models.PositiveSmallIntegerField(
         default=1, validators=[MinValueValidator(1)], help_text="Sources asked per topic at first"
     )
+    coordinator = models.CharField(
+        max_length=10, choices=Coordinator.choices(), default=Coordinator.BUILT_IN
+    )
     # POST /api/v1/workflows with an Idempotency-Key: a retried request finds this row again.
     idempotency_key = models.CharField(max_length=255, blank=True)
     request_hash = models.CharField(
@@ -268,7 +322,12 @@ class Workflow(models.Model):
     @property
     def is_built_in(self) -> bool:
         """Stepped by the built-in coordinator (BUILT_IN_WORKFLOW, for one loaded row)."""
-        return bool(self.capability)
+        return bool(self.capability) and self.coordinator == Coordinator.BUILT_IN
+
+    @property
+    def kind_label(self) -> str:
+        """What the workflow pages call its kind."""
+        return "built-in coordinator" if self.is_built_in else "agent's own coordinator"
 
     @property
     def origin(self) -> Origin:
@@ -366,15 +425,27 @@ class RunQuerySet(models.QuerySet):
             status=Run.Status.RUNNING, dispatched_at=now, lease_until=None, lease_owner=""
         )
 
+    def reported(self) -> RunQuerySet:
+        """Runs an agent reported over the API (a token), whatever coordinates them."""
+        return self.filter(token__isnull=False)
+
+    def coordinated(self) -> RunQuerySet:
+        """Runs the built-in coordinator created and sends to its workers (no token)."""
+        return self.filter(token__isnull=True)
+
     def lost_dispatches(self, before: datetime) -> RunQuerySet:
-        """Runs sent before `before` whose task never took their lease: the message was lost."""
-        return self.filter(
+        """Runs sent before `before` whose task never took their lease: the message was lost.
+
+        Only the coordinator's own runs: an agent's `running` run was never sent to a worker
+        (no dispatch time, no lease) and its agent, not the sweeper, finishes it."""
+        return self.coordinated().filter(
             status=Run.Status.RUNNING, lease_until__isnull=True, dispatched_at__lt=before
         )
 
     def lease_expired(self, now: datetime) -> RunQuerySet:
-        """Started runs whose lease ran out: their worker died (or froze) mid-call."""
-        return self.filter(status=Run.Status.RUNNING, lease_until__lt=now)
+        """Started runs whose lease ran out: their worker died (or froze) mid-call (the
+        coordinator's own runs only, as `lost_dispatches`)."""
+        return self.coordinated().filter(status=Run.Status.RUNNING, lease_until__lt=now)
 
     def take_back(self, now: datetime) -> int:
         """Free the expired leases among these for a new delivery; return how many were taken.
@@ -550,6 +621,14 @@ class Run(models.Model):
     decision = models.CharField(max_length=20, choices=Action.choices(), blank=True)
     decision_reason = models.TextField(blank=True)
     policy_version = models.PositiveIntegerField(null=True, blank=True)
+    # The rest of the routing decision (`record_decision`), whoever asked for it: the built-in
+    # coordinator, or an agent's own through `POST /api/v1/decisions` with the run's id.
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_delay = models.FloatField(null=True, blank=True, help_text="Seconds, for a retry")
+    budget_spent = models.FloatField(
+        null=True, blank=True, help_text="Retry-budget tokens the decision took"
+    )
+    switch_to = models.CharField(max_length=100, blank=True, help_text="A switch's next source")
     due_at = models.DateTimeField(null=True, blank=True, help_text="When a queued retry may run")
 
     created_at = models.DateTimeField(default=timezone.now)
@@ -783,24 +862,16 @@ class Run(models.Model):
                 setattr(self, name, value)
         return bool(changed)
 
-    def record_outcome(
-        self,
-        envelope: dict[str, Any],
-        finished_at: datetime,
-        calls: int,
-        delivery: int | None = None,
-    ) -> bool:
-        """Store a subagent's envelope on this running run, once; False if already recorded (or
-        if another delivery than `delivery` took the run over meanwhile)."""
+    def outcome_fields(self, envelope: dict[str, Any], finished_at: datetime) -> dict[str, Any]:
+        """The columns an envelope sets on a finished run, its status included."""
         ok = envelope.get("status") == "ok"
         results = list(envelope.get("results") or []) if ok else []
         partial = list(envelope.get("partial_results") or [])
         started = self.started_at or finished_at
         failure_type = None if ok else envelope.get("failure_type") or FailureCategory.UNCLASSIFIED
         detail = envelope.get("detail") or ""
-        return self.transition_fenced(
-            delivery,
-            self.Status.SUCCEEDED if ok else self.Status.FAILED,
+        return dict(
+            status=self.Status.SUCCEEDED if ok else self.Status.FAILED,
             results=results,
             result_count=len(results),
             failure_type=failure_type,
@@ -819,21 +890,89 @@ class Run(models.Model):
             attempted=envelope.get("attempted") or self.attempted,
             finished_at=finished_at,
             duration_ms=max(0.0, (finished_at - started).total_seconds() * 1000),
-            calls=calls,
+            calls=envelope.get("calls", self.calls),
         )
 
-    def record_decision(self, action: str, reason: str, policy_version: int | None) -> bool:
-        """Write the coordinator's decision on this finished run, once (the step's guard)."""
-        changed = Run.objects.filter(pk=self.pk, decision="").update(
-            decision=action, decision_reason=reason, policy_version=policy_version
-        )
+    def record_outcome(
+        self,
+        envelope: dict[str, Any],
+        finished_at: datetime,
+        calls: int,
+        delivery: int | None = None,
+    ) -> bool:
+        """Store a subagent's envelope on this running run, once; False if already recorded (or
+        if another delivery than `delivery` took the run over meanwhile)."""
+        fields = self.outcome_fields(envelope | {"calls": calls}, finished_at)
+        return self.transition_fenced(delivery, fields.pop("status"), **fields)
+
+    def record_decision(
+        self,
+        action: str,
+        reason: str,
+        policy_version: int | None,
+        *,
+        delay: float | None = None,
+        budget_spent: float = 0.0,
+        switch_to: str | None = None,
+        now: datetime | None = None,
+    ) -> bool:
+        """Write the routing decision on this finished run, once: the one place both the
+        built-in coordinator and an agent's `POST /decisions` store one. False if the run
+        already had a decision (the conditional update's loser, whose caller rolls back what it
+        spent deciding)."""
+        fields = {
+            "decision": action,
+            "decision_reason": reason,
+            "policy_version": policy_version,
+            "decided_at": now or timezone.now(),
+            "decision_delay": delay,
+            "budget_spent": budget_spent,
+            "switch_to": switch_to or "",
+        }
+        changed = Run.objects.filter(pk=self.pk, decision="").update(**fields)
         if changed:
-            self.decision, self.decision_reason, self.policy_version = (
-                action,
-                reason,
-                policy_version,
-            )
+            for name, value in fields.items():
+                setattr(self, name, value)
         return bool(changed)
+
+    @property
+    def decision_refresh(self) -> bool:
+        """A retry of an auth failure: routing retries one only after refreshing credentials."""
+        return self.decision == Action.RETRY and self.failure_type == FailureCategory.AUTH_FAILURE
+
+    def stored_decision(self) -> dict[str, Any]:
+        """The recorded decision in the shape `POST /decisions` answers with."""
+        return {
+            "action": self.decision,
+            "delay_seconds": self.decision_delay or 0.0,
+            "reason": self.decision_reason,
+            "policy_version": self.policy_version or 1,
+            "refresh": self.decision_refresh,
+            "switch_to": self.switch_to or None,
+            "budget_spent": self.budget_spent or 0.0,
+            "decided_at": self.decided_at,
+        }
+
+    @property
+    def is_reported(self) -> bool:
+        """Reported by an agent over the API (a token), not run by the built-in coordinator."""
+        return self.token_id is not None
+
+    def finish_reported(
+        self, envelope: dict[str, Any], finished_at: datetime, **extra: Any
+    ) -> bool:
+        """Finish an agent's running run with its envelope (`PATCH /api/v1/runs/{id}`), once;
+        False if it had finished already. `extra` sets other columns (duration, the failure
+        type as sent)."""
+        fields = self.outcome_fields(envelope, finished_at) | extra
+        fields.pop("calls")
+        return self.transition(self.Status.RUNNING, fields.pop("status"), **fields)
+
+    def same_outcome(self, envelope: dict[str, Any], **extra: Any) -> bool:
+        """True if this finished run already holds this outcome (a repeated finish)."""
+        fields = self.outcome_fields(envelope, self.finished_at or timezone.now()) | extra
+        compared = set(FINISH_COMPARED) | set(extra)
+        return all(getattr(self, name) == fields[name] for name in compared)
 
     def overrule_decision(self, action: str, reason: str) -> None:
         """Replace the decision an operator overrules (an escalation by hand)."""
@@ -842,6 +981,22 @@ class Run(models.Model):
         )
         self.decision, self.decision_reason = action, reason
 
+
+# What a repeated `PATCH /runs/{id}` is compared on: the same outcome is a replay, another one
+# a conflict (the finish time and duration are the server's unless sent, so they are not).
+FINISH_COMPARED = (
+    "status",
+    "failure_type",
+    "results",
+    "retryable",
+    "retry_after",
+    "status_code",
+    "provider_code",
+    "exception_type",
+    "detail",
+    "partial_results",
+    "alternatives",
+)
 
 # The envelope's two words for a run's outcome, as filters over run statuses.
 ENVELOPE_STATUSES = {"ok": (Run.Status.SUCCEEDED,), "error": Run.FAILURE}
@@ -1131,6 +1286,16 @@ class ReviewItemQuerySet(models.QuerySet):
             | Q(state=ReviewItem.State.RESOLVED, continued_at__isnull=True)
         )
 
+    def for_token(self, token: ApiToken) -> ReviewItemQuerySet:
+        """Items of the runs this token reported: what its agent's coordinator waits for."""
+        return self.filter(token=token)
+
+    def undelivered(self) -> ReviewItemQuerySet:
+        """Resolutions no agent has picked up yet, the earliest decision first (the feed)."""
+        return self.filter(state=ReviewItem.State.RESOLVED, delivered_at__isnull=True).order_by(
+            "resolved_at", "id"
+        )
+
     def mark_continued(self, item_id: int, now: datetime) -> bool:
         """Mark a resolved item applied; True for the one caller that wins (the step's guard)."""
         return bool(
@@ -1198,6 +1363,20 @@ class ReviewItem(models.Model):
         max_length=300, blank=True, help_text="What applying the resolution did (the timeline's)"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    # An agent-reported item's resolution goes back to the token that reported the run: it
+    # picks it up once, by an ack or by a webhook its receiver answered with a 2xx.
+    token = models.ForeignKey(
+        ApiToken,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="review_items",
+        db_index=False,
+    )
+    delivered_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the agent picked the resolution up (once)"
+    )
+    delivered_via = models.CharField(max_length=10, choices=Delivery.choices(), blank=True)
 
     objects = ReviewItemQuerySet.as_manager()
 
@@ -1220,6 +1399,16 @@ class ReviewItem(models.Model):
             ),
             # grouping escalations with the same signature
             models.Index(fields=["signature", "state"], name="review_signature_state"),
+            # GET /api/v1/reviews?state=resolved&delivered=false: one token's resolutions not
+            # picked up yet, in keyset pages (the rows leave it as they are acknowledged)
+            models.Index(
+                fields=["token", "resolved_at", "id"],
+                name="review_undelivered",
+                condition=Q(state="resolved", delivered_at__isnull=True),
+            ),
+            # the other lists of GET /api/v1/reviews (one token's items by id) and deleting a
+            # token (the SET NULL of this key)
+            models.Index(fields=["token", "id"], name="review_token_id"),
             # the beat task applying fallbacks to pending items past their deadline
             models.Index(
                 fields=["deadline_at"],
@@ -1242,8 +1431,22 @@ class ReviewItem(models.Model):
         self.source = self.source or run.source
         self.agent = self.agent or run.agent
         self.workflow_id = self.workflow_id or run.workflow_id
+        self.token_id = self.token_id or run.token_id
         workflow = self.workflow if self.workflow_id else None
         self.origin = workflow.origin if workflow is not None else Origin.AGENT
+
+    @property
+    def is_delivered(self) -> bool:
+        return self.delivered_at is not None
+
+    def acknowledge(self, via: str, now: datetime | None = None) -> bool:
+        """Mark the resolution picked up by the agent, once; True for the one caller that won
+        (a repeated ack, or a webhook after an ack, changes nothing)."""
+        changed = ReviewItem.objects.filter(
+            pk=self.pk, state=self.State.RESOLVED, delivered_at__isnull=True
+        ).update(delivered_at=now or timezone.now(), delivered_via=via)
+        self.refresh_from_db(fields=["delivered_at", "delivered_via"])
+        return bool(changed)
 
     @property
     def is_pending(self) -> bool:
@@ -1349,6 +1552,7 @@ class ReviewItem(models.Model):
             note=changes.get("note", ""),
         )
         review_resolved.send(sender=ReviewItem, item=self)
+        notify.announce(notify.REVIEW_RESOLVED, self.pk)  # heard by long polls at the commit
         return 1
 
     def _save_override(self, user: Any, failure_type: str, note: str) -> int | None:
@@ -1419,6 +1623,135 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task}{tuple(self.args)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Webhook deliveries of resolutions
+
+
+class WebhookDeliveryQuerySet(models.QuerySet):
+    def stalled(self, now: datetime) -> WebhookDeliveryQuerySet:
+        """Pending deliveries whose attempt's lease ran out with no outcome (a killed worker)."""
+        return self.filter(state=WebhookDelivery.State.PENDING, lease_until__lt=now)
+
+
+class WebhookDelivery(models.Model):
+    """One review item's resolution on its way to its token's callback URL.
+
+    One row per resolution (the item is unique), whatever the number of attempts: its
+    `delivery_id` is sent with every attempt (`Failsight-Delivery`), so a receiver that got an
+    attempt whose answer we never saw (a worker killed mid-request) dedupes the redelivery.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed", "given up"
+
+    item = models.OneToOneField(ReviewItem, on_delete=models.CASCADE, related_name="webhook")
+    token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="deliveries")
+    url = models.URLField(max_length=500)
+    delivery_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    # The attempt in flight holds the delivery until then (its timeout and a margin); a worker
+    # killed mid-request leaves it to run out, after which a redelivery may take over.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+
+    objects = WebhookDeliveryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # the sweeper's "an attempt died with its worker" safety net
+            models.Index(
+                fields=["lease_until"], name="webhook_pending_lease", condition=Q(state="pending")
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery of review {self.item_id} to {self.url} ({self.state})"
+
+    def begin_attempt(self, owner: str, now: datetime, until: datetime, dead: str = "") -> int:
+        """Take the delivery for one attempt; return its number (0: delivered, given up, or an
+        attempt alive elsewhere holds it). A holder known dead (`dead`) is taken over."""
+        # Nobody holds it: no lease, one run out, one the sweeper claimed for a resend (no
+        # owner), this process's own, or a holder known dead.
+        free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner__in=["", owner])
+        if dead:
+            free |= Q(lease_owner=dead)
+        won = (
+            WebhookDelivery.objects.filter(pk=self.pk, state=self.State.PENDING)
+            .filter(free)
+            .update(attempts=F("attempts") + 1, lease_until=until, lease_owner=owner)
+        )
+        self.refresh_from_db(fields=["attempts", "lease_until", "lease_owner", "state"])
+        if not won:
+            return 0
+        WebhookAttempt.objects.create(delivery=self, number=self.attempts, started_at=now)
+        return self.attempts
+
+    def succeed(self, number: int, status_code: int, now: datetime) -> bool:
+        """Record attempt `number`'s 2xx: the agent's ack. True unless an earlier attempt was
+        already acked (the unique constraint's loser: the receiver had it already)."""
+        try:
+            with transaction.atomic():
+                WebhookAttempt.objects.filter(delivery=self, number=number).update(
+                    finished_at=now, status_code=status_code, acked=True
+                )
+        except IntegrityError:
+            return False
+        self._settle(self.State.DELIVERED, now, delivered_at=now, last_error="")
+        self.item.acknowledge(Delivery.WEBHOOK, now)
+        return True
+
+    def fail(self, number: int, status_code: int | None, error: str, now: datetime) -> None:
+        """Record attempt `number`'s failure (a non-2xx, a timeout, a refused connection)."""
+        WebhookAttempt.objects.filter(delivery=self, number=number).update(
+            finished_at=now, status_code=status_code, error=error[:500]
+        )
+        WebhookDelivery.objects.filter(pk=self.pk, state=self.State.PENDING).update(
+            last_error=error[:500], lease_until=None, lease_owner=""
+        )
+
+    def give_up(self, now: datetime) -> None:
+        self._settle(self.State.FAILED, now)
+
+    def _settle(self, state: str, now: datetime, **fields: Any) -> None:
+        WebhookDelivery.objects.filter(pk=self.pk, state=self.State.PENDING).update(
+            state=state, lease_until=None, lease_owner="", **fields
+        )
+        self.refresh_from_db()
+
+
+class WebhookAttempt(models.Model):
+    """One POST of a delivery: when, what the receiver answered, whether it counted as the ack."""
+
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="tries")
+    number = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    acked = models.BooleanField(default=False, help_text="Answered with a 2xx: the agent's ack")
+
+    class Meta:
+        ordering = ["delivery", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["delivery", "number"], name="webhook_attempt_number"),
+            # Exactly once: a resolution never has two acked deliveries, whatever the races.
+            models.UniqueConstraint(
+                fields=["delivery"], condition=Q(acked=True), name="webhook_one_ack"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        outcome = self.status_code or self.error or "no answer"
+        return f"attempt {self.number} of {self.delivery_id}: {outcome}"
 
 
 # ---------------------------------------------------------------------------------------------

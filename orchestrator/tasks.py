@@ -12,7 +12,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from orchestrator.coordination import dispatch, execution, review, workflow
+from orchestrator.coordination import delivery, dispatch, execution, review, workflow
 
 # A database that restarts or drops a connection fails the task with one of these: it is tried
 # again with backoff instead of leaving its run or workflow behind. The longest wait stays below
@@ -41,11 +41,18 @@ def coordinate(workflow_id: int, review_item_id: int | None = None) -> str:
 @shared_task(ignore_result=True)
 def sweep() -> int:
     """Send what is due: unsent outbox messages, due retries, lost runs, runs whose lease ran out,
-    stalled workflows (retries and delays wait in the database, never in the broker)."""
-    return dispatch.sweep()
+    stalled workflows, webhook attempts that died with their worker (retries and delays wait in
+    the database, never in the broker)."""
+    return dispatch.sweep() + delivery.resend_stalled()
 
 
 @shared_task(ignore_result=True)
 def apply_review_fallbacks() -> int:
     """Resolve review items left undecided past their deadline with their type's fallback."""
     return review.apply_overdue_fallbacks()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **ON_DATABASE_ERRORS)
+def deliver_resolution(delivery_id: int) -> str:
+    """POST a review item's resolution to its token's callback URL, signed (one attempt)."""
+    return delivery.deliver(delivery_id)

@@ -18,6 +18,8 @@ __all__ = [
     "RETRYABLE",
     "Action",
     "Breaker",
+    "Coordinator",
+    "Delivery",
     "FailureCategory",
     "Jitter",
     "Origin",
@@ -106,3 +108,22 @@ class Origin(Vocabulary):
     @property
     def label(self) -> str:
         return "built-in" if self is Origin.BUILT_IN else "agent-reported"
+
+
+class Coordinator(Vocabulary):
+    """Who steps a workflow: the rule `Workflow.is_built_in` reads this with the capability."""
+
+    # The built-in coordinator fans the workflow out over a registered capability and steps it.
+    BUILT_IN = "built_in"
+    # An agent's own coordinator (LangGraph, CrewAI, a loop of its own) reports the runs and
+    # finishes the workflow (`POST /api/v1/workflows/{id}/finish`); the built-in one never steps it.
+    EXTERNAL = "external"
+
+
+class Delivery(Vocabulary):
+    """How an agent's coordinator picked up a review item's resolution (the first way wins)."""
+
+    # `POST /api/v1/reviews/{id}/ack`, after a long poll or the unacknowledged feed.
+    ACK = "ack"
+    # A signed POST to the token's callback URL answered with a 2xx.
+    WEBHOOK = "webhook"

@@ -5,9 +5,10 @@ auth on every operation (`auth`), the per-token rate limit, the JSON body parser
 the error envelope for every failure (`errors`) and the `X-Policy-Version` header on every answer
 (`policies`). A router added later needs only `api.add_router("/prefix", router)` and
 `response={200: X, **error_responses()}` in its decorators.
-The routers: `runs` (report, list, read), `policies`, `decisions` (routing as a service and
-classification), `workflows` (the built-in coordinator), `otlp` (OpenTelemetry spans in, as
-runs). Business rules live in the models and in `orchestrator.coordination`, never here.
+The routers: `runs` (report, list, read, finish), `policies`, `decisions` (routing as a service
+and classification), `workflows` (the built-in coordinator's and agents' own), `otlp`
+(OpenTelemetry spans in, as runs), `reviews` (escalations and their resolutions, delivered
+back). Business rules live in the models and in `orchestrator.coordination`, never here.
 
 Every valid token sees every run: this is an internal multi-agent system where coordinators read
 what their subagents (holding other tokens) reported. Idempotency keys are scoped per token.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path, re_path
 from ninja import NinjaAPI
 
-from orchestrator.api import decisions, otlp, policies, runs, workflows
+from orchestrator.api import decisions, otlp, policies, reviews, runs, workflows
 from orchestrator.api.auth import BearerToken, TokenRateThrottle
 from orchestrator.api.docs import LocalSwagger, docs_asset
 from orchestrator.api.errors import (
@@ -86,3 +87,4 @@ api.add_router("/policies", policies.router)
 api.add_router("", decisions.router)
 api.add_router("/workflows", workflows.router)
 api.add_router("/otlp", otlp.router)
+api.add_router("/reviews", reviews.router)

@@ -11,11 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
+from django.urls import reverse
 from ninja import Router
 
 from classifier.described import classify_description, describe_mcp_result
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from orchestrator.api.errors import (
+    ApiError,
     EnvelopeParser,
     FieldError,
     error_responses,
@@ -30,8 +32,9 @@ from orchestrator.api.schemas import (
 )
 from orchestrator.coordination import budget, clock, policy, routing
 from orchestrator.coordination.registry import registry
-from orchestrator.models import Workflow
-from orchestrator.vocabulary import Action
+from orchestrator.coordination.workflow import decide_reported
+from orchestrator.models import ReviewItem, Run, Workflow
+from orchestrator.vocabulary import Action, FailureCategory
 
 router = Router(tags=["coordination"])
 
@@ -48,13 +51,20 @@ MCP_FIELDS = {
 }
 
 
-@router.post("/decisions", response={200: DecisionOut, **error_responses(404, body=True)})
+@router.post("/decisions", response={200: DecisionOut, **error_responses(404, 409, body=True)})
 def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
     """Routing as a service: what to do after a failure, with the current policy version.
 
-    `retryable: false` in the failure is never answered with a blind retry; `switch_to` names the
-    source a `switch_source` goes to (the capability's next untried source, else an alternative
-    the failure suggested that names a registered source)."""
+    With `run` (a failed run an agent reported) the decision is the built-in coordinator's own,
+    stored on the run as it stores its own (action, delay, reason, policy version, budget spent):
+    the run page shows it and the tiles count it; asked again, the stored decision is returned
+    without deciding or spending budget twice. An `escalate` then carries `review`: the item it
+    opened. `retryable: false` in the failure is never answered with a blind retry; `switch_to`
+    names the source a `switch_source` goes to (the capability's next untried source, else an
+    alternative the failure suggested that names a registered source)."""
+    if payload.run is not None:
+        return _decide_on_run(request, payload)
+    assert payload.failure is not None and payload.source is not None  # DecisionIn says so
     wf = None
     if payload.workflow:
         wf = Workflow.objects.filter(pk=payload.workflow).first()
@@ -81,12 +91,53 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
     state = budget.state(payload.source)
     now = clock.now()
     decision = routing.decide(facts, payload.attempt, snap, state, ctx, now=now)
+    spent = decision.budget_cost if decision.action == Action.RETRY else 0.0
     if decision.action == Action.RETRY and not budget.try_spend(
         payload.source, decision.budget_cost
     ):
         empty = routing.Budget(source=payload.source, tokens=0)
         decision = routing.decide(facts, payload.attempt, snap, empty, ctx, now=now)
-    return decision.to_dict()
+        spent = 0.0
+    return decision.to_dict() | {"budget_spent": spent}
+
+
+def _decide_on_run(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
+    run = Run.objects.select_related("workflow").filter(pk=payload.run).first()
+    if run is None:
+        raise not_found_error(f"No run with id {payload.run}.")
+    if payload.failure is not None and payload.failure.failure_type != run.failure_type:
+        error = FieldError(
+            "failure.failure_type", f"run {run.pk} failed with {run.failure_type or 'no failure'}"
+        )
+        raise invalid("The failure is not the run's.", [error])
+    item = None
+    if not run.decision:
+        if run.status != Run.Status.FAILED:
+            raise ApiError(
+                409,
+                FailureCategory.INVALID_INPUT,
+                _nothing_to_decide(run),
+                alternatives=["report the run's outcome first (PATCH /runs/{id})"],
+            )
+        _, item = decide_reported(run)
+    elif run.decision == Action.ESCALATE:
+        item = run.review_items.order_by("-id").first()
+    answer = run.stored_decision() | {"run": run.pk}
+    if item is not None:
+        answer["review"] = review_ref(request, item)
+    return answer
+
+
+def _nothing_to_decide(run: Run) -> str:
+    if run.is_pending:
+        return f"Run {run.pk} is {run.status}: there is no failure to decide about yet."
+    return f"Run {run.pk} {run.status}: only a failed run gets a decision."
+
+
+def review_ref(request: HttpRequest, item: ReviewItem) -> dict[str, Any]:
+    """An item as a decision or an escalation names it: its id and its page's address."""
+    url = reverse("dashboard:review_item", args=[item.pk])
+    return {"id": item.pk, "url": request.build_absolute_uri(url)}
 
 
 @router.post("/classify", response={200: ClassificationOut, **error_responses(body=True)})

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from classifier import FailureCategory
 from orchestrator.api.errors import ApiError, FieldError, invalid
-from orchestrator.api.schemas import RunIn
+from orchestrator.api.schemas import EnvelopeIn, RunIn
 from orchestrator.fingerprint import signature
 from orchestrator.models import Run, Workflow
 
@@ -70,6 +70,30 @@ ROW_FIELDS = (
     "request_hash",
     "trace_id",
     "span_id",
+)
+
+
+# A report's envelope status as the run's status ("running": started, finished by a PATCH).
+REPORTED_STATUS = {
+    "ok": Run.Status.SUCCEEDED.value,
+    "error": Run.Status.FAILED.value,
+    "running": Run.Status.RUNNING.value,
+}
+# What a `running` report cannot carry yet: its outcome.
+OUTCOME_FIELDS = (
+    "failure_type",
+    "retryable",
+    "retry_after",
+    "partial_results",
+    "detail",
+    "results",
+    "finished_at",
+    "duration_ms",
+    "status_code",
+    "provider_code",
+    "exception_type",
+    "signal",
+    "chain",
 )
 
 
@@ -122,14 +146,18 @@ def validate_item(raw: Any, prefix: str) -> tuple[RunIn | None, list[FieldError]
     return (None if errors else run), errors
 
 
-def consistency_errors(run: RunIn, prefix: str = "") -> list[FieldError]:
+def consistency_errors(run: EnvelopeIn, prefix: str = "") -> list[FieldError]:
     """Return what contradicts the envelope's rules: one status, its own fields."""
     errors = []
 
     def refuse(field: str, message: str) -> None:
         errors.append(FieldError(_path(prefix, [field]), message))
 
-    if run.status == "ok":
+    if run.status == "running":
+        for name in OUTCOME_FIELDS:
+            if getattr(run, name) not in (None, "", []):
+                refuse(name, "a running run has no outcome yet: send it with PATCH /runs/{id}")
+    elif run.status == "ok":
         if run.failure_type is not None:
             refuse("failure_type", "must be null when status is ok (an empty result is a success)")
         if run.partial_results:
@@ -139,9 +167,10 @@ def consistency_errors(run: RunIn, prefix: str = "") -> list[FieldError]:
             refuse("failure_type", "is required when status is error")
         if run.results:
             refuse("results", "a failure reports what it gathered in partial_results")
-    if run.started_at and run.finished_at and run.finished_at < run.started_at:
+    started = getattr(run, "started_at", None)  # a finish (RunFinishIn) has no start
+    if started and run.finished_at and run.finished_at < started:
         refuse("finished_at", "is before started_at")
-    if run.span_id and not run.trace_id:
+    if getattr(run, "span_id", "") and not run.trace_id:
         refuse("span_id", "names a span of no trace: send trace_id too")
     return errors
 
@@ -230,7 +259,6 @@ def _operation(run: RunIn) -> str:
 def _row(p: Pending) -> tuple:
     """The ROW_FIELDS values of one run, as Python values (JSON columns as lists and dicts)."""
     run = p.run
-    ok = run.status == "ok"
     return (
         run.workflow,
         run.topic,
@@ -241,7 +269,7 @@ def _row(p: Pending) -> tuple:
         run.attempted,
         run.attempt,
         run.retry_of,
-        Run.Status.SUCCEEDED.value if ok else Run.Status.FAILED.value,
+        REPORTED_STATUS[run.status],
         len(run.results),
         run.results,
         run.failure_type.value if run.failure_type else None,

@@ -11,11 +11,13 @@ from typing import Annotated, Any
 import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from ninja import Header, Query, Router
 from ninja.responses import Status
 
 from orchestrator.api import ingest
 from orchestrator.api.errors import (
+    ApiError,
     EnvelopeParser,
     FieldError,
     error_responses,
@@ -26,6 +28,7 @@ from orchestrator.api.schemas import (
     BatchResultOut,
     RunBatchIn,
     RunFilters,
+    RunFinishIn,
     RunIn,
     RunListOut,
     RunOut,
@@ -33,6 +36,7 @@ from orchestrator.api.schemas import (
 )
 from orchestrator.keyset import decode_cursor, encode_cursor
 from orchestrator.models import Run
+from orchestrator.vocabulary import FailureCategory
 
 router = Router(tags=["runs"])
 
@@ -97,3 +101,45 @@ def get_run(request: HttpRequest, run_id: int) -> Run:
     if run is None:
         raise not_found_error(f"No run with id {run_id}.")
     return run
+
+
+@router.patch("/{int:run_id}", response={200: RunOut, **error_responses(404, 409, body=True)})
+def finish_run(request: HttpRequest, run_id: int, payload: RunFinishIn) -> Run:
+    """Finish a run reported as `running`, once, with its envelope (`status` ok or error and the
+    report's fields, under the same names and aliases). The same finish again returns the run;
+    another outcome for a finished run, or a run the built-in coordinator runs, is a 409."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise not_found_error(f"No run with id {run_id}.")
+    if not run.is_reported:
+        raise _conflict(f"Run {run_id} is run by the built-in coordinator: it records its own.")
+    errors = ingest.consistency_errors(payload)
+    if errors:
+        raise invalid("Invalid outcome.", errors)
+    envelope = payload.envelope()
+    finished = payload.finished_at or timezone.now()
+    started = run.started_at or run.created_at
+    if finished < started:
+        raise invalid("Invalid outcome.", [FieldError("finished_at", "is before the run started")])
+    extra = {
+        "reported_failure_type": payload.reported_failure_type,
+        "duration_ms": payload.duration_ms
+        if payload.duration_ms is not None
+        else (finished - started).total_seconds() * 1000,
+    }
+    if run.finish_reported(envelope, finished, **extra):
+        return run
+    run.refresh_from_db()
+    sent = {"finished_at": payload.finished_at} if payload.finished_at else {}
+    if run.status != Run.Status.RUNNING and run.same_outcome(envelope, **sent):
+        return run  # the same finish again: a retry whose answer was lost
+    raise _conflict(f"Run {run_id} already finished ({run.status}) with another outcome.")
+
+
+def _conflict(detail: str) -> ApiError:
+    return ApiError(
+        409,
+        FailureCategory.INVALID_INPUT,
+        detail,
+        alternatives=["report a new run (retry_of this one) for a new attempt"],
+    )

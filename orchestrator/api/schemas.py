@@ -38,8 +38,8 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from classifier import TAXONOMY_VERSION, FailureCategory, Signal
 from classifier.envelope import ATTEMPTED_QUERY, field_names
 from classifier.taxonomy import ALIASES, UnknownFailureType, parse_failure_type
-from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, Run
-from orchestrator.vocabulary import Action
+from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, ReviewItem, Run
+from orchestrator.vocabulary import Action, Coordinator
 
 RunSetName = Enum("RunSetName", {name: name for name in NAMED_SETS}, type=str)
 # A run status, or one of the envelope's two words for an outcome (ok, error).
@@ -215,19 +215,12 @@ class ErrorOut(Schema):
 # Runs in
 
 
-class RunIn(BaseModel):
-    """One run reported by an agent: the envelope plus who ran what, where, and when.
-
-    `status` is the envelope's: "ok" is stored as a succeeded run (zero results is the valid empty
-    case), "error" as a failed run, which then needs a `failure_type`. Other run statuses
-    (skipped, cancelled, escalated …) are the coordinator's to set, not an agent's to report: v1
-    accepts the envelope's two, and a value can be added later without breaking clients.
-
-    The output of `classifier.envelope.error_envelope()` and `success_envelope()` is accepted as
-    it is. Every field is also read under its camelCase form (`failureType`, `partialResults` …),
-    `alternatives` also as `alternatives_suggested`, `retryable` as `retry_recommended`, and a bare
-    `attempted_query` string as `attempted.query`; one field sent under two names is refused.
-    Unknown fields are refused (422) so that a misspelt field is not silently lost.
+class EnvelopeIn(BaseModel):
+    """A run's outcome as an agent reports it: the envelope (what `RunIn` and `RunFinishIn`
+    share). Every field is also read under its camelCase form (`failureType`, `partialResults`
+    …), `alternatives` also as `alternatives_suggested`, `retryable` as `retry_recommended`, and
+    a bare `attempted_query` string as `attempted.query`; one field sent under two names is
+    refused. Unknown fields are refused (422) so that a misspelt field is not silently lost.
     """
 
     model_config = ConfigDict(
@@ -257,16 +250,6 @@ class RunIn(BaseModel):
     )
     detail: str = Field("", description="Human-readable error, kept verbatim")
     results: list[Any] = Field(default_factory=list, description="The results, when ok")
-
-    agent: Name
-    source: Name
-    operation: Str200 = Field("", description="Defaults to attempted.operation")
-    workflow: RunId | None = Field(None, description="Id of an existing workflow")
-    topic: Str200 = ""
-    capability: Str100 = ""
-    attempt: int = Field(1, ge=1, le=INT_MAX)
-    retry_of: RunId | None = Field(None, description="Id of the first attempt of the same task")
-    started_at: datetime | None = None
     finished_at: datetime | None = None
     duration_ms: float | None = Field(None, ge=0)
     status_code: int | None = Field(
@@ -282,21 +265,12 @@ class RunIn(BaseModel):
         le=TAXONOMY_VERSION,
         description=f"The taxonomy the failure type is from; this server speaks {TAXONOMY_VERSION}",
     )
-    idempotency_key: Str255 = Field(
-        "", description="Batch items only (single reports use the Idempotency-Key header)"
-    )
-    trace_id: TraceId = Field(
-        "", description="The OpenTelemetry trace this run belongs to (32 hex digits)"
-    )
-    span_id: SpanId = Field(
-        "", description="The span of this run in that trace (16 hex digits; needs trace_id)"
-    )
 
     _sent_failure_type: str | None = PrivateAttr(None)
 
     @model_validator(mode="wrap")
     @classmethod
-    def _read_other_names(cls, data: Any, handler: Any) -> RunIn:
+    def _read_other_names(cls, data: Any, handler: Any) -> EnvelopeIn:
         if not isinstance(data, dict):
             return handler(data)
         data = fold_other_names(cls, data)
@@ -311,7 +285,68 @@ class RunIn(BaseModel):
         """The failure type as the agent wrote it, when that differs from the canonical name."""
         return self._sent_failure_type
 
-    _in_utc = field_validator("started_at", "finished_at")(in_utc)
+    _finished_in_utc = field_validator("finished_at")(in_utc)
+
+    def envelope(self) -> dict[str, Any]:
+        """The outcome as `Run.outcome_fields` reads it."""
+        return {
+            "status": self.status,
+            "failure_type": self.failure_type.value if self.failure_type else None,
+            "retryable": self.retryable,
+            "retry_after": self.retry_after,
+            "attempted": self.attempted,
+            "partial_results": self.partial_results,
+            "alternatives": self.alternatives,
+            "detail": self.detail,
+            "results": self.results,
+            "status_code": self.status_code,
+            "provider_code": self.provider_code,
+            "exception_type": self.exception_type,
+            "signal": self.signal.value if self.signal else "",
+            "chain": self.chain,
+        }
+
+
+class RunIn(EnvelopeIn):
+    """One run reported by an agent: the envelope plus who ran what, where, and when.
+
+    `status` is the envelope's: "ok" is stored as a succeeded run (zero results is the valid empty
+    case), "error" as a failed run, which then needs a `failure_type`. "running" reports a run
+    that has started (no outcome fields yet): it shows in the in-flight view with its age, and
+    `PATCH /runs/{id}` finishes it once with its envelope. Other run statuses (skipped, cancelled,
+    escalated …) are the coordinator's to set, not an agent's to report.
+
+    The output of `classifier.envelope.error_envelope()` and `success_envelope()` is accepted as
+    it is, under any of the envelope's other names (see `EnvelopeIn`).
+    """
+
+    status: Literal["ok", "error", "running"]
+    agent: Name
+    source: Name
+    operation: Str200 = Field("", description="Defaults to attempted.operation")
+    workflow: RunId | None = Field(None, description="Id of an existing workflow")
+    topic: Str200 = ""
+    capability: Str100 = ""
+    attempt: int = Field(1, ge=1, le=INT_MAX)
+    retry_of: RunId | None = Field(None, description="Id of the first attempt of the same task")
+    started_at: datetime | None = None
+    idempotency_key: Str255 = Field(
+        "", description="Batch items only (single reports use the Idempotency-Key header)"
+    )
+    trace_id: TraceId = Field(
+        "", description="The OpenTelemetry trace this run belongs to (32 hex digits)"
+    )
+    span_id: SpanId = Field(
+        "", description="The span of this run in that trace (16 hex digits; needs trace_id)"
+    )
+
+    _started_in_utc = field_validator("started_at")(in_utc)
+
+
+class RunFinishIn(EnvelopeIn):
+    """The outcome of a run reported as `running` (`PATCH /runs/{id}`): the envelope, with the
+    same names and aliases as a report. Sent again unchanged it returns the run; another outcome
+    for a finished run is a 409."""
 
 
 class RunBatchIn(BaseModel):
@@ -576,9 +611,19 @@ def _category_as_failure_type(data: dict[str, Any]) -> dict[str, Any]:
 
 
 class DecisionIn(Schema):
-    failure: FailureIn = Field(description="An envelope, a run, or the output of /classify")
+    """What to decide about. With `run` (the id of a failed run an agent reported) the decision
+    is about that run's stored failure and is recorded on it; `failure` and `source` may then be
+    left out (a `failure` sent anyway must name the run's failure type). Without `run`, the
+    decision is only answered: `failure` and `source` are required."""
+
+    failure: FailureIn | None = Field(
+        None, description="An envelope, a run, or the output of /classify"
+    )
     attempt: int = Field(1, ge=1, le=1000, description="The attempt that just failed")
-    source: Name
+    source: Name | None = None
+    run: RunId | None = Field(
+        None, description="A failed run: the decision is stored on it, once (asked again: the same)"
+    )
     workflow: int | None = Field(None, ge=1, description="A workflow of the built-in coordinator")
     topic: Str200 = Field("", description="With `workflow`: the sources its runs tried are skipped")
     tried: list[Name] = Field(
@@ -586,6 +631,19 @@ class DecisionIn(Schema):
         max_length=100,
         description="Sources this task already tried: never proposed as `switch_to`",
     )
+
+    @model_validator(mode="after")
+    def _about_something(self) -> DecisionIn:
+        if self.run is None and (self.failure is None or self.source is None):
+            raise PydanticCustomError(
+                "missing", "failure and source are required unless run names a reported run"
+            )
+        return self
+
+
+class ReviewRefOut(Schema):
+    id: int
+    url: str = Field(description="The item's page on the dashboard (/review/<id>/)")
 
 
 class DecisionOut(Schema):
@@ -598,6 +656,12 @@ class DecisionOut(Schema):
     )
     switch_to: str | None = Field(
         None, description="switch_source only: the source to try next, when one is known"
+    )
+    run: int | None = Field(None, description="The run the decision is recorded on, if any")
+    budget_spent: float = Field(0.0, description="Retry-budget tokens this decision took")
+    decided_at: datetime | None = Field(None, description="When the recorded decision was taken")
+    review: ReviewRefOut | None = Field(
+        None, description="escalate with a run: the review item it opened (or that is open)"
     )
 
 
@@ -731,7 +795,13 @@ class WorkflowIn(Schema):
     name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
     goal: Annotated[str, StringConstraints(max_length=2000)] = ""
     topics: list[Topic] = Field(min_length=1, max_length=100)
-    capability: Name
+    coordinator: Coordinator = Field(
+        Coordinator.BUILT_IN,
+        description="built_in: this product's coordinator fans out over `capability`'s "
+        "registered sources and steps the workflow; external: your own coordinator reports the "
+        "runs (with this workflow's id and a topic) and calls POST /workflows/{id}/finish",
+    )
+    capability: Str100 = Field("", description="Required for built_in; optional for external")
     breadth: int = Field(1, ge=1, le=10)
     input: dict[str, Any] = Field(default_factory=dict, description="Passed to the sources")
 
@@ -740,6 +810,7 @@ class WorkflowOut(Schema):
     id: int
     name: str
     status: str
+    coordinator: Coordinator
     topics: list[str]
     capability: str
     breadth: int
@@ -756,3 +827,62 @@ class CoverageOut(Schema):
     final: bool
     summary: str
     coverage: dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# Review items and their resolutions
+
+
+class ReviewIn(Schema):
+    run: RunId = Field(description="A failed run this token's agent reported")
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=2000)] = Field(
+        description="What the reviewer should know"
+    )
+
+
+class ResolutionOut(Schema):
+    action: ReviewItem.Resolution
+    input: dict[str, Any] | None = Field(description="retry_edited: the input to retry with")
+    source: str | None = Field(description="switch_source: the source to switch to, when known")
+    failure_type: FailureCategory | None = Field(
+        description="The failure type the operator reclassified the failure as, if they did"
+    )
+    note: str
+    resolved_by: str | None = Field(description="The operator; null for the deadline fallback")
+    resolved_at: datetime
+
+
+class ReviewOut(Schema):
+    id: int
+    state: ReviewItem.State
+    run: int
+    workflow: int | None
+    reason: str
+    resolution: ResolutionOut | None
+    delivered_at: datetime | None = Field(description="When the agent picked the resolution up")
+
+
+class ReviewListOut(Schema):
+    items: list[ReviewOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page")
+
+
+class ReviewFilters(Schema):
+    """GET /reviews: this token's review items (of the runs it reported)."""
+
+    state: ReviewItem.State | None = None
+    delivered: bool | None = Field(
+        None, description="false: resolutions not acknowledged yet (POST /reviews/{id}/ack)"
+    )
+    cursor: Annotated[str, NoNul] | None = Field(None, max_length=200)
+    limit: int = Field(50, ge=1, le=500)
+
+
+class ReviewWait(Schema):
+    wait: float = Field(
+        0,
+        ge=0,
+        le=30,
+        description="Seconds to wait for a resolution (at most 30): the answer comes as soon as "
+        "the item is resolved, or after that long with its state then",
+    )

@@ -1,4 +1,5 @@
-"""Workflows run by the built-in coordinator: start one, read it, read its coverage.
+"""Workflows: start one (run by the built-in coordinator, or by an agent's own), read it, read its
+coverage, and finish an agent's own.
 
 Starting a workflow creates its row with its first step's outbox message in one transaction
 (`coordination.workflow.start_workflow`), so a broker that is down delays the start and never
@@ -14,14 +15,21 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Header, Router
 from ninja.responses import Status
 
-from orchestrator.api.errors import EnvelopeParser, error_responses, invalid, not_found_error
+from orchestrator.api.errors import (
+    ApiError,
+    EnvelopeParser,
+    error_responses,
+    invalid,
+    not_found_error,
+)
 from orchestrator.api.ingest import key_reused, request_hash
 from orchestrator.api.runs import REPLAYED_HEADER
 from orchestrator.api.schemas import CoverageOut, Str255, WorkflowIn, WorkflowOut
 from orchestrator.coordination import coverage
 from orchestrator.coordination.registry import registry
-from orchestrator.coordination.workflow import start_workflow_once
+from orchestrator.coordination.workflow import RunsInFlight, finish_external, start_workflow_once
 from orchestrator.models import ReviewItem, Run, Workflow
+from orchestrator.vocabulary import Coordinator, FailureCategory
 
 router = Router(tags=["workflows"])
 
@@ -33,13 +41,20 @@ def start(
     payload: WorkflowIn,
     idempotency_key: Annotated[Str255 | None, Header(alias="Idempotency-Key")] = None,
 ) -> Status:
-    """Start a workflow run by this product's coordinator over the registered sources. With an
-    `Idempotency-Key` header, repeating the request returns the stored workflow (201 again, with
-    `Idempotent-Replayed: true`) and never starts a second one; the same key with another body is
-    a 409."""
-    if not registry().sources_for(payload.capability):
+    """Start a workflow: run by this product's coordinator over the registered sources of
+    `capability`, or with `"coordinator": "external"` by your own (no sources needed: your agents
+    report its runs with its id and a `topic`, and `POST /workflows/{id}/finish` settles it).
+    With an `Idempotency-Key` header, repeating the request returns the stored workflow (201
+    again, with `Idempotent-Replayed: true`) and never starts a second one; the same key with
+    another body is a 409."""
+    external = payload.coordinator == Coordinator.EXTERNAL
+    if not external and not registry().sources_for(payload.capability):
         known = ", ".join(sorted(registry().capabilities)) or "none"
-        raise invalid(f"No sources are registered for capability {payload.capability!r} ({known}).")
+        error = invalid(
+            f"No sources are registered for capability {payload.capability!r} ({known})."
+        )
+        error.alternatives.append('your own coordinator: "coordinator": "external"')
+        raise error
     digest = request_hash(EnvelopeParser.parsed(request) or {}) if idempotency_key else ""
     wf, replayed = start_workflow_once(
         payload.name,
@@ -51,6 +66,7 @@ def start(
         token=getattr(request, "auth", None),
         idempotency_key=idempotency_key or "",
         request_hash=digest,
+        coordinator=payload.coordinator,
     )
     if wf.request_hash != digest:
         raise key_reused(idempotency_key or "", wf.pk, "Idempotency-Key", noun="workflow")
@@ -79,6 +95,32 @@ def get_coverage(request: HttpRequest, workflow_id: int) -> dict[str, Any]:
     }
 
 
+@router.post("/{int:workflow_id}/finish", response={200: WorkflowOut, **error_responses(404, 409)})
+def finish(request: HttpRequest, workflow_id: int) -> dict[str, Any]:
+    """Settle an external workflow from the runs reported for it, by the built-in synthesis
+    rules: per topic the coverage verdict, a topic with no successful run a gap with its reason.
+    While a review item of it is open the workflow stays open (`awaiting_review`): finish it
+    again once your coordinator has acted on the resolution. A run still running is a 409;
+    finishing a finished workflow returns it."""
+    wf = _workflow(workflow_id)
+    if wf.is_built_in:
+        raise ApiError(
+            409,
+            FailureCategory.INVALID_INPUT,
+            f"Workflow {workflow_id} is stepped by the built-in coordinator, which settles it.",
+        )
+    try:
+        wf = finish_external(workflow_id) or wf
+    except RunsInFlight as exc:
+        raise ApiError(
+            409,
+            FailureCategory.INVALID_INPUT,
+            f"Workflow {workflow_id} has runs still running: {', '.join(map(str, exc.run_ids))}.",
+            alternatives=["finish them first (PATCH /runs/{id}), then finish the workflow"],
+        ) from None
+    return _workflow_out(wf)
+
+
 def _workflow(workflow_id: int) -> Workflow:
     wf = Workflow.objects.filter(pk=workflow_id).first()
     if wf is None:
@@ -94,6 +136,7 @@ def _workflow_out(wf: Workflow) -> dict[str, Any]:
         "id": wf.pk,
         "name": wf.name,
         "status": wf.status,
+        "coordinator": wf.coordinator,
         "topics": wf.topics,
         "capability": wf.capability,
         "breadth": wf.breadth,

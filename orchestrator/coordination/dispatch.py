@@ -34,6 +34,7 @@ from django.db.models import F
 
 from orchestrator.coordination import clock
 from orchestrator.models import OutboxMessage, Run, Workflow
+from orchestrator.vocabulary import Coordinator
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +161,13 @@ def dispatch_due(
     Inside a transaction (a step) the claims and their messages commit with it.
     """
     now = now or clock.now()
-    due = Run.objects.due(now).filter(workflow__isnull=False).exclude(workflow__capability="")
+    # Only runs of built-in workflows (BUILT_IN_WORKFLOW on the joined row): an agent's own
+    # coordinator runs its queued retries itself.
+    due = (
+        Run.objects.due(now)
+        .filter(workflow__isnull=False, workflow__coordinator=Coordinator.BUILT_IN)
+        .exclude(workflow__capability="")
+    )
     if workflow_id:
         due = due.filter(workflow_id=workflow_id)
     sent = 0

@@ -10,11 +10,18 @@ once, and lead to the failure group of the same key. Resolving an item is the mo
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
 
 from orchestrator.coordination import clock, policy
 from orchestrator.fingerprint import signature
-from orchestrator.models import ReviewItem, Run
-from orchestrator.vocabulary import FailureCategory
+from orchestrator.models import AuditEntry, PolicyState, ReviewItem, Run
+from orchestrator.vocabulary import Action, FailureCategory
+
+
+class CannotEscalate(Exception):
+    """The run is in no state to open a review item for (running, succeeded, cancelled …)."""
 
 
 def escalate(run: Run, reason: str, failure_type: str | None = None) -> ReviewItem | None:
@@ -33,3 +40,42 @@ def escalate(run: Run, reason: str, failure_type: str | None = None) -> ReviewIt
         deadline_at=now + timedelta(seconds=rule.review_deadline),
         created_at=now,
     )
+
+
+def escalate_reported(run: Run, reason: str, actor: Any) -> tuple[ReviewItem, bool]:
+    """An agent sends its own failed run to human review; return the item and whether it is new.
+
+    A run with an item still open returns that item (a repeated or concurrent call: `escalate`'s
+    conditional update lets one caller open it). The decision on the run becomes `escalate`,
+    recorded (or overruling an earlier one) as an operator's escalation is, and audited.
+    """
+    with transaction.atomic():
+        item = escalate(run, reason)
+        if item is None:
+            existing = run.review_items.filter(state__in=ReviewItem.PENDING).order_by("-id").first()
+            if existing is not None:
+                return existing, False
+            run.refresh_from_db(fields=["status"])
+            raise CannotEscalate(_why_not(run))
+        why = f"Escalated by the agent: {reason}"
+        if not run.record_decision(
+            Action.ESCALATE, why, PolicyState.current_version(), now=item.created_at
+        ):
+            run.overrule_decision(Action.ESCALATE, why)
+        AuditEntry.record(
+            actor=actor,
+            action="run.escalate",
+            obj=run,
+            before={"status": Run.Status.FAILED},
+            after={"status": Run.Status.ESCALATED, "review_item": item.pk},
+            note=reason,
+        )
+    return item, True
+
+
+def _why_not(run: Run) -> str:
+    if run.status == Run.Status.ESCALATED:
+        return f"Run {run.pk} was escalated and its review item is resolved already."
+    if run.is_pending:
+        return f"Run {run.pk} is {run.status}: finish it (PATCH /runs/{run.pk}) before escalating."
+    return f"Run {run.pk} {run.status}: only a failed run is escalated."

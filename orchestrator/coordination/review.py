@@ -132,8 +132,10 @@ def group_options(
 @receiver(review_resolved, dispatch_uid="coordination.review.continue_workflow")
 def continue_workflow(sender: Any, item: ReviewItem, **kwargs: Any) -> None:
     """Write the message of the step that applies `item`'s resolution, in the resolution's own
-    transaction: it is sent once that commits, and never lost if the broker is down then."""
-    dispatch.step(item.workflow_id, item.pk)
+    transaction: it is sent once that commits, and never lost if the broker is down then. An
+    agent-reported item's resolution goes back to the agent instead (`delivery`)."""
+    if item.is_built_in:
+        dispatch.step(item.workflow_id, item.pk)
 
 
 def apply_overdue_fallbacks(now: datetime | None = None) -> int:

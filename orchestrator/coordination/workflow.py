@@ -21,7 +21,7 @@ from orchestrator.coordination import budget, clock, coverage, dispatch, policy,
 from orchestrator.coordination.escalation import escalate
 from orchestrator.coordination.registry import registry
 from orchestrator.models import AuditEntry, ReviewItem, Run, Workflow, actor_label
-from orchestrator.vocabulary import Action, FailureCategory
+from orchestrator.vocabulary import Action, Coordinator, FailureCategory
 
 # ---------------------------------------------------------------------------------------------
 # Starting and stopping
@@ -65,12 +65,14 @@ def start_workflow_once(
     token: Any = None,
     idempotency_key: str = "",
     request_hash: str = "",
+    coordinator: str = Coordinator.BUILT_IN,
 ) -> tuple[Workflow, bool]:
     """Create a workflow with its first step's message; return it and whether it existed.
 
     With an `idempotency_key`, a second start under the same token and key returns the first
     workflow instead of a new one (the unique constraint arbitrates concurrent starts); the
-    caller compares its `request_hash` to tell a replay from a reused key.
+    caller compares its `request_hash` to tell a replay from a reused key. An external workflow
+    (an agent's own coordinator) gets no step: its agent reports the runs and finishes it.
     """
     fields = dict(
         name=name,
@@ -82,12 +84,14 @@ def start_workflow_once(
         token=token,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
+        coordinator=coordinator,
         created_at=clock.now(),
     )
     try:
         with transaction.atomic():
             wf = Workflow.objects.create(**fields)
-            dispatch.step(wf.pk)
+            if wf.is_built_in:
+                dispatch.step(wf.pk)
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -121,6 +125,8 @@ def step(workflow_id: int, review_item_id: int | None = None) -> str:
         wf = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
         if wf is None:
             return "missing"
+        if not wf.is_built_in:
+            return wf.status  # an agent's own coordinator steps it, never this one
         # Every resolution not applied yet, not only the one this step was sent for: a step that
         # settles the workflow must not leave a decision behind, and a lost step is made good by
         # the sweeper's next nudge. Each is applied once (`continued_at` is the guard).
@@ -283,9 +289,50 @@ def retryable_by(run: Run) -> str:
     )
 
 
+def record(run: Run, decision: routing.Decision) -> bool:
+    """Store `decision` on the run, once (`Run.record_decision`, the conditional update)."""
+    retrying = decision.action == Action.RETRY
+    return run.record_decision(
+        decision.action,
+        decision.reason,
+        decision.policy_version,
+        delay=decision.delay_seconds,
+        budget_spent=decision.budget_cost if retrying else 0.0,
+        switch_to=decision.switch_to,
+        now=clock.now(),
+    )
+
+
+class _Decided(Exception):
+    """Another request recorded the run's decision first: undo what this one spent."""
+
+
+def decide_reported(run: Run) -> tuple[bool, ReviewItem | None]:
+    """Decide about an agent's failed run as the coordinator decides about its own, and store it
+    once; return whether this call decided and the review item an escalation opened.
+
+    Deciding, paying the retry budget and recording happen in one transaction; the conditional
+    update of the decision lets one concurrent request win, and a loser rolls back, so the
+    budget is paid once. An `escalate` opens the review item (grouped by signature) as the
+    coordinator's own escalations do.
+    """
+    try:
+        with transaction.atomic():
+            decision = decide_for(run.workflow, run)
+            if not record(run, decision):
+                raise _Decided
+            item = None
+            if decision.action == Action.ESCALATE:
+                item = escalate(run, decision.reason, decision.failure_type)
+            return True, item
+    except _Decided:
+        run.refresh_from_db()
+        return False, run.review_items.order_by("-id").first()
+
+
 def _route(wf: Workflow, run: Run) -> None:
     decision = decide_for(wf, run)
-    if not run.record_decision(decision.action, decision.reason, decision.policy_version):
+    if not record(run, decision):
         return
     if decision.action == Action.RETRY:
         retry(run, decision.delay_seconds)
@@ -354,6 +401,43 @@ def _settle(wf: Workflow) -> None:
         coverage_summary=coverage.summarise(cov),
         finished_at=clock.now(),
     )
+
+
+class RunsInFlight(Exception):
+    """An agent finished a workflow while some of its runs are still running."""
+
+    def __init__(self, run_ids: list[int]) -> None:
+        super().__init__(f"runs still in flight: {run_ids}")
+        self.run_ids = run_ids
+
+
+def finish_external(workflow_id: int) -> Workflow | None:
+    """Settle an agent's workflow from the runs it reported, by the built-in synthesis rules.
+
+    A topic without a successful run is a gap with its reason; an open review item keeps the
+    workflow open (awaiting review: finish it again once the agent has acted on the
+    resolution); a run still in flight is refused (`RunsInFlight`). A finished workflow is
+    returned as it is. None if there is no such workflow.
+    """
+    with transaction.atomic():
+        wf = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
+        if wf is None or wf.is_finished or wf.is_built_in:
+            return wf
+        runs = list(wf.runs.all())
+        running = [r.pk for r in runs if r.is_pending]
+        if running:
+            raise RunsInFlight(running)
+        if wf.review_items.filter(state__in=ReviewItem.PENDING).exists():
+            wf.move_to(Workflow.Status.AWAITING_REVIEW)
+            return wf
+        cov = coverage.workflow_coverage(wf, runs)
+        wf.move_to(
+            coverage.final_status(cov, runs),
+            coverage=cov,
+            coverage_summary=coverage.summarise(cov),
+            finished_at=clock.now(),
+        )
+        return wf
 
 
 def reopen(workflow_id: int | None) -> None:

@@ -1,0 +1,126 @@
+"""Review items for agents' own coordinators: escalate a run, wait for the resolution, list the
+resolutions not picked up yet, acknowledge one.
+
+An item belongs to the token that reported its run (`ReviewItem.token`): that token lists its
+items and acknowledges their resolutions; every token may read any item, as every token reads
+any run. `?wait=S` on an item answers as soon as it is resolved (`notify.wait_for`: LISTEN/NOTIFY
+on PostgreSQL, a bounded poll on SQLite). The rules live in the models and
+`orchestrator.coordination` (`escalation.escalate_reported`, `delivery.resolution_payload`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from ninja import Query, Router
+from ninja.responses import Status
+
+from orchestrator import keyset, notify
+from orchestrator.api.decisions import review_ref
+from orchestrator.api.errors import ApiError, FieldError, error_responses, invalid, not_found_error
+from orchestrator.api.schemas import ReviewFilters, ReviewIn, ReviewListOut, ReviewOut, ReviewWait
+from orchestrator.coordination.delivery import resolution_payload
+from orchestrator.coordination.escalation import CannotEscalate, escalate_reported
+from orchestrator.models import ReviewItem, Run
+from orchestrator.vocabulary import Delivery, FailureCategory
+
+router = Router(tags=["reviews"])
+
+RELATED = ("run", "workflow", "resolved_by")
+
+
+class ReviewCreatedOut(ReviewOut):
+    url: str
+
+
+@router.post(
+    "",
+    response={200: ReviewCreatedOut, 201: ReviewCreatedOut, **error_responses(404, 409, body=True)},
+)
+def escalate(request: HttpRequest, payload: ReviewIn) -> Status:
+    """Send a failed run to human review: 201 with the new item, or 200 with the item already
+    open for that run. The item joins the review queue beside the built-in coordinator's, grouped
+    by the failure's signature; its resolution comes back to this token."""
+    run = Run.objects.select_related("workflow").filter(pk=payload.run).first()
+    if run is None:
+        raise not_found_error(f"No run with id {payload.run}.")
+    try:
+        item, created = escalate_reported(run, payload.reason, request.auth)
+    except CannotEscalate as exc:
+        raise ApiError(409, FailureCategory.INVALID_INPUT, str(exc)) from None
+    item = _item(item.pk)
+    return Status(201 if created else 200, resolution_payload(item) | review_ref(request, item))
+
+
+@router.get("/{int:item_id}", response={200: ReviewOut, **error_responses(404, 422)})
+def get_review(request: HttpRequest, item_id: int, params: Query[ReviewWait]) -> dict[str, Any]:
+    """One item and its resolution. With `wait=S` (at most 30) the answer comes as soon as the
+    item is resolved, or after S seconds with its state then."""
+    item = _item(item_id)
+    if params.wait and item.state != ReviewItem.State.RESOLVED:
+        resolved = ReviewItem.objects.filter(pk=item_id, state=ReviewItem.State.RESOLVED)
+        if notify.wait_for(notify.REVIEW_RESOLVED, item_id, params.wait, resolved.exists):
+            item = _item(item_id)
+    return resolution_payload(item)
+
+
+@router.get("", response={200: ReviewListOut, **error_responses(422)})
+def list_reviews(request: HttpRequest, filters: Query[ReviewFilters]) -> dict[str, Any]:
+    """This token's items (of the runs it reported); `state=resolved&delivered=false` are the
+    resolutions its agent has not acknowledged yet, the earliest decision first. Pass
+    `next_cursor` back as `cursor` for the next page."""
+    qs, field = _listed(ReviewItem.objects.for_token(request.auth), filters)
+    if filters.cursor:
+        try:
+            after = keyset.decode_cursor(filters.cursor)
+        except ValueError:
+            error = FieldError("cursor", "not a cursor from this API")
+            raise invalid("Invalid cursor.", [error]) from None
+        qs = keyset.beyond(qs, after, field, descending=False)
+    rows = list(qs.select_related(*RELATED).order_by(field, "id")[: filters.limit + 1])
+    more = len(rows) > filters.limit
+    rows = rows[: filters.limit]
+    cursor = keyset.encode_cursor((getattr(rows[-1], field), rows[-1].pk)) if more else None
+    return {"items": [resolution_payload(item) for item in rows], "next_cursor": cursor}
+
+
+def _listed(qs: QuerySet, filters: ReviewFilters) -> tuple[QuerySet, str]:
+    """The filtered items and the time their pages are ordered by (decisions by their time)."""
+    if filters.state is not None:
+        qs = qs.filter(state=filters.state)
+    if filters.delivered is not None:
+        qs = qs.filter(delivered_at__isnull=not filters.delivered)
+    resolved_only = filters.state == ReviewItem.State.RESOLVED
+    return qs, "resolved_at" if resolved_only else "created_at"
+
+
+@router.post("/{int:item_id}/ack", response={200: ReviewOut, **error_responses(403, 404, 409)})
+def acknowledge(request: HttpRequest, item_id: int) -> dict[str, Any]:
+    """Mark this item's resolution picked up by the agent: it leaves the unacknowledged list.
+    Repeating it changes nothing (the first pick-up's time stays)."""
+    item = _item(item_id)
+    if item.token_id != request.auth.pk:
+        raise ApiError(
+            403,
+            FailureCategory.AUTH_FAILURE,
+            f"Review item {item_id} belongs to another token: the one that reported run "
+            f"{item.run_id} acknowledges it.",
+        )
+    if item.state != ReviewItem.State.RESOLVED:
+        raise ApiError(
+            409,
+            FailureCategory.INVALID_INPUT,
+            f"Review item {item_id} is {item.state}: only a resolution is acknowledged.",
+            alternatives=[f"wait for it: GET /reviews/{item_id}?wait=30"],
+        )
+    item.acknowledge(Delivery.ACK)
+    return resolution_payload(item)
+
+
+def _item(item_id: int) -> ReviewItem:
+    item = ReviewItem.objects.select_related(*RELATED).filter(pk=item_id).first()
+    if item is None:
+        raise not_found_error(f"No review item with id {item_id}.")
+    return item
