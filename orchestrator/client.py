@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -199,10 +200,92 @@ class AgentClient:
         return self._request("POST", "/runs", json=body, headers={"Idempotency-Key": key})
 
     def decide(
-        self, failure: dict[str, Any], attempt: int, source: str, workflow: int | None = None
+        self,
+        run_id: int | None = None,
+        failure: dict[str, Any] | None = None,
+        *,
+        attempt: int = 1,
+        source: str | None = None,
+        workflow: int | None = None,
+        tried: list[str] | None = None,
     ) -> dict[str, Any]:
-        body = {"failure": failure, "attempt": attempt, "source": source, "workflow": workflow}
-        return self._request("POST", "/decisions", json=body)
+        """Ask what to do after a failure. With `run_id` (a failed run this agent reported) the
+        decision is the coordinator's own, recorded on the run once (asking again returns it);
+        an `escalate` then carries `review` ({"id", "url"}): `client.review(id)` waits on it.
+        Without a run, `failure` and `source` say what failed and nothing is recorded."""
+        body = {"run": run_id, "failure": failure, "attempt": attempt, "source": source}
+        body |= {"workflow": workflow, "tried": tried or []}
+        return self._request(
+            "POST", "/decisions", json={k: v for k, v in body.items() if v not in (None, [])}
+        )
+
+    # -- the run lifecycle and human review ----------------------------------------------------
+
+    def start(
+        self,
+        agent: str,
+        source: str,
+        operation: str = "",
+        attempted: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Report a run as started (`running`) and return it: its `id` is what `finish`,
+        `decide` and `escalate` name. Sent synchronously (the agent needs the id), with an
+        idempotency key kept across the client's own retries."""
+        body = {"status": "running", "agent": agent, "source": source, "operation": operation}
+        body |= {"attempted": attempted or {}, "started_at": _utc_now()}
+        body |= {k: v for k, v in fields.items() if v is not None}
+        key = fields.pop("idempotency_key", None) or uuid.uuid4().hex
+        body.pop("idempotency_key", None)
+        return self._request("POST", "/runs", json=body, headers={"Idempotency-Key": key})
+
+    def finish(
+        self,
+        run_id: int,
+        outcome: dict[str, Any] | BaseException,
+        *,
+        source: str | None = None,
+        partial_results: list[Any] | None = None,
+        attempted: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Finish a started run with its envelope, or with the exception it failed with
+        (classified here, with the server's overrides for `source`); return the stored run.
+        Finishing again with the same outcome is harmless (the server returns the run)."""
+        if isinstance(outcome, BaseException):
+            envelope = error_envelope(
+                outcome,
+                attempted=attempted or {},
+                partial_results=partial_results or [],
+                classifier=self.report_classifier(),
+                provider=source,
+            )
+        else:
+            envelope = dict(outcome)
+        body = {k: envelope[k] for k in REPORTED_FIELDS if envelope.get(k) is not None}
+        body["finished_at"] = _utc_now()
+        return self._request("PATCH", f"/runs/{run_id}", json=body)
+
+    def escalate(self, run_id: int, reason: str) -> Review:
+        """Send a failed run to human review; the handle waits for the resolution (`.wait`)
+        and acknowledges it (`.ack`). A run with an item already open returns that item."""
+        data = self._request("POST", "/reviews", json={"run": run_id, "reason": reason})
+        return Review(self, data)
+
+    def review(self, item_id: int) -> Review:
+        """A handle on a review item (from a decision's `review`, say)."""
+        return Review(self, self._request("GET", f"/reviews/{item_id}"))
+
+    def resolutions(self, page_size: int = 50) -> Iterator[Review]:
+        """The resolutions of this token's review items not acknowledged yet, the earliest
+        first; each is a handle to act on and `.ack()`. Pages are fetched as the loop goes."""
+        params: dict[str, Any] = {"state": "resolved", "delivered": "false", "limit": page_size}
+        while True:
+            page = self._request("GET", "/reviews", params=params)
+            for item in page["items"]:
+                yield Review(self, item)
+            if not page["next_cursor"]:
+                return
+            params["cursor"] = page["next_cursor"]
 
     def classify(self, description: dict[str, Any]) -> dict[str, Any]:
         return self._request("POST", "/classify", json=description)
@@ -375,6 +458,78 @@ class AgentClient:
         backoff = random.uniform(0, min(self.max_wait, 0.5 * 2 ** (attempt - 1)))
         wait = max(backoff, failure.retry_after or 0.0)
         return wait if wait <= self.max_wait else None
+
+
+class Review:
+    """A review item as an agent holds it: its state, and the resolution once an operator
+    decided (`resolution`: action, input, source, failure_type, note, resolved_by, resolved_at)."""
+
+    # The server answers a long poll after at most this long; the client asks again until done.
+    LONGEST_POLL = 30.0
+
+    def __init__(self, client: AgentClient, data: dict[str, Any]) -> None:
+        self.client = client
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"<Review {self.id} {self.state}>"
+
+    @property
+    def id(self) -> int:
+        return self.data["id"]
+
+    @property
+    def url(self) -> str | None:
+        return self.data.get("url")
+
+    @property
+    def state(self) -> str:
+        return self.data["state"]
+
+    @property
+    def resolution(self) -> dict[str, Any] | None:
+        return self.data.get("resolution")
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """Long-poll until an operator resolves the item; return the resolution, or None if
+        `timeout` seconds passed first (None: wait as long as it takes)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.resolution is None:
+            left = self.LONGEST_POLL if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return None
+            poll = min(self.LONGEST_POLL, left)
+            # The answer may take `poll` seconds on top of the server's usual time.
+            patience = (self.client.http.timeout.read or 10.0) + poll
+            data = self.client._request(
+                "GET", f"/reviews/{self.id}", params={"wait": round(poll, 3)}, timeout=patience
+            )
+            self._update(data)
+        return self.resolution
+
+    def ack(self) -> dict[str, Any]:
+        """Tell the server the resolution was picked up: it leaves `client.resolutions()`."""
+        self._update(self.client._request("POST", f"/reviews/{self.id}/ack"))
+        return self.data
+
+    def _update(self, data: dict[str, Any]) -> None:
+        self.data = data | ({"url": self.url} if self.url else {})
+
+
+def verify_signature(
+    secret: str, header: str, body: bytes, tolerance: float = 300.0, now: float | None = None
+) -> bool:
+    """Check a webhook's `Failsight-Signature` (t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">)
+    against the token's signing secret; a timestamp older than `tolerance` s is refused."""
+    parts = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
+    try:
+        stamp = int(parts["t"])
+    except (KeyError, ValueError):
+        return False
+    if abs((time.time() if now is None else now) - stamp) > tolerance:
+        return False
+    mac = hmac.new(secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(mac, parts.get("v1", ""))
 
 
 def _body(exc: httpx.HTTPError) -> Any:

@@ -151,8 +151,8 @@ class Listener:
         while not self._stop.is_set():
             try:
                 self._listen()
-            except Exception:
-                logger.warning("notify: the %s listener lost its connection", self.channel)
+            except Exception as exc:
+                logger.warning("notify: the %s listener lost its connection (%s)", self.channel, exc)
             self.ready.clear()
             self._wake()  # what was announced meanwhile is lost: every waiter checks again
             self._stop.wait(RECONNECT_SECONDS)

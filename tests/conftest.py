@@ -41,6 +41,9 @@ def _close_pooled_connections(django_db_setup, django_db_blocker):
     """Close psycopg's pool, and any session a killed worker or server left behind, before
     pytest-django drops the test database (DROP DATABASE refuses while others are connected)."""
     yield
+    from orchestrator.notify import Listener
+
+    Listener.stop_all()  # its LISTEN connection would keep the test database open
     with django_db_blocker.unblock():
         for conn in connections.all():
             if conn.vendor == "postgresql" and hasattr(conn, "close_pool"):

@@ -58,7 +58,7 @@ def test_a_report_with_the_same_key_is_stored_once(agent):
 
 
 def test_it_asks_for_a_decision_and_a_classification(agent):
-    decision = agent.decide({"failure_type": "invalid_input"}, 1, "news_api")
+    decision = agent.decide(failure={"failure_type": "invalid_input"}, source="news_api")
     assert decision["action"] == "abort"
     assert agent.classify({"status_code": 404})["failure_type"] == "resource_missing"
 
@@ -76,7 +76,7 @@ def test_a_422_is_not_retried(agent):
     sent: list[str] = []
     agent.http.event_hooks["request"] = [lambda r: sent.append(r.url.path)]
     with pytest.raises(ClientError) as err:
-        agent.decide({}, 0, "")
+        agent.decide(failure={}, attempt=0, source="")
     assert err.value.failure.category.value == "invalid_input" and len(sent) == 1
 
 
