@@ -152,7 +152,7 @@ class Listener:
             try:
                 self._listen()
             except Exception as exc:
-                logger.warning("notify: the %s listener lost its connection (%s)", self.channel, exc)
+                logger.warning("notify: %s listener lost its connection (%s)", self.channel, exc)
             self.ready.clear()
             self._wake()  # what was announced meanwhile is lost: every waiter checks again
             self._stop.wait(RECONNECT_SECONDS)
