@@ -19,6 +19,8 @@ from orchestrator.models import (
     RoutingPolicy,
     Run,
     SourceHealth,
+    WebhookAttempt,
+    WebhookDelivery,
     Workflow,
     delete_policy_object,
     save_policy_change,
@@ -27,8 +29,16 @@ from orchestrator.models import (
 
 @admin.register(Workflow)
 class WorkflowAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "status", "created_at", "finished_at", "coverage_summary"]
-    list_filter = ["status", "created_at"]
+    list_display = [
+        "id",
+        "name",
+        "status",
+        "coordinator",
+        "created_at",
+        "finished_at",
+        "coverage_summary",
+    ]
+    list_filter = ["status", "coordinator", "created_at"]
     search_fields = ["name", "goal"]
     date_hierarchy = "created_at"
     readonly_fields = ["created_at", "updated_at"]
@@ -173,6 +183,8 @@ class ReviewItemAdmin(admin.ModelAdmin):
         "resolved_by",
         "resolved_at",
         "fallback_applied",
+        "delivered_at",
+        "delivered_via",
     ]
     list_filter = ["state", "origin", "failure_type", "resolution", "fallback_applied"]
     search_fields = ["reason", "note", "signature", "source", "agent"]
@@ -186,20 +198,49 @@ class ReviewItemAdmin(admin.ModelAdmin):
         "continued_at",
         "outcome",
         "fallback_applied",
+        "token",
+        "delivered_at",
+        "delivered_via",
     ]
 
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "hint", "created_at", "created_by", "revoked_at", "last_used_at"]
+    list_display = [
+        "name",
+        "hint",
+        "callback_url",
+        "created_at",
+        "created_by",
+        "revoked_at",
+        "last_used_at",
+    ]
     list_filter = ["revoked_at"]
-    search_fields = ["name", "hint"]
-    fields = ["name", "hint", "created_at", "created_by", "revoked_at", "last_used_at"]
+    search_fields = ["name", "hint", "callback_url"]
+    fields = [
+        "name",
+        "hint",
+        "callback_url",
+        "created_at",
+        "created_by",
+        "revoked_at",
+        "last_used_at",
+    ]
     readonly_fields = ["hint", "created_at", "created_by", "revoked_at", "last_used_at"]
     actions = ["revoke_tokens"]
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
+        """A new token shows its secret once; a new callback URL gets a new signing secret,
+        shown once too (only its encrypted form is kept, to sign with)."""
+        url = obj.callback_url
         if change:
+            if "callback_url" in form.changed_data:
+                self._new_callback(request, ApiToken.objects.get(pk=obj.pk), url)
+            fresh = ApiToken.objects.get(pk=obj.pk)
+            obj.callback_url, obj.sealed_signing_secret = (
+                fresh.callback_url,
+                fresh.sealed_signing_secret,
+            )
             obj.save()
             return
         token, secret = ApiToken.issue_audited(obj.name, actor=request.user, note="admin")
@@ -208,6 +249,23 @@ class ApiTokenAdmin(admin.ModelAdmin):
             request,
             f"Token “{token.name}” created. Copy its secret now, it will not be shown again: "
             f"{secret}",
+        )
+        if url:
+            self._new_callback(request, token, url)
+        obj.callback_url = url
+        obj.sealed_signing_secret = ApiToken.objects.get(pk=token.pk).sealed_signing_secret
+
+    def _new_callback(self, request: HttpRequest, token: ApiToken, url: str) -> None:
+        if not url:
+            token.callback_url = ""
+            token.save(update_fields=["callback_url"])
+            messages.info(request, f"Token “{token.name}”: no callback URL any more.")
+            return
+        secret = token.set_callback(url, actor=request.user)
+        messages.warning(
+            request,
+            f"Resolutions of “{token.name}” go to {url}, signed with this secret (copy it now, "
+            f"it will not be shown again): {secret}",
         )
 
     @admin.action(description="Revoke the selected tokens")
@@ -233,4 +291,43 @@ class AuditEntryAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class WebhookAttemptInline(admin.TabularInline):
+    model = WebhookAttempt
+    extra = 0
+    fields = ["number", "started_at", "finished_at", "status_code", "acked", "error"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """Each resolution's webhook and every attempt at it (read only: the sweeper and the
+    delivery task own these rows)."""
+
+    list_display = [
+        "id",
+        "item",
+        "token",
+        "url",
+        "state",
+        "attempts",
+        "created_at",
+        "delivered_at",
+        "last_error",
+    ]
+    list_filter = ["state", "token"]
+    search_fields = ["url", "delivery_id", "last_error"]
+    raw_id_fields = ["item"]
+    inlines = [WebhookAttemptInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

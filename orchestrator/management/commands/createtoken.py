@@ -1,20 +1,42 @@
-"""`python manage.py createtoken NAME`: create an API token and print only its secret."""
+"""`python manage.py createtoken NAME [--callback URL]`: create an API token and print its secret.
+
+With `--callback`, resolutions of the review items of the runs this token reports are POSTed to
+URL, signed (README "Webhooks"); the signing secret is printed once, on a second line, and only
+kept encrypted to sign with.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from orchestrator.models import ApiToken
 
 
 class Command(BaseCommand):
-    help = "Create an API token for an agent or coordinator; prints only the secret on stdout."
+    help = (
+        "Create an API token for an agent or coordinator; prints only the secret on stdout "
+        "(and, with --callback, the webhook signing secret on a second line)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="Who uses the token, e.g. 'research-coordinator'")
+        parser.add_argument(
+            "--callback",
+            metavar="URL",
+            default="",
+            help="POST the resolutions of this token's review items here, signed",
+        )
 
-    def handle(self, *args: Any, name: str, **options: Any) -> None:
-        _, secret = ApiToken.issue_audited(name, note="createtoken command")
+    def handle(self, *args: Any, name: str, callback: str, **options: Any) -> None:
+        token, secret = ApiToken.issue_audited(name, note="createtoken command")
         self.stdout.write(secret)
+        if callback:
+            try:
+                signing = token.set_callback(callback, actor="createtoken command")
+            except ValidationError as exc:
+                token.revoke()
+                raise CommandError(f"Not a callback URL: {callback} ({exc})") from None
+            self.stdout.write(signing)
