@@ -215,6 +215,7 @@ def attention_tiles(window: Window, start: datetime) -> list[Tile]:
     names = [s.source for s in troubled]
     age = (timezone.now() - oldest).total_seconds() if oldest else None
     return [
+        in_flight_tile(),
         Tile(
             "review",
             "Open review items",
@@ -247,6 +248,20 @@ def attention_tiles(window: Window, start: datetime) -> list[Tile]:
             groups=groups_url(window, source=names) if names else "",
         ),
     ]
+
+
+def in_flight_tile() -> Tile:
+    """Runs started and not finished (the coordinator's and agents' own), with the longest age."""
+    running = Run.objects.in_flight().aggregate(n=Count("id"), oldest=Min("created_at"))
+    count, oldest = running["n"], running["oldest"]
+    age = (timezone.now() - oldest).total_seconds() if oldest else None
+    return Tile(
+        "in_flight",
+        "Runs in flight",
+        f"{count:,}",
+        reverse("dashboard:in_flight"),
+        sub=f"longest running {duration(age)}" if count else "nothing running",
+    )
 
 
 def overview_tiles(window: Window) -> dict[str, Any]:

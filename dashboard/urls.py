@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("runs/", views.runs, name="runs"),
     path("runs/retrying/", views.retrying, name="retrying"),
+    path("runs/in-flight/", views.in_flight, name="in_flight"),
     path("runs/actions/", views.run_actions, name="run_actions"),
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
     path("workflows/", views.workflows, name="workflows"),

@@ -159,6 +159,33 @@ def retrying(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+IN_FLIGHT_SHOWN = 200
+
+
+@requires(VIEW)
+@require_GET
+def in_flight(request: HttpRequest) -> HttpResponse:
+    """Runs started and not finished, the longest running first, with their age: the built-in
+    coordinator's (held by a worker's lease) and those agents reported as running (which only
+    their agent finishes: the sweeper never takes them for stranded)."""
+    matching = visible(request.user, Run).in_flight()
+    rows = list(
+        matching.select_related("workflow")
+        .defer(*LIST_DEFER)
+        .order_by("created_at", "id")[:IN_FLIGHT_SHOWN]
+    )
+    context = {
+        "runs": rows,
+        "total": total(matching),
+        "now": timezone.now(),
+        "poll_seconds": poll_seconds(),
+    }
+    template = (
+        "dashboard/in_flight.html#table" if _fragment(request) else "dashboard/in_flight.html"
+    )
+    return render(request, template, context)
+
+
 @requires(REVIEW)
 @require_POST
 def run_actions(request: HttpRequest) -> HttpResponse:
@@ -221,7 +248,9 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "run": run,
         "attempts": _with_waits(attempts),
-        "review_items": run.review_items.select_related("resolved_by", "assignee"),
+        "review_items": run.review_items.select_related(
+            "resolved_by", "assignee", "workflow", "webhook"
+        ).prefetch_related("webhook__tries"),
         "can_review": request.user.has_perm(REVIEW),
         "run_actions": actions.applicable(run),
         "failure_group": group,
@@ -450,7 +479,7 @@ def _decorate(items: list[ReviewItem], user: Any) -> list[ReviewItem]:
     return items
 
 
-REVIEW_RELATED = ("run", "run__workflow", "workflow", "assignee", "resolved_by")
+REVIEW_RELATED = ("run", "run__workflow", "workflow", "assignee", "resolved_by", "webhook")
 
 
 @requires("orchestrator.view_reviewitem")

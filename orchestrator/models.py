@@ -1439,6 +1439,14 @@ class ReviewItem(models.Model):
     def is_delivered(self) -> bool:
         return self.delivered_at is not None
 
+    @property
+    def webhook_or_none(self) -> WebhookDelivery | None:
+        """The webhook delivery of this item's resolution, if its token has a callback URL."""
+        try:
+            return self.webhook
+        except WebhookDelivery.DoesNotExist:
+            return None
+
     def acknowledge(self, via: str, now: datetime | None = None) -> bool:
         """Mark the resolution picked up by the agent, once; True for the one caller that won
         (a repeated ack, or a webhook after an ack, changes nothing)."""

@@ -33,6 +33,7 @@ PAGES = [
     ("dashboard:overview", None),
     ("dashboard:runs", None),
     ("dashboard:retrying", None),
+    ("dashboard:in_flight", None),
     ("dashboard:run_detail", "run"),
     ("dashboard:workflows", None),
     ("dashboard:workflow_detail", "workflow"),
