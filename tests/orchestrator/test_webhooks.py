@@ -101,7 +101,7 @@ def test_a_resolution_is_delivered_signed_after_a_500_with_the_delay_in_the_outb
     assert delivery.deliver(hook.pk) == "delivered"
     assert delivery.deliver(hook.pk) == "skipped"  # a duplicate message changes nothing
 
-    (h1, b1), (h2, b2) = receiver.requests
+    (h1, _), (h2, b2) = receiver.requests
     assert h1["Failsight-Delivery"] == h2["Failsight-Delivery"] == str(hook.delivery_id)
     assert verify_signature(signing, h2["Failsight-Signature"], b2)
     assert not verify_signature("whsec_wrong", h2["Failsight-Signature"], b2)
