@@ -265,6 +265,18 @@ class AgentClient:
         body["finished_at"] = _utc_now()
         return self._request("PATCH", f"/runs/{run_id}", json=body)
 
+    def start_workflow(self, name: str, topics: list[str], **fields: Any) -> dict[str, Any]:
+        """Start a workflow this agent's own coordinator runs (`"coordinator": "external"`):
+        report its runs with `workflow=<id>, topic=…`, then `finish_workflow`."""
+        body = {"name": name, "topics": topics, "coordinator": "external"} | fields
+        key = uuid.uuid4().hex
+        return self._request("POST", "/workflows", json=body, headers={"Idempotency-Key": key})
+
+    def finish_workflow(self, workflow_id: int) -> dict[str, Any]:
+        """Settle the workflow's coverage from its runs (it stays `awaiting_review` while one of
+        its review items is open: finish it again after acting on the resolution)."""
+        return self._request("POST", f"/workflows/{workflow_id}/finish")
+
     def escalate(self, run_id: int, reason: str) -> Review:
         """Send a failed run to human review; the handle waits for the resolution (`.wait`)
         and acknowledges it (`.ack`). A run with an item already open returns that item."""

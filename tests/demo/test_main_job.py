@@ -87,7 +87,7 @@ class Launch:
 
     def logs(self) -> str:
         parts = []
-        for name in ("worker", "web", "provider"):
+        for name in ("worker", "web", "provider", "agent"):
             log = self.var / "log" / f"{name}.log"
             if log.exists():
                 parts.append(f"--- {name}.log\n" + log.read_text(errors="replace")[-3000:])
@@ -228,7 +228,7 @@ def test_it_prints_credentials_that_work_and_serves_the_dashboard_and_the_api(fi
 def test_it_stops_by_itself_cleanly_after_its_duration(finished_job):
     handle, probes = finished_job
     assert probes["rc"] == 0, handle.output + handle.logs()
-    assert "Stopped: web server, worker and provider are down." in handle.output
+    assert "Stopped: agent, web server, worker and provider are down." in handle.output
     assert_no_orphans(handle)
     with handle.db() as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -398,7 +398,7 @@ def test_ctrl_c_stops_everything_and_a_second_launch_reuses_the_database(tmp_pat
         revoked = conn.execute(
             "SELECT count(*) FROM orchestrator_apitoken WHERE revoked_at IS NOT NULL"
         ).fetchone()[0]
-    assert revoked == 1  # the first launch's token
+    assert revoked == 2  # the first launch's tokens: the local agents' and the external agent's
 
 
 def test_children_do_not_outlive_a_killed_launcher(tmp_path):
@@ -428,3 +428,23 @@ def test_the_live_summary_and_the_tile_agree_on_early_repeats(finished_job):
     assert early == 0
     arrivals = provider_requests(handle)
     assert all(r["t"] <= r["answered"] for r in arrivals)  # judged at arrival, logged both
+
+
+def test_the_external_agents_escalations_wait_beside_the_built_in_ones(finished_job):
+    handle, _ = finished_job
+    with contextlib.closing(handle.db()) as db:
+        origins = dict(
+            db.execute(
+                "SELECT origin, count(*) FROM orchestrator_reviewitem GROUP BY origin"
+            ).fetchall()
+        )
+        external = db.execute(
+            "SELECT count(*) FROM orchestrator_workflow WHERE coordinator = 'external'"
+        ).fetchone()[0]
+        reported = db.execute(
+            "SELECT count(*) FROM orchestrator_run r JOIN orchestrator_apitoken t"
+            " ON r.token_id = t.id WHERE r.agent = 'crm-agent' AND r.decision != ''"
+        ).fetchone()[0]
+    assert origins.get("agent", 0) >= 1 and origins.get("built_in", 0) >= 1, origins
+    assert external >= 1 and reported >= 1
+    assert "External agent (crm-agent" in handle.output

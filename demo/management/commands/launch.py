@@ -6,9 +6,12 @@
    worker with an embedded beat (kombu's filesystem broker unless CELERY_BROKER_URL says otherwise)
    whose subagents call that provider over HTTP (`demo.http_sources`), and the web server.
 3. Runs a stream of research workflows (`demo.workload`: a short tour that shows every failure type,
-   then a seeded random stream), printing a one-line live summary.
-4. Stops cleanly on Ctrl-C, SIGTERM or after `--duration` seconds: no new workflows, then the web
-   server, the worker (a warm shutdown: running tasks finish) and the provider, in that order.
+   then a seeded random stream), printing a one-line live summary, and one external agent in its
+   own process (`demo.agent`, on a token of its own) that coordinates its own workflows through
+   `AgentClient` only, and acts on the resolutions of its escalations.
+4. Stops cleanly on Ctrl-C, SIGTERM or after `--duration` seconds: no new workflows, then the
+   agent, the web server, the worker (a warm shutdown: running tasks finish) and the provider, in
+   that order.
 
 Each child runs in its own session (a terminal's Ctrl-C reaches only us, so we choose the order)
 and is told by the kernel to stop if we die without cleaning up. Logs go to var/log/.
@@ -42,6 +45,7 @@ from orchestrator.models import ApiToken
 
 ADMIN_USERNAME = "admin"
 LAUNCH_TOKEN_NAME = "local-agent (make run)"
+AGENT_TOKEN_NAME = "crm-agent (make run)"
 DEMO_SOURCES = "demo.http_sources"
 STOP_GRACE_SECONDS = 20
 
@@ -137,6 +141,8 @@ class Command(BaseCommand):
             if not opts["no_worker"]:
                 self._start_worker(env)
             self._start_web(opts["addr"], env)
+            if demo:
+                self._start_agent(opts["addr"], token, opts["seed"])
             self._banner(opts["addr"], password, token, demo)
             self._run(opts, demo)
         finally:
@@ -218,6 +224,17 @@ class Command(BaseCommand):
         if not self.stop.is_set():
             raise CommandError(f"The web server did not start on {addr}:\n{child.tail()}")
 
+    def _start_agent(self, addr: str, token: str, seed: int) -> None:
+        """One external agent in its own process (`demo.agent`), on its own token: its
+        escalations wait in the review queue beside the built-in coordinator's."""
+        for old in ApiToken.objects.active().filter(name=AGENT_TOKEN_NAME):
+            old.revoke_audited(note="replaced by a new launch")
+        _, secret = ApiToken.issue_audited(AGENT_TOKEN_NAME, note="launch: the external agent")
+        cmd = [sys.executable, "-m", "demo.agent", "--url", f"http://{addr}", "--token", secret]
+        cmd += ["--provider", self.provider_url, "--seed", str(seed)]
+        self._spawn("agent", cmd, os.environ.copy())
+        self.stdout.write("External agent (crm-agent, its own coordinator) on the API")
+
     def _banner(self, addr: str, password: str | None, token: str, demo: bool) -> None:
         w, ok = self.stdout.write, self.style.SUCCESS
         w(ok(f"\nDashboard   http://{addr}/"))
@@ -295,12 +312,14 @@ class Command(BaseCommand):
     def _shutdown(self) -> None:
         from demo import workload
 
-        order = {"web": 0, "worker": 1, "provider": 2}
+        order = {"agent": 0, "web": 1, "worker": 2, "provider": 3}
         for child in sorted(self.children, key=lambda c: order.get(c.name, 9)):
             child.stop()
         with contextlib.suppress(Exception):
             self.stdout.write("Final: " + workload.summary())
-        self.stdout.write(self.style.SUCCESS("Stopped: web server, worker and provider are down."))
+        self.stdout.write(
+            self.style.SUCCESS("Stopped: agent, web server, worker and provider are down.")
+        )
 
 
 def _db_label() -> str:
