@@ -968,11 +968,10 @@ class Run(models.Model):
         fields.pop("calls")
         return self.transition(self.Status.RUNNING, fields.pop("status"), **fields)
 
-    def same_outcome(self, envelope: dict[str, Any], **extra: Any) -> bool:
+    def same_outcome(self, envelope: dict[str, Any]) -> bool:
         """True if this finished run already holds this outcome (a repeated finish)."""
-        fields = self.outcome_fields(envelope, self.finished_at or timezone.now()) | extra
-        compared = set(FINISH_COMPARED) | set(extra)
-        return all(getattr(self, name) == fields[name] for name in compared)
+        fields = self.outcome_fields(envelope, self.finished_at or timezone.now())
+        return all(getattr(self, name) == fields[name] for name in FINISH_COMPARED)
 
     def overrule_decision(self, action: str, reason: str) -> None:
         """Replace the decision an operator overrules (an escalation by hand)."""
@@ -983,7 +982,7 @@ class Run(models.Model):
 
 
 # What a repeated `PATCH /runs/{id}` is compared on: the same outcome is a replay, another one
-# a conflict (the finish time and duration are the server's unless sent, so they are not).
+# a conflict (not the finish time: a client's retry may say a later one).
 FINISH_COMPARED = (
     "status",
     "failure_type",

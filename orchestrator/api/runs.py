@@ -130,9 +130,10 @@ def finish_run(request: HttpRequest, run_id: int, payload: RunFinishIn) -> Run:
     if run.finish_reported(envelope, finished, **extra):
         return run
     run.refresh_from_db()
-    sent = {"finished_at": payload.finished_at} if payload.finished_at else {}
-    if run.status != Run.Status.RUNNING and run.same_outcome(envelope, **sent):
-        return run  # the same finish again: a retry whose answer was lost
+    # The same outcome again is the same finish (a retry whose answer was lost), whatever time
+    # the retry says it finished at; the first finish's time stays.
+    if run.status != Run.Status.RUNNING and run.same_outcome(envelope):
+        return run
     raise _conflict(f"Run {run_id} already finished ({run.status}) with another outcome.")
 
 
