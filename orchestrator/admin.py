@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db import models
 from django.http import HttpRequest
 
 from orchestrator.models import (
@@ -228,6 +229,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     ]
     readonly_fields = ["hint", "created_at", "created_by", "revoked_at", "last_used_at"]
     actions = ["revoke_tokens"]
+    # A callback typed without a scheme is an HTTPS address (as Django 6 will assume).
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         """A new token shows its secret once; a new callback URL gets a new signing secret,
@@ -325,6 +328,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
     search_fields = ["url", "delivery_id", "last_error"]
     raw_id_fields = ["item"]
     inlines = [WebhookAttemptInline]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

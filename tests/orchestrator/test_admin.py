@@ -158,3 +158,46 @@ def test_revoking_tokens_from_the_admin_is_audited(admin_client):
 def test_every_model_has_a_working_admin_list(admin_client, name):
     response = admin_client.get(reverse(f"admin:orchestrator_{name}_changelist"))
     assert response.status_code == 200
+
+
+def test_a_callback_url_set_in_the_admin_shows_its_signing_secret_once(admin_client):
+    token, _ = ApiToken.issue("crm-agent")
+    url = reverse("admin:orchestrator_apitoken_change", args=[token.pk])
+    response = admin_client.post(
+        url, {"name": "crm-agent", "callback_url": "https://agent.example/hook"}, follow=True
+    )
+    shown = re.search(r"whsec_[\w-]+", response.content.decode())
+    assert shown is not None
+    token.refresh_from_db()
+    assert token.callback_url == "https://agent.example/hook"
+    assert token.signing_secret() == shown[0] and shown[0] not in token.sealed_signing_secret
+    again = admin_client.get(url).content.decode()
+    assert shown[0] not in again  # never shown again
+    admin_client.post(url, {"name": "crm-agent renamed", "callback_url": token.callback_url})
+    token.refresh_from_db()
+    assert token.signing_secret() == shown[0]  # an unrelated edit keeps the secret
+
+
+def test_webhook_deliveries_and_their_attempts_are_listed_in_the_admin(admin_client, admin_user):
+    from orchestrator.models import ReviewItem, Run, WebhookDelivery
+
+    token, _ = ApiToken.issue("crm-agent")
+    token.set_callback("https://agent.example/hook")
+    run = Run.objects.create(agent="a", source="s", status="failed", token=token)
+    item = ReviewItem.objects.create(run=run, reason="r")
+    item.resolve(admin_user, "abort", note="n")
+    hook = WebhookDelivery.objects.get(item=item)
+    hook.fail(hook.begin_attempt("host:1", *_window()), 503, "HTTP 503: down", _window()[0])
+    listing = admin_client.get(reverse("admin:orchestrator_webhookdelivery_changelist"))
+    assert listing.status_code == 200 and "agent.example" in listing.content.decode()
+    page = admin_client.get(reverse("admin:orchestrator_webhookdelivery_change", args=[hook.pk]))
+    assert page.status_code == 200 and "HTTP 503: down" in page.content.decode()
+
+
+def _window():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    return now, now + timedelta(seconds=30)
