@@ -1654,6 +1654,9 @@ class WebhookDelivery(models.Model):
         PENDING = "pending"
         DELIVERED = "delivered"
         FAILED = "failed", "given up"
+        # The agent acknowledged the resolution over the API before a webhook got through: it has
+        # it, so no further attempt is made (a second pick-up would be a duplicate).
+        SUPERSEDED = "superseded", "picked up by an ack first"
 
     item = models.OneToOneField(ReviewItem, on_delete=models.CASCADE, related_name="webhook")
     token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="deliveries")
@@ -1727,6 +1730,9 @@ class WebhookDelivery(models.Model):
 
     def give_up(self, now: datetime) -> None:
         self._settle(self.State.FAILED, now)
+
+    def supersede(self, now: datetime) -> None:
+        self._settle(self.State.SUPERSEDED, now)
 
     def _settle(self, state: str, now: datetime, **fields: Any) -> None:
         WebhookDelivery.objects.filter(pk=self.pk, state=self.State.PENDING).update(

@@ -3,7 +3,7 @@ signed webhooks to a token's callback URL, exactly once.
 
 An agent-reported review item's resolution is picked up once, whichever way comes first: an ack
 after a long poll or the unacknowledged feed (`ReviewItem.acknowledge`), or a webhook its
-receiver answered with a 2xx. The webhook is a `WebhookDelivery` row written in the resolving
+receiver answered with a 2xx (a webhook not yet through when an ack comes is not tried again). The webhook is a `WebhookDelivery` row written in the resolving
 transaction with its outbox message (`deliver_resolution`), so a broker outage delays it and
 never loses it. Each attempt takes the delivery's lease (one attempt at a time), is recorded
 (`WebhookAttempt`, shown in the admin), and after a failure the next one waits in the outbox
@@ -143,6 +143,9 @@ def deliver(delivery_id: int) -> str:
     if delivery is None or delivery.state != WebhookDelivery.State.PENDING:
         return "skipped"
     now = clock.now()
+    if delivery.item.is_delivered:  # acknowledged over the API first: the agent has it
+        delivery.supersede(now)
+        return "superseded"
     holder = delivery.lease_owner
     dead = holder if holder and holder_is_dead(holder) else ""
     until = now + timedelta(seconds=attempt_timeout() + LEASE_MARGIN_SECONDS)

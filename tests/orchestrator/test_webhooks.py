@@ -145,3 +145,14 @@ def test_an_agent_without_a_callback_or_a_built_in_item_gets_no_webhook(db, oper
     token, _ = ApiToken.issue("polling-agent")
     resolved_item(token, operator)
     assert not WebhookDelivery.objects.exists()
+
+
+def test_a_resolution_acknowledged_over_the_api_first_is_not_posted_again(db, operator, receiver):
+    token, _ = ApiToken.issue("crm-agent")
+    token.set_callback(receiver.url)
+    item = resolved_item(token, operator)
+    item.acknowledge("ack")
+    hook = WebhookDelivery.objects.get(item=item)
+    assert delivery.deliver(hook.pk) == "superseded"
+    hook.refresh_from_db()
+    assert hook.state == WebhookDelivery.State.SUPERSEDED and receiver.requests == []
