@@ -3,12 +3,12 @@ signed webhooks to a token's callback URL, exactly once.
 
 An agent-reported review item's resolution is picked up once, whichever way comes first: an ack
 after a long poll or the unacknowledged feed (`ReviewItem.acknowledge`), or a webhook its
-receiver answered with a 2xx (a webhook not yet through when an ack comes is not tried again). The webhook is a `WebhookDelivery` row written in the resolving
-transaction with its outbox message (`deliver_resolution`), so a broker outage delays it and
-never loses it. Each attempt takes the delivery's lease (one attempt at a time), is recorded
-(`WebhookAttempt`, shown in the admin), and after a failure the next one waits in the outbox
-(`available_at`, never a broker countdown), with exponential backoff up to
-`WEBHOOK_MAX_ATTEMPTS`. A worker killed mid-request leaves the lease to run out (or its
+receiver answered with a 2xx (a webhook not yet through when an ack comes is not tried again).
+The webhook is a `WebhookDelivery` row written in the resolving transaction with its outbox
+message (`deliver_resolution`), so a broker outage delays it and never loses it. Each attempt
+takes the delivery's lease (one attempt at a time), is recorded (`WebhookAttempt`, shown in the
+admin), and after a failure the next one waits in the outbox (`available_at`, never a broker
+countdown), with exponential backoff up to `WEBHOOK_MAX_ATTEMPTS`. A worker killed mid-request leaves the lease to run out (or its
 redelivered task finds the holder dead) and the attempt is made again with the same
 `Failsight-Delivery` id, which the receiver dedupes; the unique constraint `webhook_one_ack`
 keeps a second 2xx from counting twice. Each attempt has `WEBHOOK_TIMEOUT_SECONDS`, so a slow
