@@ -8,11 +8,12 @@ The webhook is a `WebhookDelivery` row written in the resolving transaction with
 message (`deliver_resolution`), so a broker outage delays it and never loses it. Each attempt
 takes the delivery's lease (one attempt at a time), is recorded (`WebhookAttempt`, shown in the
 admin), and after a failure the next one waits in the outbox (`available_at`, never a broker
-countdown), with exponential backoff up to `WEBHOOK_MAX_ATTEMPTS`. A worker killed mid-request leaves the lease to run out (or its
-redelivered task finds the holder dead) and the attempt is made again with the same
-`Failsight-Delivery` id, which the receiver dedupes; the unique constraint `webhook_one_ack`
-keeps a second 2xx from counting twice. Each attempt has `WEBHOOK_TIMEOUT_SECONDS`, so a slow
-receiver holds one worker slot that long at most, never the others' deliveries.
+countdown), with exponential backoff up to `WEBHOOK_MAX_ATTEMPTS`. A worker killed mid-request
+leaves the lease to run out (or its redelivered task finds the holder dead) and the attempt is
+made again with the same `Failsight-Delivery` id, which the receiver dedupes; the unique
+constraint `webhook_one_ack` keeps a second 2xx from counting twice. Each attempt has
+`WEBHOOK_TIMEOUT_SECONDS`, so a slow receiver holds one worker slot that long at most, never the
+others' deliveries.
 """
 
 from __future__ import annotations
