@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -29,6 +29,7 @@ from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS, get_window
 from dashboard.tiles import overview_tiles
 from orchestrator import keyset
+from orchestrator.analytics import dryrun
 from orchestrator.coordination import actions, review
 from orchestrator.coordination.policy import preview_delays
 from orchestrator.coordination.workflow import abort_workflow
@@ -36,12 +37,14 @@ from orchestrator.models import (
     AuditEntry,
     FailureType,
     PolicyState,
+    PolicyVersion,
     ProviderOverride,
     ReviewItem,
     RoutingPolicy,
     Run,
     Workflow,
     delete_policy_object,
+    restore_policy_version,
     save_policy_change,
 )
 
@@ -690,6 +693,21 @@ def _diff(before: dict | None, after: dict | None) -> list[tuple[str, Any, Any]]
     ]
 
 
+VERSIONS_SHOWN = 20
+
+
+def _versions(user: Any) -> list[dict[str, Any]]:
+    """The latest versions, each with what changed from the one before."""
+    if not user.has_perm("orchestrator.view_routingpolicy"):
+        return []
+    rows = list(PolicyVersion.objects.newest_first()[: VERSIONS_SHOWN + 1])
+    previous = [*rows[1:], None]
+    return [
+        {"version": v, "changes": v.changes_since(before), "first": before is None}
+        for v, before in zip(rows[:VERSIONS_SHOWN], previous, strict=False)
+    ]
+
+
 def _policy_version() -> PolicyState:
     """The version every decision records (v1 with no change time before the first edit)."""
     return PolicyState.objects.filter(pk=1).first() or PolicyState(version=1, changed_at=None)
@@ -708,6 +726,7 @@ def _policies_page(request: HttpRequest, status: int = 200, **extra: Any) -> Htt
         "policies": _policy_rows(user),
         "overrides": visible(user, ProviderOverride),
         "history": _history(user),
+        "versions": _versions(user),
         "policy_version": _policy_version(),
         "can_edit": user.has_perm(EDIT_POLICIES),
         "editing": None,
@@ -726,6 +745,13 @@ def policies(request: HttpRequest) -> HttpResponse:
         return render(
             request, "dashboard/policies.html#history", {"history": _history(request.user)}
         )
+    if _fragment(request) and request.GET.get("part") == "versions":
+        context = {
+            "versions": _versions(request.user),
+            "policy_version": _policy_version(),
+            "can_edit": request.user.has_perm(EDIT_POLICIES),
+        }
+        return render(request, "dashboard/policies.html#versions", context)
     if _fragment(request) and request.GET.get("part") == "version":
         context = {"policy_version": _policy_version()}
         return render(request, "dashboard/policies.html#version", context)
@@ -762,6 +788,59 @@ def _policy_saved(request: HttpRequest, policy: RoutingPolicy) -> HttpResponse:
     )
     # The history section listens for this event and reloads itself.
     return trigger_client_event(response, "policy-changed")
+
+
+DRY_RUN_FIGURES = (
+    ("retries", "Retries"),
+    ("waiting_seconds", "Waiting before retries (s)"),
+    ("switches", "Switches"),
+    ("escalations", "Escalations"),
+    ("escalations_per_day", "Review load per day"),
+    ("aborts", "Aborts"),
+    ("accepted_partial", "Accepted partial"),
+    ("expected_wasted_calls", "Expected wasted calls"),
+    ("expected_recovered", "Expected recovered runs"),
+)
+
+
+def _days(request: HttpRequest) -> float:
+    try:
+        days = float(request.POST.get("days") or dryrun.DEFAULT_DAYS)
+    except ValueError:
+        return dryrun.DEFAULT_DAYS
+    return min(max(days, 1.0), dryrun.MAX_DAYS) if days == days else dryrun.DEFAULT_DAYS
+
+
+@requires(EDIT_POLICIES)
+@require_POST
+def policy_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
+    """The edit form's proposal replayed over the last days' failures beside the current row;
+    nothing is saved (the form's Save does that)."""
+    policy = get_visible(request.user, RoutingPolicy, pk=pk)
+    form = RoutingPolicyForm(request.POST, instance=policy)
+    result = None
+    if form.is_valid():
+        result = dryrun.dry_run([form.instance.snapshot()], days=_days(request))
+        result["rows"] = [
+            (label, result["current"][key], result["proposed"][key], result["difference"][key])
+            for key, label in DRY_RUN_FIGURES
+        ]
+    if _fragment(request):
+        context = {"dry_run": result, "policy_form": form, "policy": policy}
+        return render(request, "dashboard/policies.html#dry-run", context)
+    return _policies_page(request, editing=policy.pk, policy_form=form, dry_run=result)
+
+
+@requires(EDIT_POLICIES)
+@require_POST
+def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
+    """Restore version N as version N+1, audited with the note given."""
+    if not PolicyVersion.objects.filter(version=version).exists():
+        raise Http404
+    note = (request.POST.get("note") or "").strip()[:300] or f"restored version {version}"
+    restored = restore_policy_version(version, request.user, note)
+    messages.success(request, f"Version {version} restored as version {restored.version}.")
+    return redirect(reverse("dashboard:policies") + "#versions")
 
 
 @requires(EDIT_POLICIES)

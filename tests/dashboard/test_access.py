@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from dashboard import groups
 from dashboard.models import FailureGroup
-from orchestrator.models import ProviderOverride, RoutingPolicy
+from orchestrator.models import PolicyVersion, ProviderOverride, RoutingPolicy
 
 from .conftest import make_failure, make_review, make_workflow, signed_in
 
@@ -25,6 +25,7 @@ def objects(db):
         "item": item.pk,
         "policy": RoutingPolicy.objects.get(failure_type="timeout").pk,
         "override": ProviderOverride.objects.first().pk,
+        "version": PolicyVersion.objects.newest_first().first().version,
     }
 
 
@@ -60,6 +61,8 @@ EDITOR_POSTS = [
     ("dashboard:policy_edit", "policy", {"max_attempts": "2"}),
     ("dashboard:override_new", None, {"match_on": "status_code", "match_value": "499"}),
     ("dashboard:override_delete", "override", {}),
+    ("dashboard:policy_dry_run", "policy", {"max_attempts": "2"}),
+    ("dashboard:policy_restore", "version", {"note": "back"}),
 ]
 
 

@@ -74,7 +74,7 @@ def test_it_reads_the_windows_failures_and_what_followed_each_decision(history):
 def test_it_compares_the_proposed_table_with_the_current_one_by_hand(history):
     result = dryrun.dry_run([{"failure_type": "timeout", "max_attempts": 2}], days=7)
     current, proposed = result["current"], result["proposed"]
-    # Current: the three first attempts wait 2 s, the two second ones 2×3 = 6 s; all retried,
+    # Current: the three first attempts wait 2 s, the two second ones 2 * 3 = 6 s; all retried,
     # each recovering at the recorded 2 of 4.
     assert current["retries"] == 5
     assert current["waiting_seconds"] == 3 * 2 + 2 * 6
