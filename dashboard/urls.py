@@ -8,6 +8,7 @@ app_name = "dashboard"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("runs/", views.runs, name="runs"),
+    path("runs/export/", views.runs_export, name="runs_export"),
     path("runs/retrying/", views.retrying, name="retrying"),
     path("runs/in-flight/", views.in_flight, name="in_flight"),
     path("runs/actions/", views.run_actions, name="run_actions"),
@@ -15,6 +16,11 @@ urlpatterns = [
     path("workflows/", views.workflows, name="workflows"),
     path("workflows/<int:pk>/", views.workflow_detail, name="workflow_detail"),
     path("workflows/<int:pk>/abort/", views.workflow_abort, name="workflow_abort"),
+    path(
+        "workflows/<int:pk>/coverage.<str:fmt>",
+        views.workflow_coverage_export,
+        name="workflow_coverage_export",
+    ),
     path("review/", views.review_queue, name="review_queue"),
     path("review/<int:pk>/", views.review_item, name="review_item"),
     path("review/<int:pk>/claim/", views.review_claim, name="review_claim"),

@@ -6,13 +6,14 @@ coordinator's operator actions (`orchestrator.coordination.actions`); counting i
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -29,7 +30,7 @@ from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS, get_window
 from dashboard.tiles import overview_tiles
 from orchestrator import keyset
-from orchestrator.analytics import dryrun
+from orchestrator.analytics import dryrun, export
 from orchestrator.coordination import actions, review
 from orchestrator.coordination.policy import preview_delays
 from orchestrator.coordination.workflow import abort_workflow
@@ -122,6 +123,28 @@ def runs(request: HttpRequest) -> HttpResponse:
     # fragment answers 200 and shows the same errors in place.
     status = 400 if filters.errors and not _fragment(request) else 200
     return render(request, template, context, status=status)
+
+
+@requires(VIEW)
+@require_GET
+def runs_export(request: HttpRequest) -> HttpResponse:
+    """The runs list's filters as a download: CSV (`format=csv`) or JSON Lines (`format=jsonl`),
+    streamed over keyset pages, every matching run (the list's page cursors are ignored)."""
+    filters = RunFilter.from_query(request.GET)
+    fmt = request.GET.get("format", "csv")
+    if fmt not in export.FORMATS:
+        filters.errors.append(f"Unknown export format {fmt!r}: csv or jsonl.")
+    if filters.errors:
+        return HttpResponse("\n".join(filters.errors) + "\n", status=400, content_type="text/plain")
+    matching = filters.apply(visible(request.user, Run))
+    return _download(export.runs_export(matching, fmt), fmt, "runs")
+
+
+def _download(lines: Any, fmt: str, name: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(lines, content_type=export.FORMATS[fmt])
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response["Content-Disposition"] = f'attachment; filename="{name}-{stamp}.{fmt}"'
+    return response
 
 
 def _runs_results(request: HttpRequest, filters: RunFilter) -> dict[str, Any]:
@@ -336,6 +359,27 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_review": request.user.has_perm(REVIEW),
     }
     return render(request, "dashboard/workflow_detail.html", context)
+
+
+COVERAGE_FORMATS = {"json": "application/json", "md": "text/markdown; charset=utf-8"}
+
+
+@requires(VIEW)
+@require_GET
+def workflow_coverage_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    """A workflow's coverage report as JSON or Markdown, to attach to what the workflow wrote."""
+    workflow = get_visible(request.user, Workflow, pk=pk)
+    if fmt not in COVERAGE_FORMATS:
+        raise Http404
+    report = export.coverage_report(workflow)
+    if fmt == "json":
+        body = json.dumps(report, indent=2, ensure_ascii=False, default=str)
+    else:
+        body = export.coverage_markdown(report)
+    response = HttpResponse(body, content_type=COVERAGE_FORMATS[fmt])
+    name = f"coverage-workflow-{workflow.pk}.{fmt}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 def _timeline(runs: list[Run], reviews: list[ReviewItem]) -> list[dict[str, Any]]:

@@ -470,6 +470,12 @@ class RunFilters(Schema):
     _in_utc = field_validator("since", "until")(in_utc)
 
 
+class RunExportFilters(RunFilters):
+    """GET /runs/export: the runs list's filters and the format; every matching run is sent."""
+
+    format: Literal["csv", "jsonl"] = Field("csv", description="csv or jsonl (JSON Lines)")
+
+
 # ---------------------------------------------------------------------------------------------
 # Batch results
 

@@ -33,11 +33,13 @@ def objects(db):
 PAGES = [
     ("dashboard:overview", None),
     ("dashboard:runs", None),
+    ("dashboard:runs_export", None),
     ("dashboard:retrying", None),
     ("dashboard:in_flight", None),
     ("dashboard:run_detail", "run"),
     ("dashboard:workflows", None),
     ("dashboard:workflow_detail", "workflow"),
+    ("dashboard:workflow_coverage_export", ("workflow", "md")),
     ("dashboard:review_queue", None),
     ("dashboard:review_item", "item"),
     ("dashboard:failure_groups", None),
@@ -67,6 +69,8 @@ EDITOR_POSTS = [
 
 
 def url(objects, name, key):
+    if isinstance(key, tuple):  # an object and a literal argument (a format)
+        return reverse(name, args=[objects[key[0]], key[1]])
     return reverse(name, args=[objects[key]] if key else [])
 
 
