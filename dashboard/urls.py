@@ -36,5 +36,7 @@ urlpatterns = [
     path("policies/overrides/new/", views.override_edit, name="override_new"),
     path("policies/overrides/<int:pk>/edit/", views.override_edit, name="override_edit"),
     path("policies/overrides/<int:pk>/delete/", views.override_delete, name="override_delete"),
+    path("efficacy/", views.switch_efficacy, name="switch_efficacy"),
+    path("retry-audit/", views.retry_audit, name="retry_audit"),
     path("metrics", metrics.metrics, name="metrics"),
 ]

@@ -17,21 +17,28 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import trigger_client_event
 
 from dashboard import groups, queue, reports
 from dashboard.access import EDIT_POLICIES, REVIEW, VIEW, get_visible, requires, visible
-from dashboard.filters import PAGE_SIZE, RANGES, RunFilter, known_names, total
+from dashboard.filters import (
+    PAGE_SIZE,
+    RANGES,
+    RunFilter,
+    canonical_failure_type,
+    known_names,
+    total,
+)
 from dashboard.forms import BulkActionForm, ProviderOverrideForm, ResolveForm, RoutingPolicyForm
 from dashboard.groups import GroupFilter
 from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS, get_window
 from dashboard.tiles import overview_tiles
 from orchestrator import keyset
-from orchestrator.analytics import dryrun, export
-from orchestrator.coordination import actions, review
+from orchestrator.analytics import dryrun, export, retryable
+from orchestrator.coordination import actions, efficacy, review
 from orchestrator.coordination.policy import preview_delays
 from orchestrator.coordination.workflow import abort_workflow
 from orchestrator.models import (
@@ -900,11 +907,16 @@ def policy_row(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
+OVERRIDE_PREFILL = ("provider", "match_on", "match_value", "failure_type", "retryable", "note")
+
+
 @requires(EDIT_POLICIES)
 @require_http_methods(["GET", "POST"])
 def override_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     override = get_visible(request.user, ProviderOverride, pk=pk) if pk else ProviderOverride()
-    form = ProviderOverrideForm(request.POST or None, instance=override)
+    # A new override may come prefilled from the query string (the retry audit's rows).
+    initial = {} if pk else {k: v for k, v in request.GET.items() if k in OVERRIDE_PREFILL}
+    form = ProviderOverrideForm(request.POST or None, instance=override, initial=initial)
     if request.method == "POST" and form.is_valid():
         if not override.pk:
             form.instance.created_by = request.user
@@ -926,3 +938,75 @@ def override_delete(request: HttpRequest, pk: int) -> HttpResponse:
     delete_policy_object(override, request.user, "deleted on the policies page")
     messages.success(request, f"Override deleted: {label}.")
     return redirect(reverse("dashboard:policies") + "#overrides")
+
+
+# ---------------------------------------------------------------------------------------------
+# Analytics: switch efficacy, the retry audit
+
+
+def _table_csv(name: str, rows: list[dict[str, Any]]) -> StreamingHttpResponse:
+    header = list(rows[0]) if rows else ["empty"]
+    lines = export.csv_lines(header, ([row[k] for k in header] for row in rows))
+    return _download(lines, "csv", name)
+
+
+@requires(VIEW)
+@require_GET
+def switch_efficacy(request: HttpRequest) -> HttpResponse:
+    """From-source to to-source: how often a switch worked, its added latency, partial results
+    kept; overall or for one failure type. `format=csv` downloads every cell."""
+    errors: list[str] = []
+    ftype = canonical_failure_type(request.GET.get("failure_type", ""), errors)
+    cells = efficacy.compute()
+    if request.GET.get("format") == "csv":
+        return _table_csv("switch-efficacy", [c.as_row() for c in cells.values()])
+    chosen = {k: c for k, c in cells.items() if k[2] == ftype}
+    sources_from = sorted({k[0] for k in chosen})
+    sources_to = sorted({k[1] for k in chosen})
+    grid = [(src, [chosen.get((src, dst, ftype)) for dst in sources_to]) for src in sources_from]
+    context = {
+        "grid": grid,
+        "sources_to": sources_to,
+        "failure_type": ftype,
+        "failure_types": FailureType.choices,
+        "errors": errors,
+        "days": settings.SWITCH_EFFICACY_DAYS,
+        "ordering": settings.SWITCH_EFFICACY_ORDERING,
+        "least": settings.SWITCH_EFFICACY_MIN_SWITCHES,
+    }
+    return render(request, "dashboard/efficacy.html", context, status=400 if errors else 200)
+
+
+@requires(VIEW)
+@require_GET
+def retry_audit(request: HttpRequest) -> HttpResponse:
+    """Where the retry signal was wrong, by source, type and signal, each row one click from a
+    prefilled provider override."""
+    days = _days_param(request.GET.get("days"), retryable.DEFAULT_DAYS)
+    futile_rows = retryable.futile(days)
+    stuck_rows = retryable.never_recovered(days)
+    if request.GET.get("format") == "csv":
+        rows = [{"list": "futile", **r.as_row()} for r in futile_rows]
+        rows += [{"list": "never_recovered", **r.as_row()} for r in stuck_rows]
+        return _table_csv("retry-audit", rows)
+    new_override = reverse("dashboard:override_new")
+    context = {
+        "days": days,
+        "futile": [(r, _prefill(new_override, r)) for r in futile_rows],
+        "stuck": [(r, _prefill(new_override, r)) for r in stuck_rows],
+        "least": settings.RETRY_AUDIT_MIN_RETRIES,
+        "can_edit": request.user.has_perm(EDIT_POLICIES),
+    }
+    return render(request, "dashboard/retry_audit.html", context)
+
+
+def _prefill(base: str, row: retryable.AuditRow) -> str:
+    return f"{base}?{urlencode(row.override_initial())}#overrides"
+
+
+def _days_param(raw: str | None, default: float) -> float:
+    try:
+        days = float(raw) if raw else default
+    except ValueError:
+        return default
+    return min(max(days, 1.0), 90.0) if days == days else default

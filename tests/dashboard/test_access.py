@@ -45,6 +45,8 @@ PAGES = [
     ("dashboard:failure_groups", None),
     ("dashboard:failure_group", "group"),
     ("dashboard:policies", None),
+    ("dashboard:switch_efficacy", None),
+    ("dashboard:retry_audit", None),
 ]
 EDITOR_PAGES = [
     ("dashboard:policy_edit", "policy"),
