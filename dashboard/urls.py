@@ -38,5 +38,6 @@ urlpatterns = [
     path("policies/overrides/<int:pk>/delete/", views.override_delete, name="override_delete"),
     path("efficacy/", views.switch_efficacy, name="switch_efficacy"),
     path("retry-audit/", views.retry_audit, name="retry_audit"),
+    path("slos/", views.slos, name="slos"),
     path("metrics", metrics.metrics, name="metrics"),
 ]

@@ -37,7 +37,7 @@ from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS, get_window
 from dashboard.tiles import overview_tiles
 from orchestrator import keyset
-from orchestrator.analytics import dryrun, export, retryable
+from orchestrator.analytics import dryrun, export, retryable, slo
 from orchestrator.coordination import actions, efficacy, review
 from orchestrator.coordination.policy import preview_delays
 from orchestrator.coordination.workflow import abort_workflow
@@ -1010,3 +1010,41 @@ def _days_param(raw: str | None, default: float) -> float:
     except ValueError:
         return default
     return min(max(days, 1.0), 90.0) if days == days else default
+
+
+# ---------------------------------------------------------------------------------------------
+# Service-level objectives
+
+BURN_WINDOWS = ((5, "5 min"), (30, "30 min"), (60, "1 h"), (360, "6 h"))
+
+
+def _slo_row(o: slo.Objective) -> dict[str, Any]:
+    return {
+        "kind": o.kind,
+        "name": o.name,
+        "objective": o.objective,
+        "runs": o.total,
+        "succeeded": o.good,
+        "success_rate": None if o.success_rate is None else round(o.success_rate, 5),
+        "error_budget_remaining": round(o.budget_remaining, 4),
+        **{f"burn_rate_{m}m": round(o.burn_rate(m), 3) for m, _ in BURN_WINDOWS},
+        "alerts": " ".join(o.alerts),
+    }
+
+
+@requires(VIEW)
+@require_GET
+def slos(request: HttpRequest) -> HttpResponse:
+    """A tile per agent and per source: its objective, success over the SLO window, the error
+    budget left, burn rates and which multi-window alert burns. `format=csv` for the table."""
+    found = slo.objectives()
+    if request.GET.get("format") == "csv":
+        return _table_csv("slos", [_slo_row(o) for o in found])
+    context = {
+        "tiles": [(o, [(label, o.burn_rate(m)) for m, label in BURN_WINDOWS]) for o in found],
+        "days": settings.SLO_WINDOW_DAYS,
+        "objective": settings.SLO_OBJECTIVE,
+        "fast": slo.FAST,
+        "slow": slo.SLOW,
+    }
+    return render(request, "dashboard/slos.html", context)

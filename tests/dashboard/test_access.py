@@ -47,6 +47,7 @@ PAGES = [
     ("dashboard:policies", None),
     ("dashboard:switch_efficacy", None),
     ("dashboard:retry_audit", None),
+    ("dashboard:slos", None),
 ]
 EDITOR_PAGES = [
     ("dashboard:policy_edit", "policy"),
