@@ -30,7 +30,7 @@ def _runs(at: datetime, ok: int, failed: int, agent="planner", source="crm") -> 
 @pytest.fixture
 def burst(db):
     """400 quiet successes two days ago, then a burst: 2 of 10 failed 2 minutes before T and
-    2 of 10 failed 15 minutes before T (a failure share of 0.2: 20× a 99 % objective's pace)."""
+    2 of 10 failed 15 minutes before T (a failure share of 0.2: 20 times the pace of 99 %)."""
     cache.delete(slo.CACHE_KEY)
     _runs(T - timedelta(days=2), ok=400, failed=0)
     _runs(T - timedelta(minutes=2), ok=8, failed=2)
