@@ -55,7 +55,10 @@ def backfill_versions(apps, schema_editor):
             (dict(v) for (kind, _), v in state.items() if kind == "routingpolicy"),
             key=lambda r: r["failure_type"],
         )
-        kept = [dict(v) for (kind, _), v in state.items() if kind == "provideroverride"]
+        kept = sorted(
+            (dict(v) for (kind, _), v in state.items() if kind == "provideroverride"),
+            key=lambda o: (o["provider"], o["match_on"], o["match_value"]),
+        )
         rows.append(PolicyVersion(version=number, policies=policies, overrides=kept, note=note))
 
     snapshot(version, "the rows when the version history began")

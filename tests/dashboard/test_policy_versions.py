@@ -121,3 +121,23 @@ def test_the_dry_run_of_an_invalid_form_says_to_fix_it(editor_client):
     url = reverse("dashboard:policy_dry_run", args=[policy.pk])
     fragment = editor_client.post(url, form_of(policy, base_delay=50, max_delay=1), **HX)
     assert "Fix the form" in fragment.content.decode()
+
+
+def test_the_migration_rebuilds_the_versions_the_audit_trail_accounts_for(db):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("orchestrator.migrations.0014_issue16_analytics")
+    first = _edit_timeout(5)
+    override = ProviderOverride(
+        provider="groq", match_on="status_code", match_value="498", failure_type="auth_failure"
+    )
+    second = save_policy_change(override, actor=None)
+    third = _edit_timeout(2)
+    kept = {v.version: (v.policies, v.overrides) for v in PolicyVersion.objects.all()}
+    PolicyVersion.objects.all().delete()
+    migration.backfill_versions(apps, None)
+    rebuilt = {v.version: (v.policies, v.overrides) for v in PolicyVersion.objects.all()}
+    for version in (first, second, third, first - 1):
+        assert rebuilt[version] == kept[version], version
