@@ -5,8 +5,10 @@ Reading is two aggregate queries, never one row per failure: the failures of the
 by what routing reads (failure type, source, attempt, retry signal, Retry-After in whole seconds,
 whether partial results were kept) with the decision recorded for them, and what actually
 happened after each recorded retry or switch (did the next attempt, or the run on the other
-source, succeed?). Above `SAMPLE_ABOVE` failures both read a deterministic sample of the ids
-(`id mod 1000`) and the figures are scaled up and labelled sampled. The replay itself (`replay`)
+source, succeed?). Above `SAMPLE_ABOVE` failures the groups read a deterministic sample of the
+ids (`id mod 1000`) and the figures are scaled up and labelled sampled; the outcomes, which cost
+an index lookup per recorded decision, are estimated from the failures of a sample of about
+`OUTCOMES_ABOVE` (their count is the `evidence` shown). The replay itself (`replay`)
 is pure: groups and a snapshot in, figures out.
 
 How a replayed decision is costed:
@@ -34,9 +36,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
-from django.db.models import Case, Count, F, IntegerField, Value, When
-from django.db.models.functions import Ceil, Mod
+from django.db import connection, transaction
 from django.utils import timezone
 
 from orchestrator.coordination import routing
@@ -45,10 +45,10 @@ from orchestrator.models import Run, RunSets
 from orchestrator.vocabulary import Action, FailureCategory
 
 SAMPLE_ABOVE = 100_000
+OUTCOMES_ABOVE = 10_000
 SAMPLE_BUCKETS = 1000
 DEFAULT_DAYS = 7
 MAX_DAYS = 90
-GROUP_COLUMNS = ("failure_type", "source", "attempt", "retryable", "ra", "has_partial", "decision")
 ATTEMPT_CAP = 21  # beyond the most attempts a rule allows (20), attempts route alike
 
 
@@ -145,77 +145,93 @@ def window(days: float, now: datetime | None = None) -> tuple[datetime, datetime
 def load_history(days: float = DEFAULT_DAYS, now: datetime | None = None) -> History:
     """Read the window's failures (a sample above SAMPLE_ABOVE) as groups and outcomes."""
     since, until = window(days, now)
-    failures = Run.objects.filter(RunSets.FAILURES, created_at__gte=since, created_at__lt=until)
-    total = failures.count()
+    total = Run.objects.filter(
+        RunSets.FAILURES, created_at__gte=since, created_at__lt=until
+    ).count()
     keep = SAMPLE_BUCKETS
     if total > SAMPLE_ABOVE:
         keep = max(1, math.ceil(SAMPLE_BUCKETS * SAMPLE_ABOVE / total))
-        failures = failures.annotate(bucket=Mod(F("id"), SAMPLE_BUCKETS)).filter(bucket__lt=keep)
-    groups = _groups(failures)
+    # The outcomes cost an index lookup per recorded decision: a smaller sample estimates rates.
+    outcome_keep = min(keep, max(1, math.ceil(SAMPLE_BUCKETS * OUTCOMES_ABOVE / max(total, 1))))
+    groups, outcomes = _read(since, until, keep, outcome_keep)
     read = sum(groups.values()) if keep < SAMPLE_BUCKETS else total
-    outcomes = _outcomes(since, until, keep)
-    fraction = keep / SAMPLE_BUCKETS
-    return History(since, until, days, total, read, groups, fraction, outcomes)
+    return History(since, until, days, total, read, groups, keep / SAMPLE_BUCKETS, outcomes)
 
 
-def _groups(failures: Any) -> dict[FailureKey, int]:
-    rows = (
-        failures.annotate(
-            ra=Ceil("retry_after"),
-            has_partial=Case(
-                When(partial_count__gt=0, then=Value(1)),
-                default=Value(0),
-                output_field=IntegerField(),
-            ),
-        )
-        .values_list(*GROUP_COLUMNS)
-        .annotate(n=Count("id"))
-        .order_by()
-    )
+# One pass over the window's failures, grouped by what routing reads, with what followed each
+# recorded retry (the task's next attempt, on the unique (retry_of, attempt) index) or switch (the
+# run it started, on the switched_from index). The lookups are scalar subqueries inside a CASE,
+# run only for the outcome sample's retries and switches (a join would let the planner hash the
+# whole table instead); only a finished run counts. Plain SQL that PostgreSQL and SQLite both
+# read (Django gives SQLite MOD and CEILING).
+_READ_SQL = """
+SELECT failure_type, source, attempt, retryable, CEILING(retry_after),
+       CASE WHEN partial_count > 0 THEN 1 ELSE 0 END, decision,
+       COUNT(*),
+       SUM(CASE WHEN next_status IN {finished} THEN 1 ELSE 0 END),
+       SUM(CASE WHEN next_status = 'succeeded' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN switch_status IN {finished} THEN 1 ELSE 0 END),
+       SUM(CASE WHEN switch_status = 'succeeded' THEN 1 ELSE 0 END)
+FROM (
+  SELECT f.failure_type, f.source, f.attempt, f.retryable, f.retry_after, f.partial_count,
+         f.decision,
+         CASE WHEN f.decision = 'retry' AND MOD(f.id, %(buckets)s) < %(outcome_keep)s THEN
+           (SELECT n.status FROM orchestrator_run n
+            WHERE n.retry_of_id = COALESCE(f.retry_of_id, f.id) AND n.attempt = f.attempt + 1)
+         END AS next_status,
+         CASE WHEN f.decision = 'switch_source' AND MOD(f.id, %(buckets)s) < %(outcome_keep)s THEN
+           (SELECT s.status FROM orchestrator_run s WHERE s.switched_from_id = f.id LIMIT 1)
+         END AS switch_status
+  FROM orchestrator_run f
+  WHERE f.status IN ('failed', 'escalated')
+    AND f.created_at >= %(since)s AND f.created_at < %(until)s
+    AND MOD(f.id, %(buckets)s) < %(keep)s
+) AS failures
+GROUP BY 1, 2, 3, 4, 5, 6, 7
+""".format(finished="('succeeded', 'failed', 'escalated', 'skipped', 'cancelled')")
+
+
+def _read(
+    since: datetime, until: datetime, keep: int, outcome_keep: int
+) -> tuple[dict[FailureKey, int], dict[tuple[str, str, str], tuple[int, int]]]:
+    params = {
+        "buckets": SAMPLE_BUCKETS,
+        "keep": keep,
+        "outcome_keep": outcome_keep,
+        "since": since,
+        "until": until,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # Compiling this one query (JIT, on by default) costs longer than running it, and
+            # its grouping of up to SAMPLE_ABOVE rows fits in memory rather than spilling.
+            cursor.execute("SET LOCAL jit = off")
+            cursor.execute("SET LOCAL work_mem = '32MB'")
+        cursor.execute(_READ_SQL, params)
+        rows = cursor.fetchall()
     groups: dict[FailureKey, int] = {}
-    for ftype, source, attempt, retryable, ra, partial, decision, n in rows:
+    outcomes: dict[tuple[str, str, str], tuple[int, int]] = {}
+    for ftype, source, attempt, retryable, ra, partial, decision, *counts in rows:
         key = FailureKey(
             ftype or FailureCategory.UNCLASSIFIED,
             source,
             min(attempt, ATTEMPT_CAP),
-            retryable,
+            None if retryable is None else bool(retryable),
             None if ra is None else float(ra),
             bool(partial),
             decision or "",
         )
+        n, retried, retried_ok, switched, switched_ok = (int(c or 0) for c in counts)
         groups[key] = groups.get(key, 0) + n
-    return groups
-
-
-# What followed a recorded retry (the task's next attempt) or switch (the run it started on the
-# other source), counted once finished. Plain SQL: two joins on the unique (retry_of, attempt)
-# index and the switched_from index, the same on PostgreSQL and SQLite.
-_OUTCOMES_SQL = """
-SELECT %(action)s, f.failure_type, f.source, COUNT(*),
-       SUM(CASE WHEN n.status = 'succeeded' THEN 1 ELSE 0 END)
-FROM orchestrator_run f JOIN orchestrator_run n ON {join}
-WHERE f.status IN ('failed', 'escalated') AND f.decision = %(action)s
-  AND f.created_at >= %(since)s AND f.created_at < %(until)s
-  AND n.status IN ('succeeded', 'failed', 'escalated', 'skipped', 'cancelled')
-  AND MOD(f.id, {buckets}) < %(keep)s
-GROUP BY f.failure_type, f.source
-"""
-_JOINS = {
-    Action.RETRY: "n.retry_of_id = COALESCE(f.retry_of_id, f.id) AND n.attempt = f.attempt + 1",
-    Action.SWITCH_SOURCE: "n.switched_from_id = f.id",
-}
-
-
-def _outcomes(since: datetime, until: datetime, keep: int) -> dict[tuple[str, str, str], tuple]:
-    out: dict[tuple[str, str, str], tuple[int, int]] = {}
-    with connection.cursor() as cursor:
-        for action, join in _JOINS.items():
-            sql = _OUTCOMES_SQL.format(join=join, buckets=SAMPLE_BUCKETS)
-            params = {"action": str(action), "since": since, "until": until, "keep": keep}
-            cursor.execute(sql, params)
-            for act, ftype, source, tried, ok in cursor.fetchall():
-                out[(act, ftype, source)] = (int(tried), int(ok or 0))
-    return out
+        for action, tried, ok in (
+            (Action.RETRY, retried, retried_ok),
+            (Action.SWITCH_SOURCE, switched, switched_ok),
+        ):
+            if tried:
+                at = (str(action), key.failure_type, source)
+                before = outcomes.get(at, (0, 0))
+                outcomes[at] = (before[0] + tried, before[1] + ok)
+    return groups, outcomes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,8 +352,8 @@ def compare(
         "sampled": history.sampled,
         "sample_size": history.read,
         "evidence": {
-            action: sum(t for (a, _, _), (t, _) in history.outcomes.items() if a == action)
-            for action in _JOINS
+            str(action): sum(t for (a, _, _), (t, _) in history.outcomes.items() if a == action)
+            for action in (Action.RETRY, Action.SWITCH_SOURCE)
         },
         "current_version": current.version,
         "current": now_figures.as_dict(),
