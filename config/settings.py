@@ -390,6 +390,11 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 30.0,
         "options": {"expires": 60},
     },
+    "switch-efficacy": {
+        "task": "orchestrator.tasks.refresh_switch_efficacy",
+        "schedule": 150.0,
+        "options": {"expires": 150},
+    },
 }
 # The dashboard folds the last hours of runs into hourly rollups (the tiles' and /metrics'
 # counts) and failure groups, and fires webhook alerts whose threshold is crossed.

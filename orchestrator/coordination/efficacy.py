@@ -9,11 +9,11 @@ failed run's partial results were *kept* when it carried any (the coverage count
 follows). Switches still running are left out until they finish.
 
 The matrix is one aggregate over the switched runs of the window, served by the partial index
-on `switched_from`; `matrix()` caches it for `CACHE_SECONDS`, since the coordinator reads it on
-every switch. `ranked()` orders a capability's untried sources by it only when every candidate
-has `SWITCH_EFFICACY_MIN_SWITCHES` finished switches from the failing source (for the failure
-type, else over all types); otherwise, or with `SWITCH_EFFICACY_ORDERING` off, the registry's
-order of preference stands.
+on `switched_from`; a periodic task (`refresh`) caches it, and the coordinator reads only the
+cache on a switch, never the aggregate. `ranked()` orders a capability's untried sources by it
+only when every candidate has `SWITCH_EFFICACY_MIN_SWITCHES` finished switches from the failing
+source (for the failure type, else over all types); otherwise, or with `SWITCH_EFFICACY_ORDERING`
+off, the registry's order of preference stands.
 """
 
 from __future__ import annotations
@@ -115,13 +115,18 @@ def _add_overall(
     )
 
 
+def refresh() -> int:
+    """Compute the matrix and cache it for the coordinator (beat, every CACHE_SECONDS / 2);
+    return its cells."""
+    found = compute()
+    cache.set(CACHE_KEY, found, CACHE_SECONDS)
+    return len(found)
+
+
 def matrix() -> Matrix:
-    """The window's matrix, computed at most once per CACHE_SECONDS per cache."""
-    found = cache.get(CACHE_KEY)
-    if found is None:
-        found = compute()
-        cache.set(CACHE_KEY, found, CACHE_SECONDS)
-    return found
+    """The matrix the periodic refresh cached; empty (the registry's order) until it ran. A
+    decision never waits for the aggregate: it runs in a workflow's step, under its lock."""
+    return cache.get(CACHE_KEY) or {}
 
 
 def ranked(source: str, failure_type: str | None, candidates: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ from orchestrator.analytics import retryable
 from orchestrator.coordination import efficacy
 from orchestrator.coordination.registry import Registry
 from orchestrator.models import Run
+from orchestrator.tasks import refresh_switch_efficacy
 
 from .conftest import make_failure, make_run
 
@@ -69,6 +70,8 @@ def test_the_coordinator_orders_alternatives_by_efficacy_with_enough_data(db, se
         _switch("web", "news", ok)
     for ok in (True, True):
         _switch("web", "scholar", ok)
+    assert efficacy.ranked("web", "timeout", ["news", "scholar"]) == ["news", "scholar"]
+    refresh_switch_efficacy()  # the periodic task: decisions read only its cache
     reg = Registry()
     for name in ("web", "news", "scholar"):
         reg.register("search", name, lambda q, p: [])
@@ -87,6 +90,7 @@ def test_the_coordinator_orders_alternatives_by_efficacy_with_enough_data(db, se
 def test_without_enough_data_the_registrys_order_stands(db, settings):
     settings.SWITCH_EFFICACY_MIN_SWITCHES = 3
     _switch("web", "scholar", True)
+    efficacy.refresh()
     assert efficacy.ranked("web", "timeout", ["news", "scholar"]) == ["news", "scholar"]
 
 
