@@ -6,7 +6,7 @@ An objective (`SLO_OBJECTIVE`, 99 % by default, or a named one in `SLO_OBJECTIVE
 overspent). A *burn rate* over a shorter window is how fast the budget goes there: the window's
 failure share divided by (1 - objective); 1 spends exactly the budget over the whole window.
 
-Alerts use the multi-window pairs of the SRE workbook, each firing only when both of its windows
+Alerts use multi-window pairs, each firing only when both of its windows
 burn at or above its rate, so a short spike that has ended does not page and a long burn is
 caught early: *fast* (1 h and 5 min at 14.4, 2 % of a 28-day budget in an hour) and *slow* (6 h
 and 30 min at 6, 5 % in six hours). They are delivered through the webhook alert rules
@@ -112,12 +112,13 @@ def _counts(since: datetime, until: datetime) -> dict[tuple[str, str], tuple[int
 
 
 def objectives(
-    now: datetime | None = None, windows: Iterable[int] = SHORT_WINDOWS
+    now: datetime | None = None, windows: Iterable[int] = SHORT_WINDOWS, whole: bool = True
 ) -> list[Objective]:
-    """Every agent's and source's objective over the SLO window, with the burn windows' counts
-    (minutes), agents first, each kind by name."""
+    """Every agent's and source's objective over the SLO window (unless not `whole`: the alerts
+    need only their windows), with the burn windows' counts (minutes), agents first, each kind
+    by name."""
     now = now or timezone.now()
-    main = _counts(now - timedelta(days=settings.SLO_WINDOW_DAYS), now)
+    main = _counts(now - timedelta(days=settings.SLO_WINDOW_DAYS), now) if whole else {}
     found = {
         key: Objective(key[0], key[1], objective_for(*key), total=t, good=g)
         for key, (t, g) in main.items()
@@ -144,6 +145,6 @@ def burning(
 ) -> tuple[float, list[Objective]]:
     """(the worst burn both windows of the pair share, the objectives burning at `rate`)."""
     short = short_of(long_minutes)
-    found = objectives(now, windows=(long_minutes, short))
+    found = objectives(now, windows=(long_minutes, short), whole=False)
     worst = max((min(o.burn_rate(long_minutes), o.burn_rate(short)) for o in found), default=0.0)
     return worst, [o for o in found if o.burning(long_minutes, rate)]
