@@ -957,7 +957,9 @@ def switch_efficacy(request: HttpRequest) -> HttpResponse:
     kept; overall or for one failure type. `format=csv` downloads every cell."""
     errors: list[str] = []
     ftype = canonical_failure_type(request.GET.get("failure_type", ""), errors)
-    cells = efficacy.compute()
+    # The copy beat refreshes every 150 s (the coordinator's); computed here only before its
+    # first refresh.
+    cells = efficacy.matrix() or efficacy.compute()
     if request.GET.get("format") == "csv":
         return _table_csv("switch-efficacy", [c.as_row() for c in cells.values()])
     chosen = {k: c for k, c in cells.items() if k[2] == ftype}

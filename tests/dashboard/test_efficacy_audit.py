@@ -161,3 +161,14 @@ def test_the_audit_page_offers_a_prefilled_override(editor_client, operator_clie
         },
     ).content.decode()
     assert 'value="E42"' in form and 'value="crm"' in form
+
+
+def test_the_page_reads_the_copy_beat_refreshed(operator_client):
+    _switch("web", "news", True)
+    efficacy.refresh()
+    _switch("web", "news", False)  # after the refresh: not in the cached copy yet
+    html = operator_client.get(reverse("dashboard:switch_efficacy")).content.decode()
+    assert "of 1</span>" in html
+    efficacy.refresh()
+    html = operator_client.get(reverse("dashboard:switch_efficacy")).content.decode()
+    assert "of 2</span>" in html
