@@ -28,7 +28,7 @@ from dashboard.groups import GroupFilter
 from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS, get_window
 from dashboard.tiles import overview_tiles
-from orchestrator import keyset
+from orchestrator import counters, keyset
 from orchestrator.coordination import actions, review
 from orchestrator.coordination.policy import preview_delays
 from orchestrator.coordination.workflow import abort_workflow
@@ -291,7 +291,8 @@ def workflows(request: HttpRequest) -> HttpResponse:
     except ValueError:
         messages.error(request, "That page link was damaged: here are the newest workflows.")
         after = None
-    page = keyset.page(qs.annotate(run_count=Count("runs")), 30, after=after)
+    # Counters kept with the runs (a live count of every listed workflow's runs on SQLite).
+    page = keyset.page(counters.with_run_counts(qs), 30, after=after)
     context = {
         "workflows": page.rows,
         "next_cursor": page.next,

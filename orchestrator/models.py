@@ -1052,6 +1052,38 @@ class RunSets:
     RETRYING = Q(status=Run.Status.QUEUED, retry_of__isnull=False, due_at__isnull=False)
 
 
+class WorkflowCounter(models.Model):
+    """A workflow's runs and failures, folded from `WorkflowRunDelta` (`orchestrator.counters`):
+    the workflows list reads these instead of counting every workflow's runs. PostgreSQL only."""
+
+    # Not a foreign key: a deleted workflow's counter goes with the fold, not with a cascade
+    # that would race the triggers writing its runs' last deltas.
+    workflow_id = models.BigIntegerField(primary_key=True)
+    runs = models.BigIntegerField(default=0)
+    failures = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"workflow {self.workflow_id}: {self.runs} runs, {self.failures} failures"
+
+
+class WorkflowRunDelta(models.Model):
+    """A change of a workflow's counts, appended by the run table's triggers in the writer's own
+    transaction (inserts never conflict); folded into `WorkflowCounter` by a periodic task."""
+
+    workflow_id = models.BigIntegerField()
+    runs = models.BigIntegerField(default=0)
+    failures = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            # the workflows list adds each listed workflow's pending deltas to its counter
+            models.Index(fields=["workflow_id"], name="workflowrundelta_workflow"),
+        ]
+
+    def __str__(self) -> str:
+        return f"workflow {self.workflow_id}: {self.runs:+} runs, {self.failures:+} failures"
+
+
 # ---------------------------------------------------------------------------------------------
 # Routing policy
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+from orchestrator import counters
 from orchestrator.coordination import delivery, dispatch, execution, review, workflow
 
 # A database that restarts or drops a connection fails the task with one of these: it is tried
@@ -56,3 +57,9 @@ def apply_review_fallbacks() -> int:
 def deliver_resolution(delivery_id: int) -> str:
     """POST a review item's resolution to its token's callback URL, signed (one attempt)."""
     return delivery.deliver(delivery_id)
+
+
+@shared_task(ignore_result=True)
+def fold_workflow_counters() -> int:
+    """Move the per-workflow run deltas the triggers appended into the workflows' counters."""
+    return counters.fold_workflow_counters()
