@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -27,7 +28,7 @@ from dashboard.forms import BulkActionForm, ProviderOverrideForm, ResolveForm, R
 from dashboard.groups import GroupFilter
 from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS, get_window
-from dashboard.tiles import overview_tiles
+from dashboard.tiles import attention_tiles, cached_fragments
 from orchestrator import counters, keyset
 from orchestrator.coordination import actions, review
 from orchestrator.coordination.policy import preview_delays
@@ -77,11 +78,20 @@ def _safe_next(request: HttpRequest, default: str) -> str:
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
     window = get_window(request.GET.get("window"))
+
+    def render_counted(tiles: dict[str, Any]) -> dict[str, str]:
+        return {
+            name: render_to_string(f"dashboard/overview.html#{name}", tiles)
+            for name in ("counted", "recovery")
+        }
+
+    start = window.bounds(timezone.now())[1]
     context = {
         "window": window,
         "windows": WINDOWS.values(),
         "poll_seconds": poll_seconds(),
-        **overview_tiles(window),
+        "fragments": cached_fragments(window, render_counted),
+        "attention": attention_tiles(window, start),
     }
     template = "dashboard/overview.html#tiles" if _fragment(request) else "dashboard/overview.html"
     return render(request, template, context)
