@@ -1,10 +1,13 @@
-"""Dashboard-owned data: hourly and six-hour run rollups that feed the tiles and /metrics,
-failure groups, and webhook alerts.
+"""Dashboard-owned data: hourly, six-hour and minute run rollups and running totals that feed the
+tiles and /metrics, failure groups, and webhook alerts.
 
 Rollups and failure groups are folded in batches by periodic tasks
 (`dashboard.tasks.refresh_rollups`, `dashboard.tasks.fold_failure_groups`), never per insert: a
 counter row updated on every run would serialise every report on that row and halve ingest (the
-README's "Architecture"). Counting with these rows is `stats`'s and `groups`'s job.
+README's "Architecture"). The current hour's minute rollups and the running totals are kept
+from the runs as they are written, but as appended deltas (`RunDelta`, by the run table's
+triggers on PostgreSQL), never by updating a shared counter row. Counting with these rows is
+`stats`'s, `minutes`'s and `groups`'s job.
 """
 
 from __future__ import annotations

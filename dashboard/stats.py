@@ -1,12 +1,15 @@
 """Counting runs for the tiles and /metrics without scanning the run table.
 
 Complete hours come from `RunRollup` (folded by a periodic task with one GROUP BY over the indexed
-`created_at` range); the current, partial hour is counted live with the same GROUP BY. The same
+`created_at` range); the current, partial hour, and the 1-hour window, come from the minute
+rollups the run table's triggers keep on PostgreSQL (`dashboard.minutes`: folded minutes plus
+the deltas not folded yet), and /metrics' counts from the running totals kept the same way. On
+SQLite those are counted live with the same GROUP BY. The same
 task sums the hourly rows into six-hour blocks, one per start hour (`SixHourRollup` per status and
 failure type, `SixHourWastedRetries` per failure type and source), so that the 24-hour and 7-day
 windows read 4 or 28 blocks per key and window instead of 24 or 168 hourly rows per source; only
 the last few complete hours after the last whole block are read hourly. The 1-hour window is
-small enough to be counted live entirely, at minute resolution.
+read at minute resolution.
 
 The sets of runs counted here (failures, retries, wasted, early, avoided and futile retries,
 switched runs, partial results, valid empty results) are defined once, in
@@ -468,8 +471,8 @@ def _block_wasted(start: datetime, end: datetime) -> QuerySet:
 
 
 def all_time_counts(now: datetime | None = None) -> dict[tuple[str, str, str], dict[str, int]]:
-    """Per (status, failure_type, source), ever: runs and every named set (METRICS), summed from
-    the rollups plus the live hour."""
+    """Per (status, failure_type, source), ever: runs and every named set (METRICS), from the
+    running totals on PostgreSQL; elsewhere summed from the rollups plus the live hour."""
     counts: dict[tuple[str, str, str], dict[str, int]] = defaultdict(
         lambda: dict.fromkeys(METRICS, 0)
     )
