@@ -251,3 +251,12 @@ def test_search_has_trigram_indexes_on_the_expressions_it_filters(postgres):
         cursor.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "run_detail_trgm" in plan and "run_attempted_trgm" in plan, plan
+
+
+def test_the_fold_keeps_a_few_hours_of_minutes_and_every_run_in_the_totals(postgres):
+    make_run(created_at=timezone.now() - minutes.KEEP - timedelta(minutes=5))
+    make_run()
+    minutes.fold()
+    kept = MinuteRollup.objects.values_list("minute", flat=True)
+    assert len(kept) == 1 and min(kept) >= timezone.now() - minutes.KEEP
+    assert all_time_counts()[("succeeded", "", "web_search")]["count"] == 2
