@@ -304,6 +304,9 @@ class Workflow(models.Model):
         indexes = [
             # overview tile "workflows degraded" and the workflow list filtered by status
             models.Index(fields=["status", "created_at"], name="wf_status_created"),
+            # the workflows list, newest first in keyset pages: without it every page sorted all
+            # the workflows (with their counters) to keep thirty
+            models.Index(fields=["created_at", "id"], name="wf_created_id"),
             # the sweeper's nudge: unfinished workflows untouched for a while
             models.Index(
                 fields=["updated_at"],

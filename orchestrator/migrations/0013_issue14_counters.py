@@ -68,5 +68,9 @@ class Migration(migrations.Migration):
                 "indexes": [models.Index(fields=["workflow_id"], name="workflowrundelta_workflow")],
             },
         ),
+        migrations.AddIndex(
+            model_name="workflow",
+            index=models.Index(fields=["created_at", "id"], name="wf_created_id"),
+        ),
         migrations.RunPython(counters_and_search, drop),
     ]
