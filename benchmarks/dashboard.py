@@ -1,32 +1,42 @@
-"""Dashboard benchmark: the operators' pages over 1,000,000 runs and 5,000 open review items.
+"""Dashboard benchmark: every operator page, /metrics and `GET /api/v1/runs` over millions of runs.
 
-    .venv/bin/python benchmarks/dashboard.py [--rows 1000000] [--reviews 5000] [--repeat 9]
-                                             [--database-url …]
+    .venv/bin/python benchmarks/dashboard.py [--runs 10000000] [--current-hour 100000]
+                                             [--reviews 5000] [--repeat 40] [--database-url …]
+                                             [--keep-database]
 
 Against PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/failsight_dash_bench):
 creates the database if missing, migrates it, loads the runs with COPY (30 days of a realistic mix:
 successes, valid empties, failures of every type with partial results, retries, switches,
-escalations; each failure with its signature, as the ingest path writes it), opens --reviews
-review items on the latest escalations, folds the hourly and six-hour rollups and the failure
-groups (timing the groups' periodic fold of the last hours beside the whole load's), then times
-each page through Django's test client (median of --repeat, after one warm-up) and prints it
-beside the time of that page's bare SQL: the queries captured with CaptureQueriesContext,
-re-executed on their own. The target is < 100 ms per page. It prints the load average first (the
-machines are shared) and the cost of a signature at insert beside a row's share of COPY.
+escalations; each failure with its signature, as the ingest path writes it) with the run table's
+secondary indexes set aside and its triggers and foreign key checks off, rebuilds the indexes and
+recounts the counts the triggers keep (as their migration does), opens --reviews review items on
+the latest escalations, folds the hourly and six-hour rollups and --groups-days of failure groups
+(timing the groups' periodic fold of the last hours), and then writes --current-hour more runs
+created since the start of the current clock hour with one COPY through the count triggers, as
+an agent's batches are written. It then times each page through Django's test client: p50, p95
+and p99 of --repeat requests after one warm-up, the median of the page's bare SQL (the queries
+captured with CaptureQueriesContext, re-executed on their own) and so the share of Python and
+templates, and the p95 as a ratio of two baselines measured in the same run (a `SELECT 1` round
+trip and a trivial page, the favicon's redirect). The target is a p95 of at most 50 ms per page.
+It prints the load average first and before timing (the machines are shared), and drops its
+database at the end (unless --keep-database).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import os
 import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -47,7 +57,8 @@ FAILURES = {
     "unclassified": 5,
 }
 DECISIONS = {"retry": 50, "switch_source": 25, "accept_partial": 10, "escalate": 10, "abort": 5}
-TARGET_MS = 100.0
+TARGET_MS = 50.0
+METRICS_TOKEN = "benchmark-metrics-token"
 
 
 def ensure_database(url: str) -> None:
@@ -65,6 +76,8 @@ def setup_django(url: str) -> None:
     # Production-like: DEBUG off (no debug toolbar-ish overhead), a throwaway secret.
     os.environ.setdefault("DEBUG", "0")
     os.environ.setdefault("SECRET_KEY", "benchmark-only-" + "x" * 40)
+    os.environ["METRICS_TOKEN"] = METRICS_TOKEN
+    os.environ.setdefault("API_RATE_LIMIT_PER_MINUTE", "0")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.path.insert(0, str(ROOT))
     import django
@@ -77,11 +90,20 @@ def setup_django(url: str) -> None:
 
 
 def _pick(rng: random.Random, weights: dict[str, int]) -> str:
-    return rng.choices(list(weights), weights=list(weights.values()))[0]
+    keys, cumulative = _cumulative(tuple(weights.items()))
+    return rng.choices(keys, cum_weights=cumulative)[0]
 
 
-def copy_rows(model, rows) -> int:
-    """COPY dicts into the model's table; a column a row leaves out gets the model's default."""
+@functools.cache
+def _cumulative(weights: tuple[tuple[str, int], ...]) -> tuple[list[str], list[int]]:
+    return [k for k, _ in weights], list(itertools.accumulate(w for _, w in weights))
+
+
+def copy_rows(model, rows, triggers: bool = False) -> int:
+    """COPY dicts into the model's table; a column a row leaves out gets the model's default.
+
+    Without `triggers`, the table's triggers and foreign key checks are off (the generated rows
+    are consistent)."""
     from django.db import connection
 
     fields = list(model._meta.concrete_fields)
@@ -91,10 +113,14 @@ def copy_rows(model, rows) -> int:
         sql.Identifier(model._meta.db_table), sql.SQL(", ").join(map(sql.Identifier, columns))
     )
     n = 0
-    with connection.cursor() as cursor, cursor.connection.cursor().copy(stmt) as copy:
-        for row in rows:
-            copy.write_row([row[c] if c in row else defaults[c] for c in columns])
-            n += 1
+    with connection.cursor() as cursor:
+        role = "origin" if triggers else "replica"
+        cursor.execute(f"SET session_replication_role = {role}")
+        with cursor.connection.cursor().copy(stmt) as copy:
+            for row in rows:
+                copy.write_row([row[c] if c in row else defaults[c] for c in columns])
+                n += 1
+        cursor.execute("RESET session_replication_role")
     return n
 
 
@@ -117,23 +143,32 @@ def workflow_rows(count: int, now: datetime):
         }
 
 
-def run_rows(count: int, workflows: int, now: datetime):
-    rng = random.Random(42)
-    span = timedelta(days=DAYS)
-    attempts: dict[int, int] = {}  # first attempt id → attempts so far (unique per task)
-    retries: set[int] = set()
-    for i in range(1, count + 1):
-        created = now - span * (1 - i / count) - timedelta(seconds=rng.random() * 5)
+@dataclass
+class Tasks:
+    """Attempts so far per first attempt (retries point at the first attempt of their task, and
+    (retry_of, attempt) is unique), kept across the two COPYs of one load."""
+
+    rng: random.Random = field(default_factory=lambda: random.Random(42))
+    attempts: dict[int, int] = field(default_factory=dict)
+    retries: set[int] = field(default_factory=set)
+
+
+def run_rows(ids: range, total: int, workflows: int, span: tuple[datetime, datetime], tasks: Tasks):
+    """The runs `ids` (of `total`) created evenly over `span`."""
+    rng, (first, last) = tasks.rng, span
+    now = datetime.now(UTC)
+    for n, i in enumerate(ids, start=1):
+        created = first + (last - first) * (n / (len(ids) + 1))
         row = _run(rng, i, created, now)
         if i > 200 and rng.random() < 0.15:
-            root = _root(rng, i, retries)
-            retries.add(i)
-            attempts[root] = attempts.get(root, 1) + 1
+            root = _root(rng, i, tasks.retries)
+            tasks.retries.add(i)
+            tasks.attempts[root] = tasks.attempts.get(root, 1) + 1
             early = rng.random() < 0.005  # a few retries jump the provider's Retry-After
-            row.update(retry_of_id=root, attempt=attempts[root], due_at=created)
+            row.update(retry_of_id=root, attempt=tasks.attempts[root], due_at=created)
             if row["started_at"]:
                 row["started_at"] = created + timedelta(seconds=-1 if early else 0.2)
-        row["workflow_id"] = min(workflows, 1 + i * workflows // count)
+        row["workflow_id"] = min(workflows, 1 + i * workflows // total)
         yield row
 
 
@@ -153,7 +188,8 @@ def _run(rng: random.Random, i: int, created: datetime, now: datetime) -> dict:
         "source": rng.choice(SOURCES),
         "topic": topic,
         "operation": "search",
-        "attempted": json.dumps({"operation": "search", "query": f"AI impact on {topic} {i}"}),
+        # JSON written by hand: json.dumps was a third of the generator's time at 10M rows
+        "attempted": f'{{"operation": "search", "query": "AI impact on {topic} {i}"}}',
         "attempt": 1,
         "created_at": created,
         "started_at": created,
@@ -164,7 +200,8 @@ def _run(rng: random.Random, i: int, created: datetime, now: datetime) -> dict:
     if roll < 0.68:
         results = 0 if rng.random() < 0.12 else rng.randint(1, 5)
         row.update(status="succeeded", result_count=results)
-        row["results"] = json.dumps([{"url": f"https://e.org/{i}/{j}"} for j in range(results)])
+        urls = ", ".join(f'{{"url": "https://e.org/{i}/{j}"}}' for j in range(results))
+        row["results"] = f"[{urls}]"
     elif roll < 0.97 or created < now - timedelta(hours=1):
         row.update(_failure(rng, i, escalated=roll < 0.70, source=row["source"]))
     else:
@@ -172,31 +209,48 @@ def _run(rng: random.Random, i: int, created: datetime, now: datetime) -> dict:
     return row
 
 
-def _failure(rng: random.Random, i: int, escalated: bool, source: str) -> dict:
+@functools.cache
+def _signature(source: str, ftype: str, code: int) -> str:
+    """The signature of `_failure`'s detail (its run number is normalised away)."""
     from orchestrator.fingerprint import signature
 
+    return signature(source, ftype, f"{ftype}: upstream said no (code {code}x, run 1)")
+
+
+PARTIALS = [json.dumps([{"excerpt": f"part {j}"} for j in range(n)]) for n in range(4)]
+
+
+def _failure(rng: random.Random, i: int, escalated: bool, source: str) -> dict:
     ftype = _pick(rng, FAILURES)
     partial = rng.randint(1, 3) if rng.random() < 0.3 else 0
     decision = "escalate" if escalated else _pick(rng, DECISIONS)
     # A few distinct errors per type and source, numbers varying: the groups' real shape.
-    detail = f"{ftype}: upstream said no (code {rng.randint(1, 4)}x, run {i})"
+    code = rng.randint(1, 4)
+    detail = f"{ftype}: upstream said no (code {code}x, run {i})"
     return {
         "status": "escalated" if escalated else "failed",
         "failure_type": ftype,
-        "signature": signature(source, ftype, detail),
+        "signature": _signature(source, ftype, code),
         "retryable": ftype not in ("auth_failure", "invalid_input", "resource_missing"),
         "detail": detail,
         "partial_count": partial,
-        "partial_results": json.dumps([{"excerpt": f"part {j}"} for j in range(partial)]),
+        "partial_results": PARTIALS[partial],
         "decision": decision,
         "decision_reason": f"{ftype} → {decision}",
         "policy_version": 1,
     }
 
 
-def load(rows: int, reviews: int) -> None:
+TASKS = Tasks()
+
+
+def load(rows: int, reviews: int, current: int) -> None:
+    """COPY all but the current hour's `current` runs (`add_current_hour` writes those just
+    before the pages are timed, so that they are in the current hour then)."""
     from django.db import connection
 
+    from dashboard import minutes
+    from orchestrator import counters
     from orchestrator.models import Run, Workflow
 
     now = datetime.now(UTC)
@@ -207,11 +261,26 @@ def load(rows: int, reviews: int) -> None:
             "dashboard_runrollup, dashboard_sixhourrollup, dashboard_sixhourwastedretries, "
             "dashboard_failuregrouphour, dashboard_failuregroup RESTART IDENTITY CASCADE"
         )
+    indexes = set_indexes_aside()
     started = time.perf_counter()
     copy_rows(Workflow, workflow_rows(workflows, now))
-    n = copy_rows(Run, run_rows(rows, workflows, now))
+    span = (now - timedelta(days=DAYS), now - timedelta(minutes=1))
+    n = copy_rows(Run, run_rows(range(1, rows - current + 1), rows, workflows, span, TASKS))
     seconds = time.perf_counter() - started
     print(f"COPY {n:,} runs + {workflows:,} workflows: {seconds:.1f} s ({n / seconds:,.0f} rows/s)")
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute("SET maintenance_work_mem = '512MB'")
+        for statement in indexes:
+            cursor.execute(statement)
+    indexed = time.perf_counter() - started
+    started = time.perf_counter()
+    minutes.install()  # the triggers' counts, recounted from the runs as their migration does
+    counters.install_workflow_counters()
+    print(
+        f"  {len(indexes)} secondary indexes rebuilt in {indexed:.1f} s; minute rollups, running "
+        f"totals and workflow counters recounted in {time.perf_counter() - started:.1f} s"
+    )
     print(
         f"  a signature at insert: {signature_cost():.1f} µs per failure, beside "
         f"{1e6 * seconds / n:.1f} µs per row of this load (making the row and its COPY)"
@@ -224,6 +293,60 @@ def load(rows: int, reviews: int) -> None:
     with connection.cursor() as cursor:
         for table in ("orchestrator_run", "orchestrator_workflow", "orchestrator_reviewitem"):
             cursor.execute(f"ANALYZE {table}")
+
+
+def add_current_hour(rows: int, current: int) -> None:
+    """COPY `current` runs created since the start of the current hour, with the triggers on (as
+    an agent's batches are written), then fold their deltas as beat does."""
+    from dashboard import minutes
+    from orchestrator.models import Run
+
+    now = datetime.now(UTC)
+    anchor = now.replace(minute=0, second=0, microsecond=0)
+    start_id = (Run.objects.order_by("-id").values_list("id", flat=True).first() or 0) + 1
+    ids = range(start_id, start_id + current)
+    workflows = max(10, rows // 50)
+    started = time.perf_counter()
+    copy_rows(Run, run_rows(ids, rows, workflows, (anchor, now), TASKS), triggers=True)
+    seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    folded = minutes.fold()
+    print(
+        f"current hour: COPY {current:,} runs through the count triggers in {seconds:.1f} s; "
+        f"their {folded:,} delta rows folded in {1000 * (time.perf_counter() - started):.0f} ms"
+    )
+    with connection_cursor() as cursor:
+        cursor.execute(
+            "SELECT setval(pg_get_serial_sequence('orchestrator_run', 'id'),"
+            " (SELECT max(id) FROM orchestrator_run))"
+        )
+        cursor.execute("ANALYZE orchestrator_run")
+
+
+def connection_cursor():
+    from django.db import connection
+
+    return connection.cursor()
+
+
+def set_indexes_aside() -> list[str]:
+    """Drop the run table's indexes that back no constraint for the COPY (building an index once
+    is far cheaper than maintaining it row by row); return the statements that re-create them."""
+    from django.db import connection
+
+    from orchestrator.models import Run
+
+    table = Run._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s AND indexname NOT IN"
+            " (SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass)",
+            [table, table],
+        )
+        indexes = cursor.fetchall()
+        for name, _ in indexes:
+            cursor.execute(f'DROP INDEX "{name}"')
+    return [definition for _, definition in indexes]
 
 
 def signature_cost(repeat: int = 20_000) -> float:
@@ -275,7 +398,7 @@ def open_reviews(count: int, now: datetime) -> None:
     )
 
 
-def fold() -> None:
+def fold(groups_days: int = DAYS) -> None:
     """Fold the rollups (hourly and six-hour) and the failure groups of the whole loaded range
     (the beat tasks then keep the last hours), and time the groups' periodic fold."""
     from django.db import connection
@@ -296,7 +419,7 @@ def fold() -> None:
         f"({RunRollup.objects.count():,} stored)"
     )
     started = time.perf_counter()
-    hours = groups.fold(datetime.now(UTC) - timedelta(days=DAYS + 1))
+    hours = groups.fold(datetime.now(UTC) - timedelta(days=groups_days, hours=1))
     whole = time.perf_counter() - started
     with connection.cursor() as cursor:
         for table in ("failuregroup", "failuregrouphour"):
@@ -309,8 +432,8 @@ def fold() -> None:
     lookback = rollup_lookback().total_seconds() / 3600
     print(
         f"failure groups: {FailureGroup.objects.count():,} groups, {hours:,} hourly rows, "
-        f"{DAYS} days folded in {whole:.1f} s; the periodic fold of the last {lookback:.0f} h "
-        f"takes {1000 * statistics.median(periodic):.0f} ms (median of 3)"
+        f"{groups_days} days folded in {whole:.1f} s; the periodic fold of the last "
+        f"{lookback:.0f} h takes {1000 * statistics.median(periodic):.0f} ms (median of 3)"
     )
 
 
@@ -318,68 +441,104 @@ def fold() -> None:
 # Timing
 
 
-def time_page(client, path: str, repeat: int) -> tuple[float, float, int]:
-    """(median page ms, median bare-SQL ms, queries) for one page."""
+def percentile(samples: list[float], share: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def time_page(client, path: str, repeat: int, headers: dict[str, str]) -> dict[str, float]:
+    """p50/p95/p99 page ms, median bare-SQL ms and the number of queries of one page."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    response = client.get(path)  # warm-up (and a sanity check)
-    assert response.status_code == 200, (path, response.status_code)
+    response = client.get(path, headers=headers)  # warm-up (and a sanity check)
+    assert response.status_code in (200, 301, 302), (path, response.status_code)
     page_ms = []
     for _ in range(repeat):
         started = time.perf_counter()
-        client.get(path)
+        client.get(path, headers=headers)
         page_ms.append((time.perf_counter() - started) * 1000)
     with CaptureQueriesContext(connection) as captured:
-        client.get(path)
+        client.get(path, headers=headers)
     statements = [q["sql"] for q in captured.captured_queries]
     sql_ms = []
     with connection.cursor() as cursor:
-        for _ in range(repeat):
+        for _ in range(max(3, repeat // 4)):
             started = time.perf_counter()
             for statement in statements:
                 cursor.execute(statement)
                 if cursor.description:
                     cursor.fetchall()
             sql_ms.append((time.perf_counter() - started) * 1000)
-    return statistics.median(page_ms), statistics.median(sql_ms), len(statements)
+    return {
+        "p50": percentile(page_ms, 0.5),
+        "p95": percentile(page_ms, 0.95),
+        "p99": percentile(page_ms, 0.99),
+        "sql": statistics.median(sql_ms),
+        "queries": len(statements),
+    }
 
 
-def pages() -> list[tuple[str, str]]:
+def round_trip_ms(repeat: int) -> float:
+    """Median of a `SELECT 1` round trip on Django's connection: the floor of any query."""
+    from django.db import connection
+
+    samples = []
+    with connection.cursor() as cursor:
+        for _ in range(repeat * 5):
+            started = time.perf_counter()
+            cursor.execute("SELECT 1")
+            cursor.fetchall()
+            samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def pages() -> list[tuple[str, str, dict[str, str]]]:
     from dashboard.models import FailureGroup
     from orchestrator import keyset
-    from orchestrator.models import ReviewItem, Run
+    from orchestrator.models import ApiToken, ReviewItem, Run, Workflow
 
     retry = Run.objects.filter(retry_of__isnull=False, status="failed").order_by("-id").first()
     runs = Run.objects.order_by("-created_at", "-id")
-    deep = runs[min(5000, runs.count() - 1)]  # page 101 of the runs list (at full size)
+    deep = runs[min(49 * 50, runs.count() - 1)]  # the last run of page 49: "Older" is page 50
     cursor = keyset.encode_cursor((deep.created_at, deep.pk))
     queue = ReviewItem.objects.open()
     item = queue[queue.count() // 2]
     group = FailureGroup.objects.order_by("-count").first()
+    workflow = Workflow.objects.order_by("-id")[5]
+    # What an operator pastes from a log: one run's distinctive token (its number), which
+    # matches one run but shares most of its trigrams with thousands.
+    rare = Run.objects.filter(status="failed").order_by("-id").values_list("detail", flat=True)[7]
+    rare = rare.rsplit(", ", 1)[-1].rstrip(")")
+    _, secret = ApiToken.issue("dashboard-benchmark")
+    api = {"Authorization": f"Bearer {secret}"}
+    scrape = {"Authorization": f"Bearer {METRICS_TOKEN}"}
     return [
-        ("overview (24 h)", "/?window=24h"),
-        ("overview (7 d)", "/?window=7d"),
-        ("overview (1 h, live)", "/?window=1h"),
-        ("runs: all, with the total", "/runs/"),
-        ("runs: failed timeouts, 24 h", "/runs/?status=failed&failure_type=timeout&range=24h"),
-        ("runs: source + agent, all time", "/runs/?source=news_api&agent=agent-3"),
-        ("runs: source prefix 'news'", "/runs/?source=news"),
-        ("runs: older, page 101", f"/runs/?after={cursor}"),
-        ("runs: newer, back to page 100", f"/runs/?before={cursor}"),
-        ("runs: one failure group", f"/runs/?group={group.pk}"),
-        ("runs: search, 24 h", "/runs/?q=upstream&range=24h"),
-        ("run detail (a retry)", f"/runs/{retry.pk}/"),
-        ("review queue (open, facets)", "/review/"),
-        ("review queue: type + source", "/review/?failure_type=timeout&source=news_api"),
-        ("review queue: unclaimed, > 1 day", "/review/?claim=unclaimed&age=older"),
-        ("review queue: grouped", "/review/?view=groups"),
-        ("review queue: resolved", "/review/?state=resolved"),
-        ("review item (mid-queue)", f"/review/{item.pk}/"),
-        ("failure groups (all time)", "/groups/"),
-        ("failure groups (24 h)", "/groups/?range=24h"),
-        ("failure groups (7 d, timeouts)", "/groups/?range=7d&failure_type=timeout"),
-        ("failure group detail", f"/groups/{group.pk}/"),
+        ("overview (1 h)", "/?window=1h", {}),
+        ("overview (24 h)", "/?window=24h", {}),
+        ("overview (7 d)", "/?window=7d", {}),
+        ("overview tiles refresh (24 h, htmx)", "/?window=24h", {"HX-Request": "true"}),
+        ("runs: all, with the total", "/runs/", {}),
+        ("runs: failed timeouts, 24 h", "/runs/?status=failed&failure_type=timeout&range=24h", {}),
+        ("runs: source + agent, all time", "/runs/?source=news_api&agent=agent-3", {}),
+        ("runs: page 50", f"/runs/?after={cursor}", {}),
+        ("runs: search, common word, 24 h", "/runs/?q=upstream&range=24h", {}),
+        ("runs: search, one run's number, 7 d", f"/runs/?q={quote(rare)}&range=7d", {}),
+        ("runs: one failure group", f"/runs/?group={group.pk}", {}),
+        ("run detail (a retry)", f"/runs/{retry.pk}/", {}),
+        ("workflows list", "/workflows/", {}),
+        ("workflows list: degraded, 7 d", "/workflows/?status=degraded&range=7d", {}),
+        ("workflow detail", f"/workflows/{workflow.pk}/", {}),
+        ("review queue (open, facets)", "/review/", {}),
+        ("review queue: type + source", "/review/?failure_type=timeout&source=news_api", {}),
+        ("review queue: grouped", "/review/?view=groups", {}),
+        ("review item (mid-queue)", f"/review/{item.pk}/", {}),
+        ("failure groups (24 h)", "/groups/?range=24h", {}),
+        ("failure group detail", f"/groups/{group.pk}/", {}),
+        ("policies", "/policies/", {}),
+        ("/metrics", "/metrics", scrape),
+        ("GET /api/v1/runs", "/api/v1/runs", api),
+        ("GET /api/v1/runs?status=failed", "/api/v1/runs?status=failed&failure_type=timeout", api),
     ]
 
 
@@ -391,23 +550,65 @@ def measure(repeat: int) -> bool:
     user.groups.add(Group.objects.get(name="operators"))
     client = Client()
     client.force_login(user)
+    targets = pages()
+    print(f"\nload average before timing: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    select_1 = round_trip_ms(repeat)
+    trivial = time_page(client, "/favicon.ico", repeat, {})["p50"]
+    print(
+        f"baselines: SELECT 1 round trip {select_1:.2f} ms, a trivial page (the favicon's "
+        f"redirect) {trivial:.2f} ms (medians)"
+    )
+    header = (
+        f"\n{'page':38} {'p50':>7} {'p95':>7} {'p99':>7} {'SQL':>7} {'py %':>5} {'q':>3}"
+        f" {'p95/page':>8} {'p95/SELECT 1':>12}   (ms; {repeat} requests)"
+    )
+    print(header)
     ok = True
-    print(f"\n{'page':36} {'median':>9} {'bare SQL':>9} {'queries':>8}   (median of {repeat})")
-    for label, path in pages():
-        page_ms, sql_ms, queries = time_page(client, path, repeat)
-        flag = "" if page_ms < TARGET_MS else f"  ← over {TARGET_MS:.0f} ms"
-        ok = ok and page_ms < TARGET_MS
-        print(f"{label:36} {page_ms:7.1f} ms {sql_ms:6.1f} ms {queries:8}{flag}")
+    for label, path, headers in targets:
+        t = time_page(client, path, repeat, headers)
+        python = max(0.0, 1 - t["sql"] / t["p50"]) if t["p50"] else 0.0
+        flag = "" if t["p95"] <= TARGET_MS else f"  ← p95 over {TARGET_MS:.0f} ms"
+        ok = ok and t["p95"] <= TARGET_MS
+        print(
+            f"{label:38} {t['p50']:7.1f} {t['p95']:7.1f} {t['p99']:7.1f} {t['sql']:7.1f}"
+            f" {100 * python:4.0f}% {t['queries']:3} {t['p95'] / trivial:7.1f}x"
+            f" {t['p95'] / select_1:11.0f}x{flag}"
+        )
     return ok
+
+
+def drop_database(url: str) -> None:
+    from django.db import connections
+
+    connections.close_all()
+    parts = urlsplit(url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(parts.path.lstrip("/"))
+            )
+        )
+    print(f"dropped the database {parts.path.lstrip('/')}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", "--rows", dest="runs", type=int, default=1_000_000)
+    parser.add_argument(
+        "--current-hour",
+        type=int,
+        default=100_000,
+        help="Runs created in the current clock hour (at most a tenth of --runs)",
+    )
     parser.add_argument("--reviews", type=int, default=5_000, help="Open review items")
-    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument(
+        "--groups-days", type=int, default=DAYS, help="Days of failure groups folded after the load"
+    )
+    parser.add_argument("--repeat", type=int, default=40)
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_URL))
     parser.add_argument("--skip-load", action="store_true", help="Reuse the loaded data")
+    parser.add_argument("--keep-database", action="store_true", help="Do not drop it at the end")
     args = parser.parse_args(argv)
     if not args.database_url.startswith(("postgres://", "postgresql://")):
         parser.error("the dashboard benchmark needs PostgreSQL (COPY)")
@@ -416,12 +617,18 @@ def main(argv: list[str] | None = None) -> int:
     setup_django(args.database_url)
     from django.core.management import call_command
 
-    call_command("migrate", interactive=False, verbosity=0)
-    if not args.skip_load:
-        load(args.rows, args.reviews)
-    fold()
-    ok = measure(args.repeat)
-    print("\nall pages under the 100 ms target" if ok else "\nSOME PAGES MISSED THE TARGET")
+    try:
+        call_command("migrate", interactive=False, verbosity=0)
+        if not args.skip_load:
+            load(args.runs, args.reviews, min(args.current_hour, args.runs // 10))
+        fold(args.groups_days)
+        if not args.skip_load:
+            add_current_hour(args.runs, min(args.current_hour, args.runs // 10))
+        ok = measure(args.repeat)
+        print(f"\nevery p95 within {TARGET_MS:.0f} ms" if ok else "\nSOME PAGES MISSED THE TARGET")
+    finally:
+        if not args.keep_database:
+            drop_database(args.database_url)
     return 0
 
 

@@ -408,6 +408,22 @@ CELERY_BEAT_SCHEDULE |= {
     },
     "dashboard-evaluate-alerts": {"task": "dashboard.tasks.evaluate_alerts", "schedule": 60.0},
 }
+# On PostgreSQL the run table's triggers append count deltas; beat folds them into the minute
+# rollups, /metrics' running totals and the workflows' counters this often (readers add what is
+# not folded yet, so this bounds the deltas' size, not the counts' freshness).
+COUNTS_FOLD_SECONDS = env_int("COUNTS_FOLD_SECONDS", 5, minimum=1)
+CELERY_BEAT_SCHEDULE |= {
+    "dashboard-fold-minutes": {
+        "task": "dashboard.tasks.fold_minutes",
+        "schedule": float(COUNTS_FOLD_SECONDS),
+        "options": {"expires": 2 * COUNTS_FOLD_SECONDS},
+    },
+    "orchestrator-fold-workflow-counters": {
+        "task": "orchestrator.tasks.fold_workflow_counters",
+        "schedule": float(COUNTS_FOLD_SECONDS),
+        "options": {"expires": 2 * COUNTS_FOLD_SECONDS},
+    },
+}
 DASHBOARD_POLL_SECONDS = env_int("DASHBOARD_POLL_SECONDS", 10, minimum=1)
 DASHBOARD_ROLLUP_LOOKBACK_HOURS = env_int("DASHBOARD_ROLLUP_LOOKBACK_HOURS", 3, minimum=2)
 # Switch efficacy: the coordinator tries a capability's untried sources in the order of how often

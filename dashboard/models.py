@@ -1,10 +1,13 @@
-"""Dashboard-owned data: hourly and six-hour run rollups that feed the tiles and /metrics,
-failure groups, and webhook alerts.
+"""Dashboard-owned data: hourly, six-hour and minute run rollups and running totals that feed the
+tiles and /metrics, failure groups, and webhook alerts.
 
 Rollups and failure groups are folded in batches by periodic tasks
 (`dashboard.tasks.refresh_rollups`, `dashboard.tasks.fold_failure_groups`), never per insert: a
 counter row updated on every run would serialise every report on that row and halve ingest (the
-README's "Architecture"). Counting with these rows is `stats`'s and `groups`'s job.
+README's "Architecture"). The current hour's minute rollups and the running totals are kept
+from the runs as they are written, but as appended deltas (`RunDelta`, by the run table's
+triggers on PostgreSQL), never by updating a shared counter row. Counting with these rows is
+`stats`'s, `minutes`'s and `groups`'s job.
 """
 
 from __future__ import annotations
@@ -126,6 +129,102 @@ class SixHourWastedRetries(SixHours):
 
     def __str__(self) -> str:
         return f"{self.start:%Y-%m-%d %H}h+6h {self.failure_type} {self.source}: {self.retries}"
+
+
+class SignedCounts(models.Model):
+    """The rollup metrics as signed numbers: a delta takes runs away from a key when they change
+    status. The key columns (status, failure type, source) are the rollups'."""
+
+    status = models.CharField(max_length=12)
+    failure_type = models.CharField(max_length=20, blank=True, help_text="Blank: no failure")
+    count = models.BigIntegerField(default=0)
+    partial_runs = models.BigIntegerField(default=0)
+    partial_items = models.BigIntegerField(default=0)
+    empty_runs = models.BigIntegerField(default=0)
+    retries = models.BigIntegerField(default=0)
+    early_retries = models.BigIntegerField(default=0)
+    switched = models.BigIntegerField(default=0)
+    avoided_retries = models.BigIntegerField(default=0)
+    futile_retries = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class RunDelta(SignedCounts):
+    """The change of one minute's counts made by one statement on the run table, appended by
+    its triggers in the writer's transaction (`dashboard.minutes`); folded into `MinuteRollup`
+    and `RunTotal` every few seconds. PostgreSQL only."""
+
+    minute = models.DateTimeField(help_text="Start of the minute (UTC) the runs were created in")
+    source = models.CharField(max_length=100)
+
+    class Meta:
+        indexes = [
+            # the current hour's and the last hour's readers add the pending deltas from a minute
+            models.Index(fields=["minute"], name="rundelta_minute"),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.minute:%H:%M} {self.status} {self.failure_type} {self.source}: {self.count:+}"
+        )
+
+
+class MinuteRollup(SignedCounts):
+    """Counts of the runs created in one minute, per status, failure type and source: the current
+    hour and the 1-hour window, kept for a few hours (`dashboard.minutes`)."""
+
+    minute = models.DateTimeField(help_text="Start of the minute (UTC) the runs were created in")
+    source = models.CharField(max_length=100)
+
+    class Meta:
+        constraints = [
+            # its index (minute first) serves the readers' minute ranges and the fold's upsert
+            models.UniqueConstraint(
+                fields=["minute", "status", "failure_type", "source"], name="minute_rollup_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.status} {self.failure_type} {self.source}"
+
+
+class RunTotal(SignedCounts):
+    """Running totals of every run ever stored, per status, failure type and source: /metrics'
+    counters, moved on by each fold instead of summing every rollup at each scrape."""
+
+    source = models.CharField(max_length=100)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["status", "failure_type", "source"], name="run_total_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.failure_type} {self.source}: {self.count}"
+
+
+class RollupVersion(models.Model):
+    """One row whose version each fold of the counts bumps: the overview's cached tile fragments
+    are keyed by it."""
+
+    version = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"rollup version {self.version}"
+
+    @classmethod
+    def bump(cls) -> None:
+        """A new version: the tiles cached under the previous one are not read again."""
+        if not cls.objects.filter(pk=1).update(version=models.F("version") + 1):
+            cls.objects.get_or_create(pk=1, defaults={"version": 1})
+
+    @classmethod
+    def current(cls) -> int:
+        return cls.objects.filter(pk=1).values_list("version", flat=True).first() or 0
 
 
 class AlertRule(models.Model):

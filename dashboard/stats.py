@@ -1,12 +1,15 @@
 """Counting runs for the tiles and /metrics without scanning the run table.
 
 Complete hours come from `RunRollup` (folded by a periodic task with one GROUP BY over the indexed
-`created_at` range); the current, partial hour is counted live with the same GROUP BY. The same
+`created_at` range); the current, partial hour, and the 1-hour window, come from the minute
+rollups the run table's triggers keep on PostgreSQL (`dashboard.minutes`: folded minutes plus
+the deltas not folded yet), and /metrics' counts from the running totals kept the same way. On
+SQLite those are counted live with the same GROUP BY. The same
 task sums the hourly rows into six-hour blocks, one per start hour (`SixHourRollup` per status and
 failure type, `SixHourWastedRetries` per failure type and source), so that the 24-hour and 7-day
 windows read 4 or 28 blocks per key and window instead of 24 or 168 hourly rows per source; only
 the last few complete hours after the last whole block are read hourly. The 1-hour window is
-small enough to be counted live entirely, at minute resolution.
+read at minute resolution.
 
 The sets of runs counted here (failures, retries, wasted, early, avoided and futile retries,
 switched runs, partial results, valid empty results) are defined once, in
@@ -17,6 +20,7 @@ filters and the API read them through the `Run` QuerySet methods of the same nam
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,7 +31,16 @@ from django.db.models import Case, Count, DateTimeField, F, Q, QuerySet, Sum, Va
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
-from dashboard.models import RunRollup, SixHourRollup, SixHourWastedRetries
+from dashboard.models import (
+    MinuteRollup,
+    RollupVersion,
+    RunDelta,
+    RunRollup,
+    RunTotal,
+    SixHourRollup,
+    SixHourWastedRetries,
+)
+from orchestrator import counters
 from orchestrator.models import Run, RunSets
 
 FAILURE_STATUSES = Run.FAILURE
@@ -42,6 +55,7 @@ METRICS = (
     "avoided_retries",
     "futile_retries",
 )
+KEYS = ("status", "failure_type", "source")
 HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
 BLOCK_HOURS = 6
@@ -52,7 +66,7 @@ BLOCK = BLOCK_HOURS * HOUR
 # The one GROUP BY, shared by the rollup task and the live queries
 
 
-def _metric_aggregates() -> dict[str, Any]:
+def metric_aggregates() -> dict[str, Any]:
     failures = RunSets.FAILURES
     return {
         "count": Count("id"),
@@ -73,7 +87,7 @@ def grouped_runs(start: datetime, end: datetime, unit: str) -> QuerySet:
         Run.objects.filter(created_at__gte=start, created_at__lt=end)
         .annotate(bucket=Trunc("created_at", unit, tzinfo=UTC))
         .values("bucket", "status", "failure_type", "source")
-        .annotate(**_metric_aggregates())
+        .annotate(**metric_aggregates())
         .order_by()
     )
 
@@ -114,6 +128,7 @@ def refresh_rollups(start: datetime, end: datetime | None = None) -> int:
         RunRollup.objects.filter(hour__gte=start, hour__lt=end).delete()
         RunRollup.objects.bulk_create(rows, batch_size=2000)
         _fold_six_hours(start, end, current_hour)
+        RollupVersion.bump()
     return len(rows)
 
 
@@ -312,7 +327,7 @@ def window_stats(window: Window, now: datetime | None = None) -> WindowStats:
             stats.current.add(row)  # keyed by source too: adds the tail's wasted retries
             if window.per_bucket == BLOCK_HOURS:  # hourly buckets have them from the series
                 stats.add_to_series(row["bucket"], row["failure_type"], row["count"])
-        live = grouped_runs(anchor, anchor + HOUR, "hour")
+        live = _current_hour(anchor)
     else:
         # Both hours are live. Grouping them by minute, status, failure type and source returned
         # over a thousand rows at a realistic rate, costlier in Python than in SQL: the totals
@@ -331,20 +346,51 @@ def window_stats(window: Window, now: datetime | None = None) -> WindowStats:
     return stats
 
 
-def _live_totals(prev_start: datetime, start: datetime, end: datetime) -> QuerySet:
+def _current_hour(anchor: datetime) -> Iterable[dict[str, Any]]:
+    """Metric sums of the runs created in the hour from `anchor` per status, failure type and
+    source, with bucket = `anchor`: from the minute rollups where the database keeps them."""
+    if not counters.enabled():
+        return grouped_runs(anchor, anchor + HOUR, "hour")
+    rows = _minute_sums(Q(minute__gte=anchor, minute__lt=anchor + HOUR), KEYS)
+    return [{**row, "bucket": anchor} for row in rows]
+
+
+def _minute_sums(where: Q, keys: tuple[str, ...], **annotations: Any) -> list[dict[str, Any]]:
+    """Every metric summed per `keys` over the folded minutes and the pending deltas."""
+    sums: dict[tuple, dict[str, Any]] = {}
+    for model in (MinuteRollup, RunDelta):
+        qs = model.objects.filter(where).annotate(**annotations)
+        for row in _sums(qs, keys):
+            key = tuple(row[k] for k in keys)
+            if key not in sums:
+                sums[key] = row
+            else:
+                for m in METRICS:
+                    sums[key][m] += row[m]
+    return list(sums.values())
+
+
+def _live_totals(prev_start: datetime, start: datetime, end: datetime) -> Iterable[dict]:
     """Metric sums of the runs created in [prev_start, end) per status, failure type and source,
     with bucket = `prev_start` for the previous window and `start` for the current one."""
+    if counters.enabled():
+        side = _window_side("minute", prev_start, start, start)
+        where = Q(minute__gte=prev_start, minute__lt=end)
+        return _minute_sums(where, ("bucket", *KEYS), bucket=side)
     return (
         Run.objects.filter(created_at__gte=prev_start, created_at__lt=end)
         .annotate(bucket=_window_side("created_at", prev_start, start, start))
         .values("bucket", "status", "failure_type", "source")
-        .annotate(**_metric_aggregates())
+        .annotate(**metric_aggregates())
         .order_by()
     )
 
 
-def _live_series(start: datetime, end: datetime) -> QuerySet:
+def _live_series(start: datetime, end: datetime) -> Iterable[tuple[datetime, str, int]]:
     """(minute, failure type, runs) of the runs created in [start, end)."""
+    if counters.enabled():
+        rows = _minute_sums(Q(minute__gte=start, minute__lt=end), ("minute", "failure_type"))
+        return [(r["minute"], r["failure_type"], r["count"]) for r in rows]
     return (
         Run.objects.filter(created_at__gte=start, created_at__lt=end)
         .annotate(bucket=Trunc("created_at", "minute", tzinfo=UTC))
@@ -425,12 +471,20 @@ def _block_wasted(start: datetime, end: datetime) -> QuerySet:
 
 
 def all_time_counts(now: datetime | None = None) -> dict[tuple[str, str, str], dict[str, int]]:
-    """Per (status, failure_type, source), ever: runs and every named set (METRICS), summed from
-    the rollups plus the live hour."""
-    anchor = floor_hour(now or timezone.now())
+    """Per (status, failure_type, source), ever: runs and every named set (METRICS), from the
+    running totals on PostgreSQL; elsewhere summed from the rollups plus the live hour."""
     counts: dict[tuple[str, str, str], dict[str, int]] = defaultdict(
         lambda: dict.fromkeys(METRICS, 0)
     )
+    if counters.enabled():
+        # Running totals and the deltas not folded into them yet: a few hundred rows, however
+        # many runs and hours are stored.
+        for row in [*_sums(RunTotal.objects.all(), KEYS), *_sums(RunDelta.objects.all(), KEYS)]:
+            totals = counts[(row["status"], row["failure_type"], row["source"])]
+            for m in METRICS:
+                totals[m] += row[m] or 0
+        return counts
+    anchor = floor_hour(now or timezone.now())
     summed = (
         RunRollup.objects.filter(hour__lt=anchor)
         .values("status", "failure_type", "source")

@@ -20,7 +20,7 @@ from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import groups
+from dashboard import groups, minutes
 from dashboard.models import AlertDelivery, AlertRule
 from dashboard.stats import FAILURE_STATUSES, rollup_lookback
 from dashboard.stats import refresh_rollups as refresh
@@ -36,7 +36,13 @@ RETRY_BASE_DELAY = 5.0
 RETRY_MAX_DELAY = 300.0
 DELIVER_TASK = "dashboard.tasks.deliver_alert"
 
-__all__ = ["deliver_alert", "evaluate_alerts", "fold_failure_groups", "refresh_rollups"]
+__all__ = [
+    "deliver_alert",
+    "evaluate_alerts",
+    "fold_failure_groups",
+    "fold_minutes",
+    "refresh_rollups",
+]
 
 
 @shared_task(ignore_result=True)
@@ -45,6 +51,12 @@ def refresh_rollups(hours: int | None = None) -> int:
     the six-hour blocks that hold them."""
     lookback = timedelta(hours=hours) if hours else rollup_lookback()
     return refresh(timezone.now() - lookback)
+
+
+@shared_task(ignore_result=True)
+def fold_minutes() -> int:
+    """Move the run deltas the triggers appended into the minute rollups and running totals."""
+    return minutes.fold()
 
 
 @shared_task(ignore_result=True)

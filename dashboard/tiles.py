@@ -11,19 +11,25 @@ template's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.core.cache import cache
 from django.db.models import Count, Min
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboard import minutes
 from dashboard.stats import FAILURE_STATUSES, Window, WindowStats, window_stats
 from dashboard.templatetags.dashboard import duration
 from orchestrator.coordination.budget import source_states
 from orchestrator.models import FailureType, ReviewItem, Run, Workflow
+
+# How long a rendered fragment may stay cached: a new version replaces it long before.
+FRAGMENT_SECONDS = 600
 
 
 @dataclass
@@ -264,12 +270,34 @@ def in_flight_tile() -> Tile:
     )
 
 
-def overview_tiles(window: Window) -> dict[str, Any]:
+def counted_tiles(window: Window) -> dict[str, Any]:
+    """The tiles counted from the rollups (the same for every operator)."""
     stats = window_stats(window)
     return {
+        "window": window,
         "stats": stats,
         "traffic": traffic_tiles(stats),
         "failures": failure_tiles(stats),
         "recovery": recovery_tiles(stats),
-        "attention": attention_tiles(window, stats.start),
     }
+
+
+def overview_tiles(window: Window) -> dict[str, Any]:
+    counted = counted_tiles(window)
+    return counted | {"attention": attention_tiles(window, counted["stats"].start)}
+
+
+def cached_fragments(window: Window, render: Callable[[dict[str, Any]], dict[str, str]]) -> Any:
+    """The counted tiles rendered by `render`, from the cache while neither the rollups (their
+    version: every fold bumps it, every write adds a delta) nor the window's current step
+    (a minute, or an hour) has changed. On SQLite, whose counts are live, rendered every time."""
+    key_version = minutes.version()
+    if key_version is None:
+        return render(counted_tiles(window))
+    anchor = window.bounds(timezone.now())[2]
+    key = f"overview-tiles:{window.name}:{anchor:%Y%m%d%H%M}:{key_version[0]}:{key_version[1]}"
+    fragments = cache.get(key)
+    if fragments is None:
+        fragments = render(counted_tiles(window))
+        cache.set(key, fragments, FRAGMENT_SECONDS)
+    return fragments

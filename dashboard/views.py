@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
@@ -35,8 +36,8 @@ from dashboard.forms import BulkActionForm, ProviderOverrideForm, ResolveForm, R
 from dashboard.groups import GroupFilter
 from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS, get_window
-from dashboard.tiles import overview_tiles
-from orchestrator import keyset
+from dashboard.tiles import attention_tiles, cached_fragments
+from orchestrator import counters, keyset
 from orchestrator.analytics import dryrun, export, retryable, slo
 from orchestrator.coordination import actions, efficacy, review
 from orchestrator.coordination.policy import preview_delays
@@ -88,11 +89,20 @@ def _safe_next(request: HttpRequest, default: str) -> str:
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
     window = get_window(request.GET.get("window"))
+
+    def render_counted(tiles: dict[str, Any]) -> dict[str, str]:
+        return {
+            name: render_to_string(f"dashboard/overview.html#{name}", tiles)
+            for name in ("counted", "recovery")
+        }
+
+    start = window.bounds(timezone.now())[1]
     context = {
         "window": window,
         "windows": WINDOWS.values(),
         "poll_seconds": poll_seconds(),
-        **overview_tiles(window),
+        "fragments": cached_fragments(window, render_counted),
+        "attention": attention_tiles(window, start),
     }
     template = "dashboard/overview.html#tiles" if _fragment(request) else "dashboard/overview.html"
     return render(request, template, context)
@@ -324,7 +334,8 @@ def workflows(request: HttpRequest) -> HttpResponse:
     except ValueError:
         messages.error(request, "That page link was damaged: here are the newest workflows.")
         after = None
-    page = keyset.page(qs.annotate(run_count=Count("runs")), 30, after=after)
+    # Counters kept with the runs (a live count of every listed workflow's runs on SQLite).
+    page = keyset.page(counters.with_run_counts(qs), 30, after=after)
     context = {
         "workflows": page.rows,
         "next_cursor": page.next,

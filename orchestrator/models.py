@@ -304,6 +304,9 @@ class Workflow(models.Model):
         indexes = [
             # overview tile "workflows degraded" and the workflow list filtered by status
             models.Index(fields=["status", "created_at"], name="wf_status_created"),
+            # the workflows list, newest first in keyset pages: without it every page sorted all
+            # the workflows (with their counters) to keep thirty
+            models.Index(fields=["created_at", "id"], name="wf_created_id"),
             # the sweeper's nudge: unfinished workflows untouched for a while
             models.Index(
                 fields=["updated_at"],
@@ -1050,6 +1053,38 @@ class RunSets:
         & ~Q(failure_type=FailureCategory.AUTH_FAILURE)
     )
     RETRYING = Q(status=Run.Status.QUEUED, retry_of__isnull=False, due_at__isnull=False)
+
+
+class WorkflowCounter(models.Model):
+    """A workflow's runs and failures, folded from `WorkflowRunDelta` (`orchestrator.counters`):
+    the workflows list reads these instead of counting every workflow's runs. PostgreSQL only."""
+
+    # Not a foreign key: a deleted workflow's counter goes with the fold, not with a cascade
+    # that would race the triggers writing its runs' last deltas.
+    workflow_id = models.BigIntegerField(primary_key=True)
+    runs = models.BigIntegerField(default=0)
+    failures = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"workflow {self.workflow_id}: {self.runs} runs, {self.failures} failures"
+
+
+class WorkflowRunDelta(models.Model):
+    """A change of a workflow's counts, appended by the run table's triggers in the writer's own
+    transaction (inserts never conflict); folded into `WorkflowCounter` by a periodic task."""
+
+    workflow_id = models.BigIntegerField()
+    runs = models.BigIntegerField(default=0)
+    failures = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            # the workflows list adds each listed workflow's pending deltas to its counter
+            models.Index(fields=["workflow_id"], name="workflowrundelta_workflow"),
+        ]
+
+    def __str__(self) -> str:
+        return f"workflow {self.workflow_id}: {self.runs:+} runs, {self.failures:+} failures"
 
 
 # ---------------------------------------------------------------------------------------------

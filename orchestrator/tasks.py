@@ -12,6 +12,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+from orchestrator import counters
 from orchestrator.coordination import delivery, dispatch, efficacy, execution, review, workflow
 
 # A database that restarts or drops a connection fails the task with one of these: it is tried
@@ -62,3 +63,9 @@ def deliver_resolution(delivery_id: int) -> str:
 def refresh_switch_efficacy() -> int:
     """Cache the switch-efficacy matrix the coordinator orders alternatives by."""
     return efficacy.refresh()
+
+
+@shared_task(ignore_result=True)
+def fold_workflow_counters() -> int:
+    """Move the per-workflow run deltas the triggers appended into the workflows' counters."""
+    return counters.fold_workflow_counters()

@@ -80,7 +80,7 @@ def backfill_versions(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0011_issue11_agent_loop"),
+        ("orchestrator", "0013_issue14_counters"),
     ]
 
     operations = [
