@@ -10,8 +10,10 @@ the coordination modules: nothing imports it back.
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from orchestrator import partitions
 from orchestrator.coordination import delivery, dispatch, execution, review, workflow
 
 # A database that restarts or drops a connection fails the task with one of these: it is tried
@@ -56,3 +58,9 @@ def apply_review_fallbacks() -> int:
 def deliver_resolution(delivery_id: int) -> str:
     """POST a review item's resolution to its token's callback URL, signed (one attempt)."""
     return delivery.deliver(delivery_id)
+
+
+@shared_task(ignore_result=True)
+def create_run_partitions() -> list[str]:
+    """Create the run table's partitions of the coming days that are missing (PostgreSQL)."""
+    return partitions.ensure_ahead(settings.RUN_PARTITIONS_AHEAD)

@@ -2,9 +2,12 @@
 
 This is the ingest hot path (flow 1 of the architecture). A batch costs a fixed number of queries
 whatever its size: at most one per kind of reference checked (workflow, retry_of), one
-`INSERT … ON CONFLICT DO NOTHING RETURNING id, idempotency_key`, and one SELECT for the keys that
-were already stored. Concurrent repeats of a key produce one row because the unique constraint
-`run_idempotency_key_per_token` arbitrates, never a read-then-write. Nothing else happens on the
+`INSERT … RETURNING id, idempotency_key` that skips stored keys, and one SELECT for the keys that
+were already stored. Concurrent repeats of a key produce one row because a unique index
+arbitrates, never a read-then-write: on SQLite the run table's `run_idempotency_key_per_token`
+(ON CONFLICT DO NOTHING), on PostgreSQL, where the run table is partitioned, the claims table
+`orchestrator_runkey` (see `Run`), whose trigger fails a batch that lost a race; it is tried again
+and then skips the key. Nothing else happens on the
 request path: no counter rows are updated (dashboard rollups and failure groups are folded in by
 periodic jobs). Each failure's group key (`orchestrator.fingerprint.signature`, microseconds) is
 written with the row, so grouping never rewrites a run.
@@ -22,7 +25,7 @@ from typing import Any
 import orjson
 import psycopg
 import pydantic
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
 
@@ -310,7 +313,8 @@ def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]
 
 def _conflict_clause() -> str:
     quote = connection.ops.quote_name
-    # The conflict target repeats the partial unique index's predicate so both databases infer it.
+    # SQLite (unpartitioned): the conflict target repeats the partial unique index's predicate
+    # so that it is inferred.
     return (
         f"ON CONFLICT ({quote('token_id')}, {quote('idempotency_key')}) "
         f"WHERE NOT ({quote('idempotency_key')} = '') DO NOTHING "
@@ -318,7 +322,7 @@ def _conflict_clause() -> str:
     )
 
 
-def _insert_json(rows: Sequence[tuple], batch: list[tuple[Field, Any]]) -> list:
+def _insert_json(rows: Sequence[tuple], batch: list[tuple[Field, Any]], token_id: int) -> list:
     """PostgreSQL: one INSERT … SELECT FROM json_populate_recordset(the batch as one JSON text).
 
     The batch travels as a single parameter serialised by orjson (C) and is parsed by PostgreSQL
@@ -332,21 +336,43 @@ def _insert_json(rows: Sequence[tuple], batch: list[tuple[Field, Any]]) -> list:
     columns = [*names, *(f.column for f, _ in batch)]
     selected = ", ".join(f"r.{quote(name)}" for name in names)
     constants = "".join(f", %s::{f.db_type(connection)}" for f, _ in batch)
+    # The run table is partitioned: its unique claims live in orchestrator_runkey (see Run), so
+    # a stored key is skipped by looking it up there; a concurrent batch that claims the same
+    # key first makes the insert trigger fail ours, which is then tried again and skips it.
     query = (
         f"INSERT INTO {table} ({', '.join(map(quote, columns))}) "
         f"SELECT {selected}{constants} "
-        f"FROM json_populate_recordset(NULL::{table}, %s::json) AS r {_conflict_clause()}"
+        f"FROM json_populate_recordset(NULL::{table}, %s::json) AS r "
+        "WHERE r.idempotency_key = '' OR NOT EXISTS (SELECT 1 FROM orchestrator_runkey k "
+        "WHERE k.key = %s || r.idempotency_key) "
+        f"RETURNING {quote('id')}, {quote('idempotency_key')}"
     )
     document = orjson.dumps([dict(zip(names, row, strict=True)) for row in rows]).decode()
+    params = [*(value for _, value in batch), document, f"i:{token_id}:"]
     # A server-side-binding cursor on Django's connection (same transaction): the megabyte of JSON
     # is sent as a parameter, not escaped into the SQL text as Django's client-side cursor would.
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(query, [*(value for _, value in batch), document])
-        return cursor.fetchall()
+    for attempt in range(CLAIM_ATTEMPTS):
+        try:
+            with (
+                transaction.atomic(),
+                connection.wrap_database_errors,
+                psycopg.Cursor(connection.connection) as cursor,
+            ):
+                cursor.execute(query, params)
+                return cursor.fetchall()
+        except IntegrityError:
+            if attempt == CLAIM_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
-def _insert_values(rows: Sequence[tuple], batch: list[tuple[Field, Any]]) -> list:
+# A unique violation on a claim means another batch stored the same key meanwhile (it has
+# committed: the claim waited for it); the next attempt finds the key stored and skips it.
+CLAIM_ATTEMPTS = 3
+
+
+def _insert_values(rows: Sequence[tuple], batch: list[tuple[Field, Any]], token_id: int) -> list:
     """SQLite: multi-row VALUES, split to respect its bind-parameter limit."""
     quote = connection.ops.quote_name
     fields = [Run._meta.get_field(name) for name in ROW_FIELDS]
@@ -409,7 +435,7 @@ def insert_rows(
     batch = _batch_values(token_id, created_at or timezone.now())
     insert = _insert_json if connection.vendor == "postgresql" else _insert_values
     with transaction.atomic():
-        return insert(rows, batch)
+        return insert(rows, batch, token_id)
 
 
 def stored_keys(token_id: int, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
@@ -417,10 +443,25 @@ def stored_keys(token_id: int, keys: Iterable[str]) -> dict[str, tuple[int, str]
     wanted = list(set(keys))
     if not wanted:
         return {}
+    if connection.vendor == "postgresql":
+        return _stored_claims(token_id, wanted)
     rows = Run.objects.filter(token_id=token_id, idempotency_key__in=wanted).values_list(
         "idempotency_key", "id", "request_hash"
     )
     return {key: (pk, digest) for key, pk, digest in rows}
+
+
+def _stored_claims(token_id: int, keys: list[str]) -> dict[str, tuple[int, str]]:
+    """PostgreSQL: the runs of these keys through their claims (one partition read each)."""
+    prefix = f"i:{token_id}:"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT r.idempotency_key, r.id, r.request_hash FROM orchestrator_runkey k "
+            "JOIN orchestrator_run r ON r.id = k.run_id AND r.created_at = k.created_at "
+            "WHERE k.key = ANY(%s)",
+            [[prefix + key for key in keys]],
+        )
+        return {key: (pk, digest) for key, pk, digest in cursor.fetchall()}
 
 
 def key_reused(key: str, stored_id: int, path: str, noun: str = "run") -> ApiError:
