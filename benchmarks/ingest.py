@@ -176,7 +176,7 @@ def server(env: dict[str, str], workers: int) -> Iterator[str]:
             process.wait()
 
 
-def wait_until_up(base: str, process: subprocess.Popen, timeout: float = 30) -> None:
+def wait_until_up(base: str, process: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -187,7 +187,7 @@ def wait_until_up(base: str, process: subprocess.Popen, timeout: float = 30) -> 
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    raise SystemExit("gunicorn did not answer within 30 s")
+    raise SystemExit(f"gunicorn did not answer within {timeout:.0f} s")
 
 
 # ---------------------------------------------------------------------------------------------
