@@ -33,7 +33,16 @@ def test_the_ingest_benchmark_runs_and_reports_both_rates():
     url = bench_database_url()
     require_service(url is not None, "PostgreSQL (DATABASE_URL=postgres://…)")
     done = subprocess.run(
-        [sys.executable, "benchmarks/ingest.py", "--quick", "--database-url", url],
+        [
+            sys.executable,
+            "benchmarks/ingest.py",
+            "--quick",
+            "--index-costs",
+            "--delete-at",
+            "5000",
+            "--database-url",
+            url,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -45,3 +54,8 @@ def test_the_ingest_benchmark_runs_and_reports_both_rates():
     assert any(line.startswith("POST /api/v1/runs/batch") for line in lines), done.stdout
     assert any(line.startswith("COPY orchestrator_run") for line in lines), done.stdout
     assert any(line.startswith("ratio API / COPY") for line in lines), done.stdout
+    # each index's write cost, the trigger's and a plain table's, and the deletes at 5,000 runs
+    assert any(line.startswith("without run_created_id") for line in lines), done.stdout
+    assert any(line.startswith("without the claims trigger") for line in lines), done.stdout
+    assert any(line.startswith("plain table") for line in lines), done.stdout
+    assert any("deleting one run" in line for line in lines), done.stdout
