@@ -355,7 +355,7 @@ def _insert_copy(rows: Sequence[tuple], batch: list[tuple[Field, Any]], token_id
                 ids = [pk for (pk,) in cursor.fetchall()]
                 with cursor.copy(sql) as copy:
                     for pk, row in zip(ids, fresh, strict=True):
-                        copy.write_row((pk, *map(_copy_value, row), *constants))
+                        copy.write_row((pk, *_copy_row(row), *constants))
                 return [(pk, row[KEY]) for pk, row in zip(ids, fresh, strict=True)]
         except IntegrityError:
             if attempt == CLAIM_ATTEMPTS - 1:
@@ -379,6 +379,14 @@ def _claimed_keys(cursor: Any, token_id: int, keys: list[str]) -> set[str]:
 
 def _orjson_text(value: Any) -> bytes:
     return orjson.dumps(value)
+
+
+def _copy_row(row: tuple) -> list:
+    """A row as COPY takes it: its JSON columns as jsonb (orjson), the rest as they are."""
+    values = list(row)
+    for i in _JSON_POSITIONS:
+        values[i] = Jsonb(values[i], dumps=_orjson_text)
+    return values
 
 
 def _copy_value(value: Any) -> Any:
