@@ -1,16 +1,16 @@
 """Recording reported runs: per-item validation, idempotency keys, and the one-statement insert.
 
 This is the ingest hot path (flow 1 of the architecture). A batch costs a fixed number of queries
-whatever its size: at most one per kind of reference checked (workflow, retry_of), one
-`INSERT … RETURNING id, idempotency_key` that skips stored keys, and one SELECT for the keys that
-were already stored. Concurrent repeats of a key produce one row because a unique index
-arbitrates, never a read-then-write: on SQLite the run table's `run_idempotency_key_per_token`
-(ON CONFLICT DO NOTHING), on PostgreSQL, where the run table is partitioned, the claims table
-`orchestrator_runkey` (see `Run`), whose trigger fails a batch that lost a race; it is tried again
-and then skips the key. Nothing else happens on the
-request path: no counter rows are updated (dashboard rollups and failure groups are folded in by
-periodic jobs). Each failure's group key (`orchestrator.fingerprint.signature`, microseconds) is
-written with the row, so grouping never rewrites a run.
+whatever its size: at most one per kind of reference checked (workflow, retry_of), the insert
+that skips stored keys (PostgreSQL: the claimed keys, the new ids, one COPY; SQLite: one
+`INSERT … ON CONFLICT DO NOTHING RETURNING`), and one SELECT for the keys that were already
+stored. Concurrent repeats of a key produce one row because a unique index arbitrates, never a
+read-then-write: on SQLite the run table's `run_idempotency_key_per_token`, on PostgreSQL, where
+the run table is partitioned, the claims table `orchestrator_runkey` (see `Run`), whose trigger
+fails a batch that lost a race; it is tried again and then skips the key. Nothing else happens
+on the request path: no counter rows are updated (dashboard rollups and failure groups are folded
+in by periodic jobs). Each failure's group key (`orchestrator.fingerprint.signature`,
+microseconds) is written with the row, so grouping never rewrites a run.
 """
 
 from __future__ import annotations
@@ -377,22 +377,18 @@ def _claimed_keys(cursor: Any, token_id: int, keys: list[str]) -> set[str]:
     return {key[len(prefix) :] for (key,) in cursor.fetchall()}
 
 
-def _orjson_text(value: Any) -> bytes:
-    return orjson.dumps(value)
-
-
 def _copy_row(row: tuple) -> list:
     """A row as COPY takes it: its JSON columns as jsonb (orjson), the rest as they are."""
     values = list(row)
     for i in _JSON_POSITIONS:
-        values[i] = Jsonb(values[i], dumps=_orjson_text)
+        values[i] = Jsonb(values[i], dumps=orjson.dumps)
     return values
 
 
 def _copy_value(value: Any) -> Any:
     """A value as COPY takes it: lists and dicts as jsonb (orjson), the rest as they are."""
     if isinstance(value, list | dict):
-        return Jsonb(value, dumps=_orjson_text)
+        return Jsonb(value, dumps=orjson.dumps)
     return value
 
 
@@ -456,8 +452,9 @@ def insert_rows(
 ) -> list[tuple[int, str]]:
     """Insert rows, skipping stored keys; return (id, key) of the rows inserted, in row order.
 
-    Row order is PostgreSQL's and SQLite's RETURNING order for one INSERT, as Django's own
-    bulk_create relies on; keyed rows are matched by key anyway, only keyless ones by order.
+    On PostgreSQL the ids are drawn before the COPY, in row order; on SQLite row order is the
+    RETURNING order of one INSERT, as Django's own bulk_create relies on. Keyed rows are matched
+    by key anyway, only keyless ones by order.
     """
     if not rows:
         return []
