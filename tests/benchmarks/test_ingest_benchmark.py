@@ -37,9 +37,8 @@ def test_the_ingest_benchmark_runs_and_reports_both_rates():
             sys.executable,
             "benchmarks/ingest.py",
             "--quick",
-            "--index-costs",
             "--delete-at",
-            "5000",
+            "2000",
             "--database-url",
             url,
         ],
@@ -54,8 +53,6 @@ def test_the_ingest_benchmark_runs_and_reports_both_rates():
     assert any(line.startswith("POST /api/v1/runs/batch") for line in lines), done.stdout
     assert any(line.startswith("COPY orchestrator_run") for line in lines), done.stdout
     assert any(line.startswith("ratio API / COPY") for line in lines), done.stdout
-    # each index's write cost, the trigger's and a plain table's, and the deletes at 5,000 runs
-    assert any(line.startswith("without run_created_id") for line in lines), done.stdout
-    assert any(line.startswith("without the claims trigger") for line in lines), done.stdout
-    assert any(line.startswith("plain table") for line in lines), done.stdout
-    assert any("deleting one run" in line for line in lines), done.stdout
+    # the deletes at 2,000 runs (--index-costs recreates every index a dozen times: too slow
+    # for the suite; docs/run-indexes.md has its figures)
+    assert any("deleting one run" in line and "bare DELETE" in line for line in lines), done.stdout
