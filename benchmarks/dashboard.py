@@ -203,10 +203,12 @@ def load(rows: int, reviews: int) -> None:
     workflows = max(10, rows // 50)  # 50 runs per workflow: 6 topics, a few sources each, retries
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE orchestrator_reviewitem, orchestrator_run, orchestrator_workflow, "
+            "TRUNCATE orchestrator_reviewitem, orchestrator_run, orchestrator_runkey, "
+            "orchestrator_workflow, "
             "dashboard_runrollup, dashboard_sixhourrollup, dashboard_sixhourwastedretries, "
             "dashboard_failuregrouphour, dashboard_failuregroup RESTART IDENTITY CASCADE"
         )
+    day_partitions(now)
     started = time.perf_counter()
     copy_rows(Workflow, workflow_rows(workflows, now))
     n = copy_rows(Run, run_rows(rows, workflows, now))
@@ -224,6 +226,20 @@ def load(rows: int, reviews: int) -> None:
     with connection.cursor() as cursor:
         for table in ("orchestrator_run", "orchestrator_workflow", "orchestrator_reviewitem"):
             cursor.execute(f"ANALYZE {table}")
+
+
+def day_partitions(now: datetime, days: int = 32) -> None:
+    """The run table's partitions of the loaded days (beat creates only the coming ones), so
+    the pages read day partitions as in production, not one large default partition."""
+    from orchestrator import partitions
+
+    if not partitions.is_partitioned():
+        return
+    existing = partitions.days()
+    for back in range(days):
+        day = (now - timedelta(days=back)).date()
+        if day not in existing:
+            partitions.create_day(day)
 
 
 def signature_cost(repeat: int = 20_000) -> float:
