@@ -257,10 +257,12 @@ def load(rows: int, reviews: int, current: int) -> None:
     workflows = max(10, rows // 50)  # 50 runs per workflow: 6 topics, a few sources each, retries
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE orchestrator_reviewitem, orchestrator_run, orchestrator_workflow, "
+            "TRUNCATE orchestrator_reviewitem, orchestrator_run, orchestrator_runkey, "
+            "orchestrator_workflow, "
             "dashboard_runrollup, dashboard_sixhourrollup, dashboard_sixhourwastedretries, "
             "dashboard_failuregrouphour, dashboard_failuregroup RESTART IDENTITY CASCADE"
         )
+    day_partitions(now)
     indexes = set_indexes_aside()
     started = time.perf_counter()
     copy_rows(Workflow, workflow_rows(workflows, now))
@@ -347,6 +349,20 @@ def set_indexes_aside() -> list[str]:
         for name, _ in indexes:
             cursor.execute(f'DROP INDEX "{name}"')
     return [definition for _, definition in indexes]
+
+
+def day_partitions(now: datetime, days: int = 32) -> None:
+    """The run table's partitions of the loaded days (beat creates only the coming ones), so
+    the pages read day partitions as in production, not one large default partition."""
+    from orchestrator import partitions
+
+    if not partitions.is_partitioned():
+        return
+    existing = partitions.days()
+    for back in range(days):
+        day = (now - timedelta(days=back)).date()
+        if day not in existing:
+            partitions.create_day(day)
 
 
 def signature_cost(repeat: int = 20_000) -> float:

@@ -1,13 +1,18 @@
 """Ingest benchmark: N runs through POST /api/v1/runs/batch, end to end, beside psycopg's COPY.
 
     .venv/bin/python benchmarks/ingest.py [--n 100000] [--quick] [--database-url postgres://…]
+        [--index-costs] [--delete-at 1000000]
 
 Against PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/failsight_bench):
 recreates that database, migrates it, creates a token, starts the real app server (gunicorn,
 DEBUG off) on a free port, and sends the runs in batches of 1,000 over HTTP with httpx: auth,
 rate limit, JSON parsing, validation, idempotency keys, one INSERT … ON CONFLICT per batch. It then
-exports the stored rows, truncates the table and writes the very same rows back with COPY: the
-physical limit of the same table with the same indexes. Prints both rates and their ratio.
+exports the stored rows, truncates the table and writes the very same rows back with COPY over as
+many connections as the API had clients: the physical limit of the same table with the same
+indexes, trigger and partitions. Prints both rates and their ratio. `--index-costs` repeats the
+COPY without each index in turn (and without the unique-claims trigger, and into a plain table):
+what each costs a write. `--delete-at N` fills the table to N runs over five days and times
+deleting one run and one workflow with its runs through the ORM.
 The database is dropped and the server stopped at the end, whatever happens.
 """
 
@@ -171,7 +176,7 @@ def server(env: dict[str, str], workers: int) -> Iterator[str]:
             process.wait()
 
 
-def wait_until_up(base: str, process: subprocess.Popen, timeout: float = 30) -> None:
+def wait_until_up(base: str, process: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -182,7 +187,7 @@ def wait_until_up(base: str, process: subprocess.Popen, timeout: float = 30) -> 
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    raise SystemExit("gunicorn did not answer within 30 s")
+    raise SystemExit(f"gunicorn did not answer within {timeout:.0f} s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,8 +226,9 @@ def send_all(base: str, secret: str, bodies: list[bytes], clients: int) -> float
     return elapsed
 
 
-def copy_same_rows(url: str, expected: int) -> float:
-    """Export the stored runs, truncate, COPY them back; return the seconds the COPY took."""
+def export_rows(url: str) -> tuple[list[str], bytes]:
+    """The stored runs' columns (all but id) and rows in COPY's text format; then empty the
+    table and its unique claims, so that the same rows can be written back."""
     with psycopg.connect(url) as conn:
         columns = [
             row[0]
@@ -232,26 +238,215 @@ def copy_same_rows(url: str, expected: int) -> float:
                 "ORDER BY ordinal_position"
             )
         ]
-        column_list = sql.SQL(", ").join(map(sql.Identifier, columns))
         exported = bytearray()
-        select = sql.SQL("COPY (SELECT {} FROM orchestrator_run) TO STDOUT").format(column_list)
+        select = sql.SQL("COPY (SELECT {} FROM orchestrator_run) TO STDOUT").format(
+            sql.SQL(", ").join(map(sql.Identifier, columns))
+        )
         with conn.cursor().copy(select) as copy:
             for block in copy:
                 exported += block
-        conn.execute("TRUNCATE orchestrator_run CASCADE")
-        conn.commit()
+    empty_table(url)
+    return columns, bytes(exported)
 
-        started = time.perf_counter()
-        insert = sql.SQL("COPY orchestrator_run ({}) FROM STDIN").format(column_list)
-        with conn.cursor().copy(insert) as copy:
-            for offset in range(0, len(exported), 1 << 20):
-                copy.write(exported[offset : offset + (1 << 20)])
-        conn.commit()
-        elapsed = time.perf_counter() - started
-        count = conn.execute("SELECT count(*) FROM orchestrator_run").fetchone()[0]
+
+def empty_table(url: str, table: str = "orchestrator_run") -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("TRUNCATE {} CASCADE").format(sql.Identifier(table)))
+        if table == "orchestrator_run":
+            conn.execute("TRUNCATE orchestrator_runkey")
+
+
+def split_lines(data: bytes, parts: int) -> list[bytes]:
+    """`data` in `parts` pieces of whole lines (COPY's text format: one row a line)."""
+    pieces, start = [], 0
+    for i in range(1, parts + 1):
+        end = len(data) if i == parts else data.find(b"\n", len(data) * i // parts) + 1
+        end = end or len(data)
+        pieces.append(data[start:end])
+        start = end
+    return [p for p in pieces if p]
+
+
+def copy_rows(
+    url: str, columns: list[str], data: bytes, connections: int, table: str = "orchestrator_run"
+) -> float:
+    """COPY `data` into `table` over `connections` concurrent connections (a share of the
+    lines each, each its own transaction); return the seconds until the last committed."""
+    insert = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
+    errors: list[BaseException] = []
+    pieces = split_lines(data, connections)
+    conns = [psycopg.connect(url) for _ in pieces]
+    barrier = threading.Barrier(len(pieces) + 1)
+
+    def write(conn: psycopg.Connection, piece: bytes) -> None:
+        try:
+            barrier.wait()
+            with conn.cursor().copy(insert) as copy:
+                for offset in range(0, len(piece), 1 << 20):
+                    copy.write(piece[offset : offset + (1 << 20)])
+            conn.commit()
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=write, args=(conn, piece))
+        for conn, piece in zip(conns, pieces, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    barrier.wait()  # every connection open: the clock starts with the first row
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    for conn in conns:
+        conn.close()
+    if errors:
+        raise SystemExit(f"COPY failed: {errors[0]}")
+    return elapsed
+
+
+def copy_same_rows(url: str, expected: int, connections: int) -> tuple[float, list, bytes]:
+    """Export the stored runs, empty the table, COPY them back over `connections` connections;
+    return the seconds the COPY took, and the columns and rows (for the index costs)."""
+    columns, data = export_rows(url)
+    elapsed = copy_rows(url, columns, data, connections)
+    count = count_runs(url)
     if count != expected:
         raise SystemExit(f"COPY wrote {count} rows, expected {expected}")
-    return elapsed
+    return elapsed, columns, data
+
+
+# ---------------------------------------------------------------------------------------------
+# What each index and constraint costs a write (--index-costs)
+
+
+def run_indexes(url: str) -> list[tuple[str, str]]:
+    """(name, definition) of the run table's indexes, the primary key aside."""
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'orchestrator_run' "
+            "AND indexname <> 'orchestrator_run_pkey' ORDER BY indexname"
+        ).fetchall()
+
+
+def index_costs(url: str, columns: list[str], data: bytes, connections: int) -> list[Rate]:
+    """COPY the same rows with everything, then without each index in turn, without the
+    unique-claims trigger, and into a plain table of the same columns (no index, no trigger,
+    not partitioned): the write cost of each is the time it adds per row."""
+    rows = data.count(b"\n")
+
+    def timed(label: str, table: str = "orchestrator_run") -> Rate:
+        empty_table(url, table)
+        seconds = copy_rows(url, columns, data, connections, table)
+        return Rate(label, rows, seconds)
+
+    rates = [timed("all indexes and the trigger")]
+    for name, definition in run_indexes(url):
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+        try:
+            rates.append(timed(f"without {name}"))
+        finally:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(definition)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE orchestrator_run DISABLE TRIGGER run_claim_keys")
+    try:
+        rates.append(timed("without the claims trigger"))
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE orchestrator_run ENABLE TRIGGER run_claim_keys")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_plain (LIKE orchestrator_run INCLUDING DEFAULTS)")
+    rates.append(timed("plain table (no index)", "bench_plain"))
+    return rates
+
+
+def cost_report(rates: list[Rate]) -> str:
+    full = rates[0]
+    lines = [f"{'COPY into the run table':<44} {'rows/s':>10} {'write cost µs/row':>18}"]
+    for r in rates:
+        cost = (full.seconds - r.seconds) / r.rows * 1e6 if r is not full else 0.0
+        lines.append(f"{r.label:<44} {r.per_second:>10,.0f} {cost:>18.1f}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Deleting one run and one workflow with its runs at N runs (--delete-at)
+
+FILL = """
+INSERT INTO orchestrator_run (agent, source, topic, capability, operation, attempted, attempt,
+    status, result_count, results, failure_type, signal, provider_code, exception_type, detail,
+    exception_chain, partial_results, partial_count, alternatives, signature, slot, deliveries,
+    calls, lease_owner, idempotency_key, request_hash, trace_id, span_id, decision,
+    decision_reason, switch_to, workflow_id, token_id, created_at)
+SELECT 'agent-' || (g %% 7), 'source-' || (g %% 4), 'topic', '', 'search', '{}', 1,
+    CASE WHEN g %% 3 = 0 THEN 'failed' ELSE 'succeeded' END, 0, '[]',
+    CASE WHEN g %% 3 = 0 THEN 'timeout' END, '', '', '', '', '[]', '[]', 0, '[]',
+    CASE WHEN g %% 3 = 0 THEN 'sig' || (g %% 50) ELSE '' END, '', 0, 0, '',
+    'fill-' || g, '', '', '', '', '', '', %(workflow)s, %(token)s,
+    now() - (g %% 5) * interval '1 day' - (g %% 86400) * interval '1 second'
+FROM generate_series(1, %(n)s) AS g
+"""
+
+DELETE_TIMING = """
+import statistics, time
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from orchestrator.models import Run, Workflow
+runs = list(Run.objects.filter(workflow__isnull=True).order_by("-id")[:12])
+Run.objects.filter(pk=runs[0].pk).delete()  # warm: connection, plans
+times = []
+for run in runs[1:6]:
+    started = time.perf_counter(); Run.objects.filter(pk=run.pk).delete()
+    times.append(time.perf_counter() - started)
+bare = []  # the baseline: one DELETE statement, no references looked at
+with connection.cursor() as cursor:
+    for run in runs[6:]:
+        started = time.perf_counter()
+        cursor.execute("DELETE FROM orchestrator_run WHERE id = %s", [run.pk])
+        bare.append(time.perf_counter() - started)
+wf = Workflow.objects.get(name="delete-me")
+rows = wf.runs.count()
+with CaptureQueriesContext(connection) as queries:
+    started = time.perf_counter(); wf.delete(); whole = time.perf_counter() - started
+one, bare = statistics.median(times), statistics.median(bare)
+print(f"{one:.4f} {whole:.4f} {rows} {len(queries)} {bare:.4f}")
+"""
+
+
+def delete_costs(url: str, env: dict[str, str], n: int) -> str:
+    """Fill the table to `n` runs over five days (1,000 of them in one workflow), then delete a
+    run and that workflow through the ORM, as an operator or retention would; return a line."""
+    workflow = int(
+        manage(
+            env,
+            "shell",
+            "-c",
+            "from orchestrator.models import Workflow; "
+            "print(Workflow.objects.create(name='delete-me').pk)",
+        ).splitlines()[-1]
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        conn.execute(FILL, {"n": n - 1000, "workflow": None, "token": None})
+        conn.execute(
+            FILL.replace("'fill-'", "'fill-wf-'"), {"n": 1000, "workflow": workflow, "token": None}
+        )
+        fill = time.perf_counter() - started
+        conn.execute("ANALYZE orchestrator_run")
+    timing = manage(env, "shell", "-c", DELETE_TIMING).splitlines()[-1].split()
+    one, whole, rows, queries = float(timing[0]), float(timing[1]), timing[2], timing[3]
+    bare = float(timing[4])
+    return (
+        f"at {n:,} runs (filled in {fill:.0f} s): deleting one run {one * 1000:.1f} ms "
+        f"(median of 5; the bare DELETE of one run, no references: {bare * 1000:.1f} ms, "
+        f"ratio {one / bare:.1f}x), one workflow with its {rows} runs {whole * 1000:.1f} ms "
+        f"({queries} queries)"
+    )
 
 
 def count_runs(url: str) -> int:
@@ -284,6 +479,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers (default 4)")
     parser.add_argument("--clients", type=int, default=4, help="concurrent connections (4)")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_URL))
+    parser.add_argument(
+        "--index-costs",
+        action="store_true",
+        help="also COPY the same rows without each index in turn, without the claims trigger "
+        "and into a plain table: each one's write cost per row",
+    )
+    parser.add_argument(
+        "--delete-at",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also fill the table to N runs and time deleting one run and one workflow",
+    )
     return parser.parse_args()
 
 
@@ -313,20 +521,28 @@ def main() -> None:
         stored = count_runs(url)
         if stored != n:
             raise SystemExit(f"the API stored {stored} runs, expected {n}")
-        copy_seconds = copy_same_rows(url, n)
+        copy_seconds, columns, data = copy_same_rows(url, n, args.clients)
+        costs = index_costs(url, columns, data, args.clients) if args.index_costs else None
+        deletes = delete_costs(url, env, args.delete_at) if args.delete_at else None
     finally:
         recreate_database(url, drop_only=True)
     print(
         f"ingest benchmark: {n:,} runs, batches of {args.batch}, "
-        f"{args.workers} gunicorn workers, {args.clients} client connections, "
-        f"load average before: {load_before:.1f}"
+        f"{args.workers} gunicorn workers, {args.clients} client connections "
+        f"(and as many COPY connections), load average before: {load_before:.2f}"
     )
     print(
         report(
             Rate("POST /api/v1/runs/batch", n, api_seconds),
-            Rate("COPY orchestrator_run", n, copy_seconds),
+            Rate(f"COPY orchestrator_run x{args.clients}", n, copy_seconds),
         )
     )
+    if costs:
+        print()
+        print(cost_report(costs))
+    if deletes:
+        print()
+        print(deletes)
 
 
 if __name__ == "__main__":

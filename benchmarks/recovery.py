@@ -14,6 +14,10 @@ execute_run, routing.decide, the budget and coverage), driven in-process with a 
 * classified: the product as shipped (classifier, routing table, local recovery, budget, breaker,
   coverage).
 
+Both arms' preserved partial results are counted over one total (items gathered by a failed
+call on a source that never answered in full, in either arm), and each arm's wall-clock until
+every workflow settled (simulated) is printed beside the other, with the real time each took.
+
 A call is *wasted* if it could not succeed: a repeat of a request that already failed permanently
 on that source, or a call made while the provider's Retry-After was still running. A *retry
 against the signal* is a repeat of a request whose failure said a retry cannot help although its
@@ -111,10 +115,14 @@ class World:
     partial_of: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
 
     def needed_partials(self) -> set[str]:
-        """Partial items of (topic, source) pairs that never succeeded: the ones to keep."""
+        """Partial items of (topic, source) pairs that never succeeded in this arm."""
         return {
             u for key, urls in self.partial_of.items() if key not in self.succeeded for u in urls
         }
+
+    def superseded_partials(self) -> set[str]:
+        """Partial items of pairs that later succeeded here: replaced by the full answer."""
+        return {u for key, urls in self.partial_of.items() if key in self.succeeded for u in urls}
 
     def source(self, name: str):
         def call(query: dict[str, Any], partial: list[dict]) -> list[dict]:
@@ -268,6 +276,7 @@ def run_arm(blind: bool, tasks: int, seed: int) -> dict[str, Any]:
     from orchestrator.coordination.simulation import drive, simulated
     from orchestrator.models import ReviewItem, Run, SourceHealth, Workflow
 
+    began = time.monotonic()
     random.seed(seed)
     scenarios, workflows = workload(tasks, seed)
     world = World(blind=blind, scenarios=scenarios)
@@ -307,12 +316,12 @@ def run_arm(blind: bool, tasks: int, seed: int) -> dict[str, Any]:
     )
     Workflow.objects.filter(pk__in=ids).delete()
     registry.use_registry(None)
+    stats["real seconds"] = round(time.monotonic() - began, 1)
     return stats
 
 
 def measure(world: World, wfs, runs, blind: bool) -> dict[str, Any]:
-    needed = world.needed_partials()
-    preserved = {p.get("url") for r in runs for p in r.partial_results} & needed
+    kept = {p.get("url") for r in runs for p in r.partial_results}
     results_by_topic: dict[str, int] = defaultdict(int)
     for r in runs:
         results_by_topic[r.topic] += r.result_count
@@ -335,8 +344,9 @@ def measure(world: World, wfs, runs, blind: bool) -> dict[str, Any]:
         "wasted calls": world.wasted,
         "calls before Retry-After": world.early,
         "retries against the signal": world.against_signal,
-        "partial results preserved": len(preserved),
-        "partial results gathered": len(needed),
+        # Counted over the same total in both arms: see `same_partial_total`.
+        "partial results preserved": kept | world.superseded_partials(),
+        "partial results gathered": world.needed_partials(),
         "topics reported as gaps with a reason": gaps,
         "silent holes": holes,
         "simulated wall-clock (s)": round(wall, 1),
@@ -348,20 +358,42 @@ def ratio(blind: float, classified: float) -> str:
     return f"{(1 - classified / blind) * 100:.1f} % fewer" if blind else "n/a"
 
 
+def same_partial_total(blind: dict, classified: dict) -> None:
+    """Count both arms' preserved partial items over one total: the items a failing call
+    gathered on a (topic, source) that never succeeded, in either arm (the arms route
+    differently, so each alone has a different set). An item counts as preserved in an arm
+    that kept it in a run's partial results, or whose source answered in full later there."""
+    total = blind["partial results gathered"] | classified["partial results gathered"]
+    for arm in (blind, classified):
+        arm["partial results preserved"] = len(arm["partial results preserved"] & total)
+        arm["partial results gathered"] = len(total)
+
+
+def share(part: int, total: int) -> str:
+    return f"{part} ({part / (total or 1):.0%})"
+
+
 def report(blind: dict, classified: dict, seconds: float) -> str:
     lines = [f"{'metric':<40}{'blind':>12}{'classified':>14}"]
     for key in blind:
-        if key != "futile retries recorded":  # the blind arm cannot know: it classifies nothing
+        if key not in ("futile retries recorded", "real seconds"):  # said below
             lines.append(f"{key:<40}{blind[key]:>12}{classified[key]:>14}")
-    pb = blind["partial results gathered"] or 1
-    pc = classified["partial results gathered"] or 1
+    total = blind["partial results gathered"]
+    assert total == classified["partial results gathered"], "both arms run the same workload"
+    wall_b, wall_c = blind["simulated wall-clock (s)"], classified["simulated wall-clock (s)"]
     lines += [
         "",
+        f"wall-clock until every workflow settled (simulated): blind {wall_b:.1f} s, "
+        f"classified {wall_c:.1f} s ({wall_c / wall_b if wall_b else 0:.2f}x blind); "
+        f"real time per arm: blind {blind['real seconds']:.1f} s, "
+        f"classified {classified['real seconds']:.1f} s",
         f"wasted calls: {ratio(blind['wasted calls'], classified['wasted calls'])} than blind "
         "(target >= 97 %)",
         f"calls made: {ratio(blind['calls made'], classified['calls made'])} than blind",
-        f"partial results preserved: blind {blind['partial results preserved'] / pb:.0%}, "
-        f"classified {classified['partial results preserved'] / pc:.0%} (target 100 %)",
+        f"partial results preserved, of the same {total} in both arms (gathered by a failed call "
+        "on a source that never answered in full): "
+        f"blind {share(blind['partial results preserved'], total)}, "
+        f"classified {share(classified['partial results preserved'], total)} (target 100 %)",
         f"silent holes: blind {blind['silent holes']}, classified {classified['silent holes']} "
         "(target 0)",
         f"calls before Retry-After (classified): {classified['calls before Retry-After']} "
@@ -387,6 +419,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     began = time.monotonic()
     blind = run_arm(True, args.tasks, args.seed)
     classified = run_arm(False, args.tasks, args.seed)
+    same_partial_total(blind, classified)
     print(f"Recovery benchmark: {args.tasks} subagent tasks, seed {args.seed}")
     print(f"load average (1, 5, 15 min) at the start: {load}")
     print(report(blind, classified, time.monotonic() - began))

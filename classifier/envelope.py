@@ -11,6 +11,7 @@ same tables).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -152,6 +153,7 @@ def camel_case(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
+@functools.cache  # read per field of every reported run: a handful of names, computed once
 def field_names(name: str) -> tuple[str, ...]:
     """Return every name `name` is read under: itself first, its aliases, their camelCase forms."""
     names = [name, *FIELD_ALIASES.get(name, ())]

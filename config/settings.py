@@ -424,6 +424,31 @@ CELERY_BEAT_SCHEDULE |= {
         "options": {"expires": 2 * COUNTS_FOLD_SECONDS},
     },
 }
+# Retention (`dashboard.tasks.apply_retention`, daily): runs older than RUNS_RETENTION_DAYS go
+# (whole day partitions on PostgreSQL), rollups and failure-group hours older than
+# ROLLUP_RETENTION_DAYS, which must be at least as long (the tiles outlive the runs); 0 keeps
+# forever. Beat creates RUN_PARTITIONS_AHEAD days of run partitions ahead, every hour.
+RUNS_RETENTION_DAYS = env_int("RUNS_RETENTION_DAYS", 30)
+ROLLUP_RETENTION_DAYS = env_int("ROLLUP_RETENTION_DAYS", 400)
+_RUNS_KEPT = RUNS_RETENTION_DAYS or float("inf")
+if ROLLUP_RETENTION_DAYS and ROLLUP_RETENTION_DAYS < _RUNS_KEPT:
+    raise ImproperlyConfigured(
+        f"ROLLUP_RETENTION_DAYS={ROLLUP_RETENTION_DAYS} would drop rollups before the runs they "
+        f"count (RUNS_RETENTION_DAYS={RUNS_RETENTION_DAYS}); keep rollups at least as long"
+    )
+RUN_PARTITIONS_AHEAD = env_int("RUN_PARTITIONS_AHEAD", 7, minimum=1)
+CELERY_BEAT_SCHEDULE |= {
+    "run-partitions-ahead": {
+        "task": "orchestrator.tasks.create_run_partitions",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
+    "retention": {
+        "task": "dashboard.tasks.apply_retention",
+        "schedule": 6 * 3600.0,
+        "options": {"expires": 3600},
+    },
+}
 DASHBOARD_POLL_SECONDS = env_int("DASHBOARD_POLL_SECONDS", 10, minimum=1)
 DASHBOARD_ROLLUP_LOOKBACK_HOURS = env_int("DASHBOARD_ROLLUP_LOOKBACK_HOURS", 3, minimum=2)
 # Switch efficacy: the coordinator tries a capability's untried sources in the order of how often

@@ -358,6 +358,7 @@ class FailureGroup(GroupCounts):
         on_delete=models.SET_NULL,
         related_name="+",
         db_index=False,  # a small table: the SET NULL on a run's deletion scans it cheaply
+        db_constraint=False,  # runs are partitioned: nothing can name a unique run id
     )
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()

@@ -20,7 +20,7 @@ from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import groups, minutes
+from dashboard import groups, minutes, retention
 from dashboard.models import AlertDelivery, AlertRule
 from dashboard.stats import FAILURE_STATUSES, rollup_lookback
 from dashboard.stats import refresh_rollups as refresh
@@ -37,6 +37,7 @@ RETRY_MAX_DELAY = 300.0
 DELIVER_TASK = "dashboard.tasks.deliver_alert"
 
 __all__ = [
+    "apply_retention",
     "deliver_alert",
     "evaluate_alerts",
     "fold_failure_groups",
@@ -209,3 +210,10 @@ def _record(delivery: AlertDelivery, status: str, code: int | None, error: str) 
         error=error[:2000],
         sent_at=timezone.now() if status == AlertDelivery.Status.SENT else None,
     )
+
+
+@shared_task(ignore_result=True)
+def apply_retention() -> dict[str, Any]:
+    """Drop runs past RUNS_RETENTION_DAYS and rollups past ROLLUP_RETENTION_DAYS."""
+    pruned = retention.apply()
+    return {"partitions": pruned.partitions, "rollup_rows": pruned.rollup_rows}

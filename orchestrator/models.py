@@ -550,7 +550,23 @@ class RunQuerySet(models.QuerySet):
 
 
 class Run(models.Model):
-    """One attempt of one subagent on one source, with its structured outcome (the envelope)."""
+    """One attempt of one subagent on one source, with its structured outcome (the envelope).
+
+    On PostgreSQL the table is partitioned by `created_at`, one partition a day (declarative
+    range partitioning, `orchestrator.partitions`): beat creates the coming days' partitions
+    ahead, a DEFAULT partition takes any row no day partition covers (an insert never fails
+    for want of one), and retention drops whole days (`RUNS_RETENTION_DAYS`) instead of
+    deleting rows. The database's primary key is (id, created_at), as partitioning requires;
+    `id` alone stays unique (one sequence) and is what Django and the API call the run's id.
+
+    The three unique claims of a run (an idempotency key per token, a coordinator's slot, a
+    retry's attempt number) must hold across partitions, which a partitioned unique index
+    cannot do (it would have to include `created_at`). On PostgreSQL they live in `RunKey`, a
+    small unpartitioned table filled by a statement-level trigger in the insert's own
+    statement: a second claim of a key fails that statement with a unique violation, as the
+    constraints below do on SQLite (unpartitioned, where they are the table's own indexes).
+    Nothing points at a run with a database foreign key (see the fields below).
+    """
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -567,9 +583,13 @@ class Run(models.Model):
     FAILURE = (Status.FAILED, Status.ESCALATED)
     RETRYABLE_BY_OPERATOR = (Status.FAILED, Status.ESCALATED, Status.CANCELLED)
 
-    # The three foreign keys carry no index of their own: (workflow, created_at), the unique
-    # (retry_of, attempt) and the unique (token, idempotency_key) serve their lookups, and every
-    # index costs the ingest path.
+    # No foreign key of the run table is a database constraint (`db_constraint=False`): on
+    # PostgreSQL the table is partitioned by `created_at` (see the class docstring), and what
+    # points at runs cannot name a unique `id` there, nor should every insert check its
+    # references. Django keeps the relations (joins, CASCADE and SET NULL when deleting through
+    # the ORM); the API checks references before inserting (`api.ingest.reference_errors`).
+    # Each reference that is navigated is indexed below, so deleting a workflow or a run reads
+    # only its own rows: (workflow, created_at), (retry_of, attempt), (switched_from).
     workflow = models.ForeignKey(
         Workflow,
         null=True,
@@ -577,6 +597,7 @@ class Run(models.Model):
         on_delete=models.CASCADE,
         related_name="runs",
         db_index=False,
+        db_constraint=False,
     )
     topic = models.CharField(max_length=200, blank=True, help_text="Workflow topic this run serves")
     capability = models.CharField(max_length=100, blank=True)
@@ -593,6 +614,7 @@ class Run(models.Model):
         related_name="retries",
         help_text="The first attempt of the same task",
         db_index=False,
+        db_constraint=False,
     )
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
 
@@ -639,13 +661,17 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
 
+    # Who reported the run. Tokens are revoked, never deleted by the product, so the column
+    # carries no index (it would cost every insert and serve no page); a token deleted in the
+    # admin leaves its id on its runs as a label (DO_NOTHING) instead of rewriting every run.
     token = models.ForeignKey(
         ApiToken,
         null=True,
         blank=True,
-        on_delete=models.SET_NULL,
+        on_delete=models.DO_NOTHING,
         related_name="runs",
         db_index=False,
+        db_constraint=False,
     )
     # Coordinator bookkeeping. `slot` names a first attempt (workflow:topic:source) so a
     # redelivered step never fans out twice; `deliveries` counts task starts to park poison tasks.
@@ -659,6 +685,7 @@ class Run(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
         db_index=False,
+        db_constraint=False,
     )
     deliveries = models.PositiveSmallIntegerField(default=0)
     calls = models.PositiveSmallIntegerField(default=0, help_text="Source calls, local retries too")
@@ -684,7 +711,9 @@ class Run(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            # A retried report never duplicates a run: ON CONFLICT on this index.
+            # The three unique claims: the table's own indexes on SQLite; on PostgreSQL the
+            # migration replaces them with `RunKey` (see the class docstring).
+            # A retried report never duplicates a run.
             models.UniqueConstraint(
                 fields=["token", "idempotency_key"],
                 condition=~Q(idempotency_key=""),
@@ -709,23 +738,47 @@ class Run(models.Model):
                 for name in ("started_at", "finished_at")
             ),
         ]
+        # Each index's query and its measured write cost: docs/run-indexes.md
+        # (`benchmarks/ingest.py --index-costs`). Partial wherever most runs (successes, runs
+        # reported without a workflow or a trace) have nothing to find.
         indexes = [
             # runs list (newest first, keyset on created_at, id) and time-window counts
             models.Index(fields=["created_at", "id"], name="run_created_id"),
-            # runs filtered by status / failure type / source / agent / workflow within a window
-            models.Index(fields=["status", "created_at"], name="run_status_created"),
+            # runs filtered by a status other than succeeded within a window, the in-flight view
+            # and the sweeper's pending runs; a succeeded filter reads run_created_id (most runs)
+            models.Index(
+                fields=["status", "created_at"],
+                name="run_status_unfinished",
+                condition=~Q(status="succeeded"),
+            ),
+            # runs filtered by failure type; failures only
             models.Index(
                 fields=["failure_type", "created_at"],
                 name="run_ftype_created",
                 condition=Q(failure_type__isnull=False),
             ),
+            # runs filtered by source / agent (prefixes resolved to names) and the known names'
+            # skip scan behind the filter's suggestions
             models.Index(fields=["source", "created_at"], name="run_source_created"),
             models.Index(fields=["agent", "created_at"], name="run_agent_created"),
-            models.Index(fields=["workflow", "created_at"], name="run_workflow_created"),
+            # a workflow's runs (its page, its coverage, its step) and deleting a workflow;
+            # runs reported without a workflow never enter it
+            models.Index(
+                fields=["workflow", "created_at"],
+                name="run_workflow_created",
+                condition=Q(workflow__isnull=False),
+            ),
+            # the attempts of a task (`attempts_of`, the run page's timeline), the API's check
+            # that a retry's attempt is free, and deleting a first attempt (SET NULL)
+            models.Index(
+                fields=["retry_of", "attempt"],
+                name="run_retry_of_attempt",
+                condition=Q(retry_of__isnull=False),
+            ),
             # the runs of one trace, newest first: GET /runs?trace_id=, the runs page's trace
             # filter and the run page's "runs of this trace" link. One span's run is looked up
             # within its trace (trace_id, then span_id among a trace's few rows); exporter
-            # retries are caught by the idempotency key's unique index, not here. Partial: runs
+            # retries are caught by the idempotency key's unique claim, not here. Partial: runs
             # without a trace (most REST reports) add nothing to it.
             models.Index(
                 fields=["trace_id", "created_at"],
@@ -1017,6 +1070,26 @@ NAMED_SETS = {
     "retrying": "retrying",
     "in_flight": "in_flight",
 }
+
+
+class RunKey(models.Model):
+    """One unique claim of a run on PostgreSQL, where the run table is partitioned (see `Run`).
+
+    `key` is `i:<token id>:<idempotency key>`, `s:<slot>` or `r:<first attempt>:<attempt>`;
+    a statement-level trigger on the run table writes a run's claims in the statement that
+    inserts it (and removes them with it), so a second claim fails that statement with a unique
+    violation. The batch insert skips keys already claimed here, and finds the stored run of a
+    repeated key through it (`run_id`, `created_at`: one partition read). Retention deletes the
+    claims of the days it drops (a BRIN index on `created_at`, PostgreSQL only). Unused on
+    SQLite, whose run table keeps its own unique constraints.
+    """
+
+    key = models.CharField(max_length=400, primary_key=True)
+    run_id = models.BigIntegerField()
+    created_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.key} → run {self.run_id}"
 
 
 class RunSets:
@@ -1430,7 +1503,10 @@ class ReviewItem(models.Model):
 
     PENDING = (State.OPEN, State.CLAIMED)
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="review_items")
+    # Indexed (Django's default), no database constraint: runs are partitioned (see Run).
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="review_items", db_constraint=False
+    )
     workflow = models.ForeignKey(
         Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="review_items"
     )

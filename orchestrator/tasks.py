@@ -10,9 +10,10 @@ the coordination modules: nothing imports it back.
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from orchestrator import counters
+from orchestrator import counters, partitions
 from orchestrator.coordination import delivery, dispatch, efficacy, execution, review, workflow
 
 # A database that restarts or drops a connection fails the task with one of these: it is tried
@@ -69,3 +70,9 @@ def refresh_switch_efficacy() -> int:
 def fold_workflow_counters() -> int:
     """Move the per-workflow run deltas the triggers appended into the workflows' counters."""
     return counters.fold_workflow_counters()
+
+
+@shared_task(ignore_result=True)
+def create_run_partitions() -> list[str]:
+    """Create the run table's partitions of the coming days that are missing (PostgreSQL)."""
+    return partitions.ensure_ahead(settings.RUN_PARTITIONS_AHEAD)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dashboard", "0005_15_failure_groups"),
+        ("dashboard", "0006_issue14_retention"),
     ]
 
     operations = [

@@ -13,6 +13,7 @@ aliases and camelCase forms); unknown keys are still refused.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Annotated, Any, Literal
@@ -134,18 +135,36 @@ def _error(kind: str, message: str, key: str, value: Any) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError(kind, message), loc=(key,), input=value)
 
 
-def _duplicates(model: type[BaseModel], data: dict[str, Any]) -> list[InitErrorDetails]:
-    """One error per field given under two of its names (a silent pick would lose a value)."""
+@functools.cache
+def _name_groups(model: type[BaseModel]) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """{name: (its field's position, all of that field's names)} for the fields of `model`
+    read under several names: computed once per model, as the batch path reads it per item."""
     groups = [
         alias.choices if isinstance(alias, AliasChoices) else ()
         for alias in (field.validation_alias for field in model.model_fields.values())
     ]
     groups.append(field_names(ATTEMPTED_QUERY))
+    return {
+        name: (position, names)
+        for position, names in enumerate(groups)
+        for name in names
+        if isinstance(name, str) and len(names) > 1
+    }
+
+
+def _duplicates(model: type[BaseModel], data: dict[str, Any]) -> list[InitErrorDetails]:
+    """One error per field given under two of its names (a silent pick would lose a value)."""
+    groups = _name_groups(model)
+    given: dict[int, list[str]] = {}
+    for key in data:
+        if key in groups:
+            given.setdefault(groups[key][0], []).append(key)
     errors = []
-    for names in groups:
-        given = [name for name in names if isinstance(name, str) and name in data]
-        for other in given[1:]:
-            message = f"{given[0]} and this key name the same field: send one"
+    for position in sorted(p for p, keys in given.items() if len(keys) > 1):
+        names = next(names for p, names in groups.values() if p == position)
+        keys = sorted(given[position], key=names.index)
+        for other in keys[1:]:
+            message = f"{keys[0]} and this key name the same field: send one"
             errors.append(_error("duplicate_field", message, other, data[other]))
     return errors
 

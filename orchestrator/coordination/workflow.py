@@ -179,7 +179,21 @@ def first_attempt(
         created_at=now,
         slot=f"{wf.pk}:{topic}:{source}",
     )
-    Run.objects.bulk_create([run], ignore_conflicts=True)  # ON CONFLICT DO NOTHING on the slot
+    _create_once(run)  # a second first attempt of the slot is refused by its unique claim
+
+
+def _create_once(run: Run) -> bool:
+    """Insert `run` unless one of its unique claims (slot, retry attempt) is taken; say which.
+
+    A savepoint catches the refusal: on PostgreSQL the claims live in another table (see
+    `Run`), which ON CONFLICT cannot name, so a conflict is an error to catch, on both
+    databases alike."""
+    try:
+        with transaction.atomic():
+            run.save(force_insert=True)
+    except IntegrityError:
+        return False
+    return True
 
 
 def retry(run: Run, delay: float, attempted: dict | None = None) -> Run | None:
@@ -203,7 +217,7 @@ def retry(run: Run, delay: float, attempted: dict | None = None) -> Run | None:
         due_at=base + timedelta(seconds=delay),
         created_at=now,
     )
-    Run.objects.bulk_create([nxt], ignore_conflicts=True)  # ON CONFLICT on (retry_of, attempt)
+    _create_once(nxt)  # a second row for (retry_of, attempt) is refused by its unique claim
     if attempts.count() == before:
         return None
     return Run.objects.filter(retry_of_id=nxt.retry_of_id, attempt=nxt.attempt).first()
@@ -216,7 +230,7 @@ def switch(wf: Workflow, run: Run, target: str | None = None) -> Run | None:
         return None
     attempted = {k: v for k, v in run.attempted.items() if k != "source"}
     first_attempt(wf, run.topic, nxt, attempted or None, switched_from=run)
-    return Run.objects.filter(slot=f"{wf.pk}:{run.topic}:{nxt}").first()
+    return wf.runs.filter(slot=f"{wf.pk}:{run.topic}:{nxt}").first()  # (workflow, created_at)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def drop(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0011_issue11_agent_loop"),
+        ("orchestrator", "0012_issue14_partitions_store"),
     ]
 
     operations = [

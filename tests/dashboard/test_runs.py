@@ -382,4 +382,7 @@ def test_above_the_cap_postgresql_gives_the_planners_estimate(
         cursor.execute("ANALYZE orchestrator_run")
     monkeypatch.setattr(filters, "EXACT_TOTAL", 50)
     total = operator_client.get(RUNS).context["total"]
-    assert total.estimated and str(total) == "about 400"
+    # The estimate of a partitioned table sums its partitions', and the planner guesses a few
+    # rows for each empty one: close to the truth, not exact.
+    assert total.estimated and str(total).startswith("about ")
+    assert 380 <= total.count <= 440

@@ -1,0 +1,145 @@
+"""The run store's partitions and retention: days created ahead by beat, the default partition
+taken over by a late day, unique claims across days, whole days dropped past RUNS_RETENTION_DAYS
+with what pointed at their runs, rollups kept for ROLLUP_RETENTION_DAYS."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+from django.db import IntegrityError, connection, transaction
+
+from dashboard import retention
+from dashboard.models import FailureGroup, RunRollup
+from orchestrator import partitions, tasks
+from orchestrator.api.ingest import ingest_batch
+from orchestrator.models import ReviewItem, Run, RunKey, Workflow
+
+FAR = datetime(2031, 3, 10, 12, tzinfo=UTC)  # beyond the partitions the migration created
+
+
+def where(run_id: int) -> str:
+    """The partition holding a run."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tableoid::regclass::text FROM orchestrator_run WHERE id = %s", [run_id]
+        )
+        return cursor.fetchone()[0]
+
+
+def report(token_id: int, key: str, **fields) -> dict:
+    item = {"agent": "a", "source": "s", "status": "ok", "idempotency_key": key} | fields
+    return ingest_batch(token_id, [item])[0].as_dict()
+
+
+def run_at(when: datetime, **fields) -> Run:
+    return Run.objects.create(agent="a", source="s", status="failed", created_at=when, **fields)
+
+
+def test_beat_creates_the_coming_days_partitions_and_runs_land_in_their_day(postgres, settings):
+    settings.RUN_PARTITIONS_AHEAD = 3
+    with time_machine.travel(FAR, tick=False):
+        created = tasks.create_run_partitions()
+        assert created == [partitions.name_of(FAR.date() + timedelta(days=n)) for n in range(4)]
+        assert tasks.create_run_partitions() == []  # idempotent: beat may run it every hour
+    run = run_at(FAR + timedelta(days=2))
+    assert where(run.pk) == "orchestrator_run_p20310312"
+    assert Run.objects.get(pk=run.pk).created_at == FAR + timedelta(days=2)
+
+
+def test_a_run_no_day_covers_goes_to_the_default_partition_and_moves_when_its_day_comes(
+    postgres, api_token
+):
+    token, _ = api_token
+    with time_machine.travel(FAR, tick=False):
+        stored = report(token.pk, "late-1")
+    assert stored["status"] == "created"
+    assert where(stored["id"]) == partitions.DEFAULT
+
+    partitions.create_day(FAR.date())
+
+    assert where(stored["id"]) == partitions.name_of(FAR.date())
+    # its claim moved with it: the same report again is the stored run, not a second one
+    again = report(token.pk, "late-1")
+    assert (again["status"], again["id"]) == ("existing", stored["id"])
+
+
+def test_an_idempotency_key_holds_across_days(postgres, api_token):
+    token, _ = api_token
+    first = report(token.pk, "k-1")
+    with time_machine.travel(datetime.now(UTC) + timedelta(days=2)):
+        again = report(token.pk, "k-1")
+        other = report(token.pk, "k-1", agent="b")
+    assert where(first["id"]) != partitions.DEFAULT
+    assert (again["status"], again["id"]) == ("existing", first["id"])
+    assert other["status"] == "rejected" and "already used" in other["error"]["detail"]
+    assert Run.objects.filter(idempotency_key="k-1").count() == 1
+
+
+def test_a_slot_is_claimed_once_whatever_the_day(postgres):
+    wf = Workflow.objects.create(name="w")
+    run_at(datetime.now(UTC), workflow=wf, slot=f"{wf.pk}:t:s")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        run_at(datetime.now(UTC) + timedelta(days=3), workflow=wf, slot=f"{wf.pk}:t:s")
+
+
+def test_deleting_a_run_releases_its_claims(postgres, api_token):
+    token, _ = api_token
+    stored = report(token.pk, "gone-1")
+    assert RunKey.objects.filter(run_id=stored["id"]).exists()
+    Run.objects.filter(pk=stored["id"]).delete()
+    assert not RunKey.objects.filter(run_id=stored["id"]).exists()
+    assert report(token.pk, "gone-1")["status"] == "created"
+
+
+@pytest.mark.parametrize("partitioned", [True, False], ids=["day-partitions", "row-deletes"])
+def test_retention_drops_old_runs_with_what_pointed_at_them_and_keeps_rollups(
+    db, settings, partitioned
+):
+    settings.RUNS_RETENTION_DAYS, settings.ROLLUP_RETENTION_DAYS = 30, 400
+    now = datetime.now(UTC)
+    old_day = now - timedelta(days=40)
+    if partitioned and partitions.is_partitioned():
+        partitions.create_day(old_day.date())
+    elif partitioned:
+        pytest.skip("the day partitions exist on PostgreSQL only")
+    old = run_at(old_day, slot="old-slot")
+    old_in_default = run_at(now - timedelta(days=35))  # no day covers it: the default partition
+    kept = run_at(now - timedelta(days=1), retry_of=old, attempt=2, switched_from=old)
+    item = ReviewItem.objects.create(run=old, reason="stuck")
+    group = FailureGroup.objects.create(
+        signature="sig",
+        source="s",
+        failure_type="timeout",
+        example_run=old,
+        example="timed out",
+        first_seen=old_day,
+        last_seen=old_day,
+    )
+    RunRollup.objects.create(hour=old_day, status="failed", source="s", count=1)
+    RunRollup.objects.create(hour=now - timedelta(days=500), status="failed", source="s", count=1)
+
+    pruned = retention.apply(now)
+
+    assert set(Run.objects.values_list("pk", flat=True)) == {kept.pk}
+    assert not ReviewItem.objects.filter(pk=item.pk).exists()
+    kept.refresh_from_db()
+    assert (kept.retry_of_id, kept.switched_from_id) == (None, None)
+    group.refresh_from_db()
+    assert (group.example_run_id, group.example) == (None, "timed out")
+    assert list(RunRollup.objects.values_list("hour", flat=True)) == [old_day]  # 40 < 400 days
+    assert pruned.rollup_rows == 1
+    assert not Run.objects.filter(pk=old_in_default.pk).exists()
+    if partitioned:
+        assert pruned.partitions == [partitions.name_of(old_day.date())]
+        assert old_day.date() not in partitions.days()
+        assert not RunKey.objects.filter(key="s:old-slot").exists()
+    run_at(now, slot="old-slot")  # the dropped run's claim is free again
+
+
+def test_retention_setting_of_zero_keeps_runs(db, settings):
+    settings.RUNS_RETENTION_DAYS, settings.ROLLUP_RETENTION_DAYS = 0, 0
+    run = run_at(datetime(2001, 1, 1, tzinfo=UTC))
+    assert retention.apply().partitions == []
+    assert Run.objects.filter(pk=run.pk).exists()
