@@ -46,11 +46,19 @@ class OverloadMiddleware:
         waited = queue_time_ms(request)
         limit = settings.WEB_SHED_AFTER_MS
         if limit and waited is not None and waited > limit:
-            return shed(request, waited)
+            return _quiet(shed(request, waited))
         if client_gone(request):
             logger.info("%s %s: the client left before it was served", request.method, request.path)
-            return HttpResponse(status=CLIENT_GONE, reason="Client Closed Request")
+            return _quiet(HttpResponse(status=CLIENT_GONE, reason="Client Closed Request"))
         return self.get_response(request)
+
+
+def _quiet(response: HttpResponse) -> HttpResponse:
+    """Finish an answer given before the rest of the stack: its length (CommonMiddleware would
+    set it), and no error log line per refused request (that would add work under overload)."""
+    response["Content-Length"] = str(len(response.content))
+    response._has_been_logged = True  # type: ignore[attr-defined]  # django.utils.log's flag
+    return response
 
 
 def queue_time_ms(request: HttpRequest) -> float | None:
