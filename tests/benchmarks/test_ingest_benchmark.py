@@ -29,7 +29,7 @@ def bench_database_url() -> str | None:
 
 
 @pytest.mark.slow
-def test_the_ingest_benchmark_runs_and_reports_both_rates():
+def test_the_ingest_benchmark_runs_and_reports_its_rates_and_single_reports():
     url = bench_database_url()
     require_service(url is not None, "PostgreSQL (DATABASE_URL=postgres://…)")
     done = subprocess.run(
@@ -45,3 +45,6 @@ def test_the_ingest_benchmark_runs_and_reports_both_rates():
     assert any(line.startswith("POST /api/v1/runs/batch") for line in lines), done.stdout
     assert any(line.startswith("COPY orchestrator_run") for line in lines), done.stdout
     assert any(line.startswith("ratio API / COPY") for line in lines), done.stdout
+    assert sum("x a batched run's share" in line for line in lines) == 2, done.stdout
+    assert any(line.strip().startswith("100/s ") for line in lines), done.stdout  # open loop
+    assert any("best offered rate with p99 <= 25 ms" in line for line in lines), done.stdout
