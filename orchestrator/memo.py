@@ -15,6 +15,8 @@ from typing import Generic, TypeVar
 
 V = TypeVar("V")
 
+clock = time.monotonic  # what entries expire by (tests move it)
+
 _MISSING = object()
 
 
@@ -31,7 +33,7 @@ class LocalMemo(Generic[V]):
         ttl = self._ttl()
         if ttl <= 0:
             return load()
-        now = time.monotonic()
+        now = clock()
         entry = self._entries.get(key, _MISSING)
         if entry is not _MISSING and entry[0] > now:  # type: ignore[index]
             return entry[1]  # type: ignore[index]
