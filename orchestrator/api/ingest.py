@@ -304,12 +304,18 @@ def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]
     """The columns with one value for the whole batch, and that value ready for the database."""
     given = {"created_at": created_at, "token": token_id}
     values = []
-    for field in Run._meta.concrete_fields:
-        if field.primary_key or field.name in ROW_FIELDS:
-            continue
+    for field in _batch_fields():
         value = given[field.name] if field.name in given else field.get_default()
         values.append((field, field.get_db_prep_save(value, connection)))
     return values
+
+
+@cache
+def _batch_fields() -> tuple[Field, ...]:
+    """The columns `_batch_values` fills, in the table's order."""
+    return tuple(
+        f for f in Run._meta.concrete_fields if not f.primary_key and f.name not in ROW_FIELDS
+    )
 
 
 def _conflict_clause() -> str:
@@ -352,7 +358,7 @@ def _json_insert_sql() -> str:
     quote = connection.ops.quote_name
     table = quote(Run._meta.db_table)
     names = _json_names()
-    batch = [f for f in Run._meta.concrete_fields if not f.primary_key and f.name not in ROW_FIELDS]
+    batch = _batch_fields()
     columns = [*names, *(f.column for f in batch)]
     selected = ", ".join(f"r.{quote(name)}" for name in names)
     constants = "".join(f", %s::{f.db_type(connection)}" for f in batch)
