@@ -3,8 +3,9 @@
 gunicorn's `gthread` worker hands each readable connection to a pool of threads; under overload
 the connections queue up in front of that pool, and a request served after its client gave up is
 work for nobody. This worker records when each connection was queued and passes it to the app as
-`environ[QUEUED_AT]` (a `time.monotonic()` value), so that `orchestrator.api.overload` can answer
-a request that waited too long with a fast 503 instead of processing it late.
+`environ[QUEUED_AT]` (a `time.monotonic()` value), so that `orchestrator.api.overload` (around
+the application in `config.wsgi`) can answer a request that waited too long with a fast 503
+instead of processing it late.
 
     gunicorn config.wsgi --worker-class config.server.ThreadWorker --threads 8
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker as GunicornThreadWorker
 
-QUEUED_AT = "failsight.queued_at"
+QUEUED_AT = "failsight.queued_at"  # the name orchestrator.api.overload reads
 
 _handling = threading.local()
 

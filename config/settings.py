@@ -106,12 +106,6 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: a request that waited too long for a thread is shed (503), one whose client left is
-    # not processed, before any other work is done for them.
-    "orchestrator.api.overload.OverloadMiddleware",
-    # First: a request that waited too long for a thread is shed (503), one whose client left is
-    # not processed, before any other work is done for them.
-    "orchestrator.api.overload.OverloadMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A page whose database is down answers 503 with Retry-After (the API: its envelope).
@@ -279,7 +273,8 @@ POLICY_VERSION_CACHE_SECONDS = env_int("POLICY_VERSION_CACHE_SECONDS", 1)
 INGEST_GROUP_MAX = env_int("INGEST_GROUP_MAX", 1000, minimum=1)
 # Load shedding: a request that waited longer than this many milliseconds for a web thread is
 # answered 503 with Retry-After at once instead of being processed late (0: never shed). Measured
-# from the moment the server saw the request, which `config.server`'s gunicorn worker records.
+# from the moment the server saw the request, which `config.server`'s gunicorn worker records;
+# `config.wsgi` sheds (orchestrator.api.overload), before Django's handler.
 WEB_SHED_AFTER_MS = env_int("WEB_SHED_AFTER_MS", 200)
 # Seconds each web process remembers a token (revocation elsewhere takes effect within them; at
 # once in the revoking process) and the policy version API answers announce; 0: not at all.
@@ -290,7 +285,8 @@ POLICY_VERSION_CACHE_SECONDS = env_int("POLICY_VERSION_CACHE_SECONDS", 1)
 INGEST_GROUP_MAX = env_int("INGEST_GROUP_MAX", 1000, minimum=1)
 # Load shedding: a request that waited longer than this many milliseconds for a web thread is
 # answered 503 with Retry-After at once instead of being processed late (0: never shed). Measured
-# from the moment the server saw the request, which `config.server`'s gunicorn worker records.
+# from the moment the server saw the request, which `config.server`'s gunicorn worker records;
+# `config.wsgi` sheds (orchestrator.api.overload), before Django's handler.
 WEB_SHED_AFTER_MS = env_int("WEB_SHED_AFTER_MS", 200)
 # The Prometheus /metrics endpoint answers a bearer METRICS_TOKEN, or a client address inside
 # METRICS_ALLOWED_IPS when that is set explicitly (none by default: a same-host proxy would
