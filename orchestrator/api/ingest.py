@@ -600,9 +600,10 @@ def _store_by_token(pending: Sequence[Pending], created_at: datetime) -> dict[in
     for p in pending:
         by_token.setdefault(p.token_id, []).append(p)
     outcomes: dict[int, Outcome] = {}
-    # One token (the usual case): one INSERT, atomic by itself. Several: one commit for all.
+    # One token (the usual case): one INSERT, atomic by itself. Several: one commit for all, the
+    # tokens in id order (as keys within one), so two processes' groups cannot deadlock.
     with transaction.atomic() if len(by_token) > 1 else nullcontext():
-        for token_id, items in by_token.items():
+        for token_id, items in sorted(by_token.items()):
             for outcome in store(token_id, items, lambda i: "Idempotency-Key", created_at):
                 outcomes[outcome.index] = outcome
     return outcomes
