@@ -211,3 +211,35 @@ def test_in_one_group_a_bad_report_is_refused_alone_and_a_reused_key_is_a_409(po
         "good",
         *(a[1]["topic"] for a in same_key if a[0] == 201),
     }
+
+
+@db_threads
+def test_one_group_stores_several_tokens_reports_each_under_its_own_keys(postgres):
+    secrets = [ApiToken.issue(f"agent-{i}")[1] for i in range(3)]
+    groups_before = ingest.GROUP.groups
+    with psycopg.connect(database_url()) as lock:
+        lock.execute("LOCK TABLE orchestrator_run IN EXCLUSIVE MODE")
+        first = threading.Thread(target=report, args=(secrets[0], ok_run(topic="first"), "first"))
+        first.start()
+        wait_until(lambda: ingest.GROUP._leading, 10, "the first commit to start")
+        answers: list = []
+        reporters = threading.Thread(
+            target=lambda: answers.extend(
+                run_together(
+                    6, lambda i: report(secrets[i % 3], ok_run(topic=f"t{i % 3}"), "shared")
+                )
+            )
+        )
+        reporters.start()
+        wait_until(lambda: len(ingest.GROUP._queue) == 6, 20, "6 reports to wait")
+        lock.commit()
+    reporters.join(30)
+    first.join(30)
+
+    assert ingest.GROUP.groups - groups_before == 2
+    assert [a[0] for a in answers] == [201] * 6
+    # Keys are per token: each token's report stored once under "shared", its repeat replayed.
+    assert sorted(a[2] for a in answers) == [False] * 3 + [True] * 3
+    stored = Run.objects.filter(idempotency_key="shared")
+    assert sorted(stored.values_list("topic", flat=True)) == ["t0", "t1", "t2"]
+    assert len({a[1]["id"] for a in answers}) == 3
