@@ -4,7 +4,8 @@
 
 A closed-loop client (each connection waits for its answer before sending again) slows down with
 the server and hides its queueing: it never offers more than the server serves. Here request i
-leaves at start + i / rate on an idle keep-alive connection, or on a new one when all are busy,
+leaves at start + i / rate on an idle keep-alive connection, or on a new one when all are busy
+(up to --max-connections; beyond, it waits for the next free one, as a client's pool would),
 and its latency runs from that scheduled instant (so a late send counts against the server's
 figures, not in its favour). A request unanswered after --timeout seconds is given up: its
 connection is closed, as a real client's would be, and it counts as a timeout. Requests the
@@ -26,6 +27,7 @@ import random
 import re
 import resource
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from ingest import make_run
@@ -84,12 +86,19 @@ class Connection(asyncio.Protocol):
 
 
 class Generator:
-    def __init__(self, host: str, port: int, payloads: list[bytes], timeout: float) -> None:
+    def __init__(
+        self, host: str, port: int, payloads: list[bytes], timeout: float, limit: int
+    ) -> None:
         self.host, self.port = host, port
         self.payloads = payloads
         self.timeout = timeout
+        self.limit = limit  # most connections open at once
+        self.opening = 0
         self.idle: list[Connection] = []
         self.busy: set[Connection] = set()
+        # Requests due while every connection was busy and none could be opened, oldest first:
+        # they leave on the next free connection (their latency still runs from their due time).
+        self.waiting: deque[tuple[int, float]] = deque()
         self.tally = Tally()
         self.loop = asyncio.get_running_loop()
 
@@ -112,6 +121,8 @@ class Generator:
             self.tally.other[status] = self.tally.other.get(status, 0) + 1
         self.busy.discard(conn)
         self.idle.append(conn)
+        if self.waiting:
+            self.send(*self.waiting.popleft())
 
     def lost(self, conn: Connection) -> None:
         self.busy.discard(conn)
@@ -122,15 +133,16 @@ class Generator:
             self.tally.broken += 1
 
     def send(self, index: int, due: float) -> None:
-        if (self.loop.time() - due) * 1000 > LATE_MS:
-            self.tally.late += 1
         payload = self.payloads[index % len(self.payloads)]
         if self.idle:
             conn = self.idle.pop()
             self.busy.add(conn)
             conn.send(payload, due)
-        else:
+        elif len(self.busy) + self.opening < self.limit:
+            self.opening += 1
             self.loop.create_task(self._send_on_new(payload, due))
+        else:
+            self.waiting.append((index, due))
 
     async def _send_on_new(self, payload: bytes, due: float) -> None:
         try:
@@ -138,6 +150,8 @@ class Generator:
         except OSError:
             self.tally.broken += 1
             return
+        finally:
+            self.opening -= 1
         self.busy.add(conn)
         conn.send(payload, due)
 
@@ -149,6 +163,9 @@ class Generator:
             self.tally.timeouts += 1
             self.busy.discard(conn)
             conn.transport.close()  # type: ignore[union-attr]
+        while self.waiting and now - self.waiting[0][1] > self.timeout:
+            self.waiting.popleft()  # never sent: its client gave up waiting for a connection
+            self.tally.timeouts += 1
 
     async def run(self, rate: float, duration: float) -> None:
         total = int(rate * duration)
@@ -158,6 +175,8 @@ class Generator:
         while index < total:
             now = self.loop.time()
             while index < total and start + index / rate <= now:
+                if (now - start - index / rate) * 1000 > LATE_MS:
+                    self.tally.late += 1  # the generator itself fell behind its schedule
                 self.send(index, start + index / rate)
                 index += 1
             if now >= next_sweep:
@@ -166,7 +185,7 @@ class Generator:
             if index < total:
                 await asyncio.sleep(max(0.0, start + index / rate - self.loop.time()))
         deadline = self.loop.time() + self.timeout + 0.5
-        while self.busy and self.loop.time() < deadline:
+        while (self.busy or self.waiting) and self.loop.time() < deadline:
             await asyncio.sleep(0.01)
             self.give_up_late()
 
@@ -200,7 +219,7 @@ def payloads(host: str, port: int, token: str, count: int, prefix: str) -> list[
 async def measure(args: argparse.Namespace) -> dict:
     count = int(args.rate * args.duration)
     bodies = payloads(args.host, args.port, args.token, count, args.prefix)
-    generator = Generator(args.host, args.port, bodies, args.timeout)
+    generator = Generator(args.host, args.port, bodies, args.timeout, args.max_connections)
     await generator.warm(args.connections)
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
@@ -241,6 +260,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of sending")
     parser.add_argument("--timeout", type=float, default=2.0, help="client timeout (s)")
     parser.add_argument("--connections", type=int, default=32, help="opened before the start")
+    # Below gunicorn's worker_connections (1,000 per process): past it a gthread worker stops
+    # polling its connections altogether until one closes.
+    parser.add_argument("--max-connections", type=int, default=512, help="most open at once")
     parser.add_argument("--prefix", default=str(time.time_ns()), help="idempotency key suffix")
     print(json.dumps(asyncio.run(measure(parser.parse_args()))))
 
