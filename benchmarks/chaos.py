@@ -129,9 +129,8 @@ class Stack:
         """Start the worker; return how long it took to be ready."""
         log_path = self.var / "worker.log"
         before = log_path.read_text(errors="replace").count("ready.") if log_path.exists() else 0
-        worker_env = self.env | {"DATABASE_POOL": "0"}  # a pool does not survive the fork
         began = time.monotonic()
-        self.worker = Process("worker", procfile()["worker"], worker_env, log_path).start()
+        self.worker = Process("worker", procfile()["worker"], self.env, log_path).start()
         wait_until(lambda: self.worker.text().count("ready.") > before, 90, "the worker")
         return time.monotonic() - began
 
@@ -276,15 +275,39 @@ def unsettled(ids: list[int]) -> list[int]:
     return list(open_.exclude(pk__in=waiting).values_list("pk", flat=True))
 
 
-def wait_settled(ids: list[int], since: float) -> float:
+def wait_settled(stack: Stack, ids: list[int], since: float) -> float:
     """Wait until every workflow settled; return the seconds since `since` (the last fault)."""
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while orm(unsettled, ids):
         if time.monotonic() > deadline:
             left = orm(unsettled, ids)
-            raise SystemExit(f"{len(left)} workflows did not settle in {SETTLE_TIMEOUT} s: {left}")
+            raise SystemExit(
+                f"{len(left)} workflows did not settle in {SETTLE_TIMEOUT} s: {left}\n"
+                + orm(diagnosis, stack, left)
+            )
         time.sleep(0.25)
     return time.monotonic() - since
+
+
+def diagnosis(stack: Stack, ids: list[int]) -> str:
+    """What a stuck workflow's rows, the outbox, the broker and the processes' logs say."""
+    from orchestrator.models import OutboxMessage, Run, Workflow
+
+    lines = []
+    for wf in Workflow.objects.filter(pk__in=ids):
+        runs = list(Run.objects.filter(workflow=wf).values_list("pk", "status", "due_at"))
+        lines.append(f"workflow {wf.pk}: {wf.status}, updated {wf.updated_at}; runs {runs}")
+    outbox = list(OutboxMessage.objects.values_list("task", "args", "attempts", "last_error"))
+    lines.append(f"outbox ({len(outbox)}): {outbox[:10]}")
+    try:
+        lines.append(f"messages in the broker: {stack.queued_messages()}")
+    except Exception as exc:  # the broker itself may be what is wrong
+        lines.append(f"broker unreadable: {exc!r}")
+    for process in (stack.worker, stack.beat):
+        if process is not None:
+            tail = "\n    ".join(process.text().splitlines()[-40:])
+            lines.append(f"--- {process.name} log, last lines:\n    {tail}")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,7 +328,7 @@ def baseline(stack: Stack, rng: random.Random, n: int) -> Scenario:
     s = Scenario("baseline")
     began = time.monotonic()
     s.workflows = [start_workflow(stack, stack.seed, f"base{i}")[0] for i in range(n)]
-    s.settle_seconds = wait_settled(s.workflows, began)
+    s.settle_seconds = wait_settled(stack, s.workflows, began)
     s.bound_seconds = SETTLE_TIMEOUT
     return s
 
@@ -326,7 +349,7 @@ def sigkill(stack: Stack, rng: random.Random, n: int, kills: int, bound: Bound) 
     for i in range(n - len(s.workflows)):
         s.workflows.append(start_workflow(stack, stack.seed, f"kill-rest-{i}")[0])
     last_fault = time.monotonic()
-    s.settle_seconds = wait_settled(s.workflows, last_fault)
+    s.settle_seconds = wait_settled(stack, s.workflows, last_fault)
     s.bound_seconds = bound(live[-1] + n - 2 * kills if live else n)
     s.notes = {
         "live_at_each_kill": live,
@@ -346,7 +369,7 @@ def postgres_restart(stack: Stack, rng: random.Random, n: int, bound: Bound) -> 
     stack.postgres.start()
     s.notes = {"live_at_fault": live, "down_seconds": round(time.monotonic() - began, 1)}
     last_fault = time.monotonic()
-    s.settle_seconds = wait_settled(s.workflows, last_fault)
+    s.settle_seconds = wait_settled(stack, s.workflows, last_fault)
     s.bound_seconds = bound(live)
     return s
 
@@ -360,7 +383,7 @@ def redis_restart(stack: Stack, rng: random.Random, n: int, bound: Bound) -> Sce
     stack.redis.restart()  # SIGKILL, then an empty server on the same port
     s.notes = {"live_at_fault": live, "messages_lost": queued}
     last_fault = time.monotonic()
-    s.settle_seconds = wait_settled(s.workflows, last_fault)
+    s.settle_seconds = wait_settled(stack, s.workflows, last_fault)
     s.bound_seconds = bound(live)
     return s
 
@@ -383,7 +406,7 @@ def broker_outage(stack: Stack, rng: random.Random, n: int, bound: Bound) -> Sce
     finally:
         stack.redis.start()
     last_fault = time.monotonic()
-    s.settle_seconds = wait_settled(s.workflows, last_fault)
+    s.settle_seconds = wait_settled(stack, s.workflows, last_fault)
     s.bound_seconds = bound(len(s.workflows))
     s.notes = {
         "posts": len(statuses),

@@ -48,6 +48,38 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
     return value
 
 
+def env_float(name: str, default: float, low: float, high: float) -> float:
+    """A number between `low` and `high` (both excluded), loudly refused otherwise."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if not low < value < high:
+        raise ImproperlyConfigured(f"{name}={value} is not between {low} and {high}")
+    return value
+
+
+def env_objectives(name: str) -> dict[str, float]:
+    """`agent:NAME=0.995,source:NAME=0.98`: per-target objectives, each a share below 1."""
+    found: dict[str, float] = {}
+    for item in env_list(name, []):
+        target, _, raw = item.rpartition("=")
+        kind = target.partition(":")[0]
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if kind not in ("agent", "source") or not target.partition(":")[2] or not 0 < value < 1:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not agent:NAME=share or source:NAME=share (0 < share < 1)"
+            )
+        found[target] = value
+    return found
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:
@@ -382,6 +414,11 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 30.0,
         "options": {"expires": 60},
     },
+    "switch-efficacy": {
+        "task": "orchestrator.tasks.refresh_switch_efficacy",
+        "schedule": 150.0,
+        "options": {"expires": 150},
+    },
 }
 # The dashboard folds the last hours of runs into hourly rollups (the tiles' and /metrics'
 # counts) and failure groups, and fires webhook alerts whose threshold is crossed.
@@ -397,6 +434,21 @@ CELERY_BEAT_SCHEDULE |= {
 }
 DASHBOARD_POLL_SECONDS = env_int("DASHBOARD_POLL_SECONDS", 10, minimum=1)
 DASHBOARD_ROLLUP_LOOKBACK_HOURS = env_int("DASHBOARD_ROLLUP_LOOKBACK_HOURS", 3, minimum=2)
+# Switch efficacy: the coordinator tries a capability's untried sources in the order of how often
+# switching to each succeeded (over SWITCH_EFFICACY_DAYS), once every candidate has at least
+# SWITCH_EFFICACY_MIN_SWITCHES recorded switches; off, or with less data, the registry's order.
+SWITCH_EFFICACY_ORDERING = env_bool("SWITCH_EFFICACY_ORDERING", True)
+SWITCH_EFFICACY_MIN_SWITCHES = env_int("SWITCH_EFFICACY_MIN_SWITCHES", 20, minimum=1)
+SWITCH_EFFICACY_DAYS = env_int("SWITCH_EFFICACY_DAYS", 28, minimum=1)
+# Retries a retryable failure may take without recovering before the retry audit names it a
+# candidate for a provider override.
+RETRY_AUDIT_MIN_RETRIES = env_int("RETRY_AUDIT_MIN_RETRIES", 3, minimum=1)
+# Service-level objectives: the share of finished runs that succeed over SLO_WINDOW_DAYS, per
+# agent and per source (SLO_OBJECTIVE, or SLO_OBJECTIVES for named ones); burn-rate alerts use
+# the multi-window pairs (fast: 1 h and 5 min; slow: 6 h and 30 min).
+SLO_OBJECTIVE = env_float("SLO_OBJECTIVE", 0.99, 0.0, 1.0)
+SLO_OBJECTIVES = env_objectives("SLO_OBJECTIVES")
+SLO_WINDOW_DAYS = env_int("SLO_WINDOW_DAYS", 28, minimum=1)
 # Modules whose `register(registry)` fills the source registry (capability -> ordered sources).
 # None by default: the product ships no sources of its own (`make run` names the demo's).
 FAILSIGHT_SOURCE_MODULES = env_list("FAILSIGHT_SOURCE_MODULES", [])

@@ -1,4 +1,5 @@
-"""The Prometheus text endpoint: run counts from the rollups, the review queue, breaker states.
+"""The Prometheus text endpoint: run counts from the rollups, the review queue, breaker states,
+and each agent's and source's SLO (objective, success, error budget left, burn rates).
 
 Run counts and the named run sets (retries spent, wasted, early, futile and avoided; switched runs;
 partial results) are the rollups' sums of the `RunSets` conditions the tiles count too.
@@ -20,6 +21,7 @@ from django.views.decorators.http import require_GET
 
 from dashboard.addresses import address_in, client_ip
 from dashboard.stats import all_time_counts
+from orchestrator.analytics import slo
 from orchestrator.coordination.budget import source_states
 from orchestrator.models import ReviewItem, Run
 from orchestrator.vocabulary import Breaker
@@ -133,9 +135,40 @@ def _source_lines() -> list[str]:
     return lines + budget
 
 
+def _slo_lines() -> list[str]:
+    lines: dict[str, list[str]] = {
+        "failsight_slo_objective": ["gauge", "Objective: the share of finished runs to succeed."],
+        "failsight_slo_success_ratio": ["gauge", "Share of finished runs that succeeded."],
+        "failsight_slo_error_budget_remaining": [
+            "gauge",
+            "Share of the error budget not spent (below 0: overspent).",
+        ],
+        "failsight_slo_burn_rate": ["gauge", "Error-budget burn rate over a window (1: on pace)."],
+    }
+    out: dict[str, list[str]] = {name: [] for name in lines}
+    for o in slo.cached_objectives():
+        target = f'kind="{o.kind}",name="{_label(o.name)}"'
+        out["failsight_slo_objective"].append(f"failsight_slo_objective{{{target}}} {o.objective}")
+        if o.success_rate is not None:
+            ratio = f"failsight_slo_success_ratio{{{target}}} {o.success_rate:.6f}"
+            out["failsight_slo_success_ratio"].append(ratio)
+        left = f"failsight_slo_error_budget_remaining{{{target}}} {o.budget_remaining:.6f}"
+        out["failsight_slo_error_budget_remaining"].append(left)
+        for minutes in slo.SHORT_WINDOWS:
+            rate = o.burn_rate(minutes)
+            out["failsight_slo_burn_rate"].append(
+                f'failsight_slo_burn_rate{{{target},window="{minutes}m"}} {rate:.6f}'
+            )
+    result = []
+    for name, (kind, help_text) in lines.items():
+        result += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *out[name]]
+    return result
+
+
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     if not allowed(request):
         return HttpResponse("forbidden\n", status=403, content_type="text/plain")
-    body = "\n".join([*_runs_lines(), *_review_lines(), *_source_lines()]) + "\n"
+    lines = [*_runs_lines(), *_review_lines(), *_source_lines(), *_slo_lines()]
+    body = "\n".join(lines) + "\n"
     return HttpResponse(body, content_type=CONTENT_TYPE)

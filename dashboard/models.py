@@ -134,6 +134,10 @@ class AlertRule(models.Model):
     class Kind(models.TextChoices):
         FAILURE_RATE = "failure_rate", "failure rate of a type over a window"
         REVIEW_AGE = "review_age", "age of the oldest open review item"
+        # Fires when an agent's or a source's SLO burns its error budget at `threshold` times
+        # the sustainable rate in both windows of a pair: `window_minutes` and a twelfth of it
+        # (60 → 5 for the fast pair at 14.4, 360 → 30 for the slow pair at 6).
+        SLO_BURN = "slo_burn", "SLO error-budget burn rate over a long and a short window"
 
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=20, choices=Kind.choices)
@@ -143,7 +147,8 @@ class AlertRule(models.Model):
     window_minutes = models.PositiveIntegerField(default=60, validators=[MinValueValidator(1)])
     threshold = models.FloatField(
         validators=[MinValueValidator(0)],
-        help_text="failure_rate: a share between 0 and 1; review_age: seconds",
+        help_text="failure_rate: a share between 0 and 1; review_age: seconds; slo_burn: a burn "
+        "rate (14.4 fast, 6 slow)",
     )
     url = models.URLField(max_length=500)
     enabled = models.BooleanField(default=True)

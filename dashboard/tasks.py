@@ -24,6 +24,7 @@ from dashboard import groups
 from dashboard.models import AlertDelivery, AlertRule
 from dashboard.stats import FAILURE_STATUSES, rollup_lookback
 from dashboard.stats import refresh_rollups as refresh
+from orchestrator.analytics import slo
 from orchestrator.coordination import dispatch
 from orchestrator.models import ReviewItem, Run
 
@@ -70,6 +71,27 @@ def failure_rate(failure_type: str, minutes: int) -> tuple[float, int]:
     return (counts["failed"] / finished if finished else 0.0), finished
 
 
+def slo_burn(long_minutes: int, rate: float) -> tuple[float, dict[str, Any]]:
+    """The worst burn rate both windows of the pair share, and the objectives burning."""
+    worst, found = slo.burning(long_minutes, rate)
+    short = slo.short_of(long_minutes)
+    burning = [
+        {
+            "kind": o.kind,
+            "name": o.name,
+            "objective": o.objective,
+            f"burn_rate_{long_minutes}m": round(o.burn_rate(long_minutes), 2),
+            f"burn_rate_{short}m": round(o.burn_rate(short), 2),
+        }
+        for o in found
+    ]
+    return worst, {
+        "long_window_minutes": long_minutes,
+        "short_window_minutes": short,
+        "burning": burning,
+    }
+
+
 def review_age() -> float:
     oldest = ReviewItem.objects.open().values_list("created_at", flat=True).first()
     return (timezone.now() - oldest).total_seconds() if oldest else 0.0
@@ -80,6 +102,8 @@ def measure(rule: AlertRule) -> tuple[float, dict[str, Any]]:
     if rule.kind == AlertRule.Kind.FAILURE_RATE:
         rate, finished = failure_rate(rule.failure_type, rule.window_minutes)
         return rate, {"failure_type": rule.failure_type, "finished_runs": finished}
+    if rule.kind == AlertRule.Kind.SLO_BURN:
+        return slo_burn(rule.window_minutes, rule.threshold)
     age = review_age()
     oldest = ReviewItem.objects.open().values_list("pk", flat=True).first()
     facts: dict[str, Any] = {"open_review_items": ReviewItem.objects.open().count()}

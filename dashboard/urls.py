@@ -8,6 +8,7 @@ app_name = "dashboard"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("runs/", views.runs, name="runs"),
+    path("runs/export/", views.runs_export, name="runs_export"),
     path("runs/retrying/", views.retrying, name="retrying"),
     path("runs/in-flight/", views.in_flight, name="in_flight"),
     path("runs/actions/", views.run_actions, name="run_actions"),
@@ -15,6 +16,11 @@ urlpatterns = [
     path("workflows/", views.workflows, name="workflows"),
     path("workflows/<int:pk>/", views.workflow_detail, name="workflow_detail"),
     path("workflows/<int:pk>/abort/", views.workflow_abort, name="workflow_abort"),
+    path(
+        "workflows/<int:pk>/coverage.<str:fmt>",
+        views.workflow_coverage_export,
+        name="workflow_coverage_export",
+    ),
     path("review/", views.review_queue, name="review_queue"),
     path("review/<int:pk>/", views.review_item, name="review_item"),
     path("review/<int:pk>/claim/", views.review_claim, name="review_claim"),
@@ -25,8 +31,13 @@ urlpatterns = [
     path("policies/", views.policies, name="policies"),
     path("policies/<int:pk>/", views.policy_row, name="policy_row"),
     path("policies/<int:pk>/edit/", views.policy_edit, name="policy_edit"),
+    path("policies/<int:pk>/dry-run/", views.policy_dry_run, name="policy_dry_run"),
+    path("policies/versions/<int:version>/restore/", views.policy_restore, name="policy_restore"),
     path("policies/overrides/new/", views.override_edit, name="override_new"),
     path("policies/overrides/<int:pk>/edit/", views.override_edit, name="override_edit"),
     path("policies/overrides/<int:pk>/delete/", views.override_delete, name="override_delete"),
+    path("efficacy/", views.switch_efficacy, name="switch_efficacy"),
+    path("retry-audit/", views.retry_audit, name="retry_audit"),
+    path("slos/", views.slos, name="slos"),
     path("metrics", metrics.metrics, name="metrics"),
 ]

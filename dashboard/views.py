@@ -6,42 +6,53 @@ coordinator's operator actions (`orchestrator.coordination.actions`); counting i
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import trigger_client_event
 
 from dashboard import groups, queue, reports
 from dashboard.access import EDIT_POLICIES, REVIEW, VIEW, get_visible, requires, visible
-from dashboard.filters import PAGE_SIZE, RANGES, RunFilter, known_names, total
+from dashboard.filters import (
+    PAGE_SIZE,
+    RANGES,
+    RunFilter,
+    canonical_failure_type,
+    known_names,
+    total,
+)
 from dashboard.forms import BulkActionForm, ProviderOverrideForm, ResolveForm, RoutingPolicyForm
 from dashboard.groups import GroupFilter
 from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS, get_window
 from dashboard.tiles import overview_tiles
 from orchestrator import keyset
-from orchestrator.coordination import actions, review
+from orchestrator.analytics import dryrun, export, retryable, slo
+from orchestrator.coordination import actions, efficacy, review
 from orchestrator.coordination.policy import preview_delays
 from orchestrator.coordination.workflow import abort_workflow
 from orchestrator.models import (
     AuditEntry,
     FailureType,
     PolicyState,
+    PolicyVersion,
     ProviderOverride,
     ReviewItem,
     RoutingPolicy,
     Run,
     Workflow,
     delete_policy_object,
+    restore_policy_version,
     save_policy_change,
 )
 
@@ -119,6 +130,28 @@ def runs(request: HttpRequest) -> HttpResponse:
     # fragment answers 200 and shows the same errors in place.
     status = 400 if filters.errors and not _fragment(request) else 200
     return render(request, template, context, status=status)
+
+
+@requires(VIEW)
+@require_GET
+def runs_export(request: HttpRequest) -> HttpResponse:
+    """The runs list's filters as a download: CSV (`format=csv`) or JSON Lines (`format=jsonl`),
+    streamed over keyset pages, every matching run (the list's page cursors are ignored)."""
+    filters = RunFilter.from_query(request.GET)
+    fmt = request.GET.get("format", "csv")
+    if fmt not in export.FORMATS:
+        filters.errors.append(f"Unknown export format {fmt!r}: csv or jsonl.")
+    if filters.errors:
+        return HttpResponse("\n".join(filters.errors) + "\n", status=400, content_type="text/plain")
+    matching = filters.apply(visible(request.user, Run))
+    return _download(export.runs_export(matching, fmt), fmt, "runs")
+
+
+def _download(lines: Any, fmt: str, name: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(lines, content_type=export.FORMATS[fmt])
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response["Content-Disposition"] = f'attachment; filename="{name}-{stamp}.{fmt}"'
+    return response
 
 
 def _runs_results(request: HttpRequest, filters: RunFilter) -> dict[str, Any]:
@@ -333,6 +366,27 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_review": request.user.has_perm(REVIEW),
     }
     return render(request, "dashboard/workflow_detail.html", context)
+
+
+COVERAGE_FORMATS = {"json": "application/json", "md": "text/markdown; charset=utf-8"}
+
+
+@requires(VIEW)
+@require_GET
+def workflow_coverage_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    """A workflow's coverage report as JSON or Markdown, to attach to what the workflow wrote."""
+    workflow = get_visible(request.user, Workflow, pk=pk)
+    if fmt not in COVERAGE_FORMATS:
+        raise Http404
+    report = export.coverage_report(workflow)
+    if fmt == "json":
+        body = json.dumps(report, indent=2, ensure_ascii=False, default=str)
+    else:
+        body = export.coverage_markdown(report)
+    response = HttpResponse(body, content_type=COVERAGE_FORMATS[fmt])
+    name = f"coverage-workflow-{workflow.pk}.{fmt}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 def _timeline(runs: list[Run], reviews: list[ReviewItem]) -> list[dict[str, Any]]:
@@ -690,6 +744,21 @@ def _diff(before: dict | None, after: dict | None) -> list[tuple[str, Any, Any]]
     ]
 
 
+VERSIONS_SHOWN = 20
+
+
+def _versions(user: Any) -> list[dict[str, Any]]:
+    """The latest versions, each with what changed from the one before."""
+    if not user.has_perm("orchestrator.view_routingpolicy"):
+        return []
+    rows = list(PolicyVersion.objects.newest_first()[: VERSIONS_SHOWN + 1])
+    previous = [*rows[1:], None]
+    return [
+        {"version": v, "changes": v.changes_since(before), "first": before is None}
+        for v, before in zip(rows[:VERSIONS_SHOWN], previous, strict=False)
+    ]
+
+
 def _policy_version() -> PolicyState:
     """The version every decision records (v1 with no change time before the first edit)."""
     return PolicyState.objects.filter(pk=1).first() or PolicyState(version=1, changed_at=None)
@@ -708,6 +777,7 @@ def _policies_page(request: HttpRequest, status: int = 200, **extra: Any) -> Htt
         "policies": _policy_rows(user),
         "overrides": visible(user, ProviderOverride),
         "history": _history(user),
+        "versions": _versions(user),
         "policy_version": _policy_version(),
         "can_edit": user.has_perm(EDIT_POLICIES),
         "editing": None,
@@ -726,6 +796,13 @@ def policies(request: HttpRequest) -> HttpResponse:
         return render(
             request, "dashboard/policies.html#history", {"history": _history(request.user)}
         )
+    if _fragment(request) and request.GET.get("part") == "versions":
+        context = {
+            "versions": _versions(request.user),
+            "policy_version": _policy_version(),
+            "can_edit": request.user.has_perm(EDIT_POLICIES),
+        }
+        return render(request, "dashboard/policies.html#versions", context)
     if _fragment(request) and request.GET.get("part") == "version":
         context = {"policy_version": _policy_version()}
         return render(request, "dashboard/policies.html#version", context)
@@ -764,6 +841,59 @@ def _policy_saved(request: HttpRequest, policy: RoutingPolicy) -> HttpResponse:
     return trigger_client_event(response, "policy-changed")
 
 
+DRY_RUN_FIGURES = (
+    ("retries", "Retries"),
+    ("waiting_seconds", "Waiting before retries (s)"),
+    ("switches", "Switches"),
+    ("escalations", "Escalations"),
+    ("escalations_per_day", "Review load per day"),
+    ("aborts", "Aborts"),
+    ("accepted_partial", "Accepted partial"),
+    ("expected_wasted_calls", "Expected wasted calls"),
+    ("expected_recovered", "Expected recovered runs"),
+)
+
+
+def _days(request: HttpRequest) -> float:
+    try:
+        days = float(request.POST.get("days") or dryrun.DEFAULT_DAYS)
+    except ValueError:
+        return dryrun.DEFAULT_DAYS
+    return min(max(days, 1.0), dryrun.MAX_DAYS) if days == days else dryrun.DEFAULT_DAYS
+
+
+@requires(EDIT_POLICIES)
+@require_POST
+def policy_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
+    """The edit form's proposal replayed over the last days' failures beside the current row;
+    nothing is saved (the form's Save does that)."""
+    policy = get_visible(request.user, RoutingPolicy, pk=pk)
+    form = RoutingPolicyForm(request.POST, instance=policy)
+    result = None
+    if form.is_valid():
+        result = dryrun.dry_run([form.instance.snapshot()], days=_days(request))
+        result["rows"] = [
+            (label, result["current"][key], result["proposed"][key], result["difference"][key])
+            for key, label in DRY_RUN_FIGURES
+        ]
+    if _fragment(request):
+        context = {"dry_run": result, "policy_form": form, "policy": policy}
+        return render(request, "dashboard/policies.html#dry-run", context)
+    return _policies_page(request, editing=policy.pk, policy_form=form, dry_run=result)
+
+
+@requires(EDIT_POLICIES)
+@require_POST
+def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
+    """Restore version N as version N+1, audited with the note given."""
+    if not PolicyVersion.objects.filter(version=version).exists():
+        raise Http404
+    note = (request.POST.get("note") or "").strip()[:300] or f"restored version {version}"
+    restored = restore_policy_version(version, request.user, note)
+    messages.success(request, f"Version {version} restored as version {restored.version}.")
+    return redirect(reverse("dashboard:policies") + "#versions")
+
+
 @requires(EDIT_POLICIES)
 @require_GET
 def policy_row(request: HttpRequest, pk: int) -> HttpResponse:
@@ -777,11 +907,16 @@ def policy_row(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
+OVERRIDE_PREFILL = ("provider", "match_on", "match_value", "failure_type", "retryable", "note")
+
+
 @requires(EDIT_POLICIES)
 @require_http_methods(["GET", "POST"])
 def override_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     override = get_visible(request.user, ProviderOverride, pk=pk) if pk else ProviderOverride()
-    form = ProviderOverrideForm(request.POST or None, instance=override)
+    # A new override may come prefilled from the query string (the retry audit's rows).
+    initial = {} if pk else {k: v for k, v in request.GET.items() if k in OVERRIDE_PREFILL}
+    form = ProviderOverrideForm(request.POST or None, instance=override, initial=initial)
     if request.method == "POST" and form.is_valid():
         if not override.pk:
             form.instance.created_by = request.user
@@ -803,3 +938,115 @@ def override_delete(request: HttpRequest, pk: int) -> HttpResponse:
     delete_policy_object(override, request.user, "deleted on the policies page")
     messages.success(request, f"Override deleted: {label}.")
     return redirect(reverse("dashboard:policies") + "#overrides")
+
+
+# ---------------------------------------------------------------------------------------------
+# Analytics: switch efficacy, the retry audit
+
+
+def _table_csv(name: str, rows: list[dict[str, Any]]) -> StreamingHttpResponse:
+    header = list(rows[0]) if rows else ["empty"]
+    lines = export.csv_lines(header, ([row[k] for k in header] for row in rows))
+    return _download(lines, "csv", name)
+
+
+@requires(VIEW)
+@require_GET
+def switch_efficacy(request: HttpRequest) -> HttpResponse:
+    """From-source to to-source: how often a switch worked, its added latency, partial results
+    kept; overall or for one failure type. `format=csv` downloads every cell."""
+    errors: list[str] = []
+    ftype = canonical_failure_type(request.GET.get("failure_type", ""), errors)
+    # The copy beat refreshes every 150 s (the coordinator's); computed here only before its
+    # first refresh.
+    cells = efficacy.matrix() or efficacy.compute()
+    if request.GET.get("format") == "csv":
+        return _table_csv("switch-efficacy", [c.as_row() for c in cells.values()])
+    chosen = {k: c for k, c in cells.items() if k[2] == ftype}
+    sources_from = sorted({k[0] for k in chosen})
+    sources_to = sorted({k[1] for k in chosen})
+    grid = [(src, [chosen.get((src, dst, ftype)) for dst in sources_to]) for src in sources_from]
+    context = {
+        "grid": grid,
+        "sources_to": sources_to,
+        "failure_type": ftype,
+        "failure_types": FailureType.choices,
+        "errors": errors,
+        "days": settings.SWITCH_EFFICACY_DAYS,
+        "ordering": settings.SWITCH_EFFICACY_ORDERING,
+        "least": settings.SWITCH_EFFICACY_MIN_SWITCHES,
+    }
+    return render(request, "dashboard/efficacy.html", context, status=400 if errors else 200)
+
+
+@requires(VIEW)
+@require_GET
+def retry_audit(request: HttpRequest) -> HttpResponse:
+    """Where the retry signal was wrong, by source, type and signal, each row one click from a
+    prefilled provider override."""
+    days = _days_param(request.GET.get("days"), retryable.DEFAULT_DAYS)
+    futile_rows = retryable.futile(days)
+    stuck_rows = retryable.never_recovered(days)
+    if request.GET.get("format") == "csv":
+        rows = [{"list": "futile", **r.as_row()} for r in futile_rows]
+        rows += [{"list": "never_recovered", **r.as_row()} for r in stuck_rows]
+        return _table_csv("retry-audit", rows)
+    new_override = reverse("dashboard:override_new")
+    context = {
+        "days": days,
+        "futile": [(r, _prefill(new_override, r)) for r in futile_rows],
+        "stuck": [(r, _prefill(new_override, r)) for r in stuck_rows],
+        "least": settings.RETRY_AUDIT_MIN_RETRIES,
+        "can_edit": request.user.has_perm(EDIT_POLICIES),
+    }
+    return render(request, "dashboard/retry_audit.html", context)
+
+
+def _prefill(base: str, row: retryable.AuditRow) -> str:
+    return f"{base}?{urlencode(row.override_initial())}#overrides"
+
+
+def _days_param(raw: str | None, default: float) -> float:
+    try:
+        days = float(raw) if raw else default
+    except ValueError:
+        return default
+    return min(max(days, 1.0), 90.0) if days == days else default
+
+
+# ---------------------------------------------------------------------------------------------
+# Service-level objectives
+
+BURN_WINDOWS = ((5, "5 min"), (30, "30 min"), (60, "1 h"), (360, "6 h"))
+
+
+def _slo_row(o: slo.Objective) -> dict[str, Any]:
+    return {
+        "kind": o.kind,
+        "name": o.name,
+        "objective": o.objective,
+        "runs": o.total,
+        "succeeded": o.good,
+        "success_rate": None if o.success_rate is None else round(o.success_rate, 5),
+        "error_budget_remaining": round(o.budget_remaining, 4),
+        **{f"burn_rate_{m}m": round(o.burn_rate(m), 3) for m, _ in BURN_WINDOWS},
+        "alerts": " ".join(o.alerts),
+    }
+
+
+@requires(VIEW)
+@require_GET
+def slos(request: HttpRequest) -> HttpResponse:
+    """A tile per agent and per source: its objective, success over the SLO window, the error
+    budget left, burn rates and which multi-window alert burns. `format=csv` for the table."""
+    found = slo.objectives()
+    if request.GET.get("format") == "csv":
+        return _table_csv("slos", [_slo_row(o) for o in found])
+    context = {
+        "tiles": [(o, [(label, o.burn_rate(m)) for m, label in BURN_WINDOWS]) for o in found],
+        "days": settings.SLO_WINDOW_DAYS,
+        "objective": settings.SLO_OBJECTIVE,
+        "fast": slo.FAST,
+        "slow": slo.SLOW,
+    }
+    return render(request, "dashboard/slos.html", context)

@@ -1107,6 +1107,78 @@ class PolicyState(models.Model):
         return cls.current_version()
 
 
+class PolicyVersionQuerySet(models.QuerySet):
+    def newest_first(self) -> PolicyVersionQuerySet:
+        return self.order_by("-version")
+
+
+class PolicyVersion(models.Model):
+    """The whole routing table and every provider override as they stood at one policy version.
+
+    Written in the transaction that bumps the version (`save_policy_change`,
+    `delete_policy_object`, `restore_policy_version`), so the history holds every version with
+    its full content: a version's diff is a comparison with the one before, and restoring one is
+    writing its content back as a new version.
+    """
+
+    version = models.PositiveIntegerField(unique=True)
+    policies = models.JSONField(default=list, help_text="RoutingPolicy.snapshot() of every row")
+    overrides = models.JSONField(default=list, help_text="ProviderOverride.snapshot() of every row")
+    actor_label = models.CharField(max_length=150, blank=True)
+    note = models.TextField(blank=True)
+    restored_from = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = PolicyVersionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-version"]
+
+    def __str__(self) -> str:
+        return f"policy version {self.version}"
+
+    @classmethod
+    def capture(
+        cls, version: int, actor: Any = None, note: str = "", restored_from: int | None = None
+    ) -> PolicyVersion:
+        """Record the current rows under `version` (inside the transaction that bumped it)."""
+        return cls.objects.create(
+            version=version,
+            policies=[p.snapshot() for p in RoutingPolicy.objects.order_by("failure_type")],
+            overrides=[o.snapshot() for o in ProviderOverride.objects.all()],
+            actor_label=actor_label(actor),
+            note=note,
+            restored_from=restored_from,
+        )
+
+    def rules_by_type(self) -> dict[str, dict[str, Any]]:
+        return {row["failure_type"]: row for row in self.policies}
+
+    def overrides_by_match(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        return {(o["provider"], o["match_on"], o["match_value"]): o for o in self.overrides}
+
+    def changes_since(self, older: PolicyVersion | None) -> list[dict[str, Any]]:
+        """What differs from `older`: one entry per changed field of a routing row, per override
+        added, removed or changed (`older` None: nothing to compare with, no entry)."""
+        if older is None:
+            return []
+        changes: list[dict[str, Any]] = []
+        old_rules, new_rules = older.rules_by_type(), self.rules_by_type()
+        for ftype in sorted(old_rules.keys() | new_rules.keys()):
+            before, after = old_rules.get(ftype, {}), new_rules.get(ftype, {})
+            for key in sorted(before.keys() | after.keys()):
+                if key != "failure_type" and before.get(key) != after.get(key):
+                    old, new = before.get(key), after.get(key)
+                    changes.append({"what": f"{ftype}.{key}", "before": old, "after": new})
+        old_o, new_o = older.overrides_by_match(), self.overrides_by_match()
+        for match in sorted(old_o.keys() | new_o.keys()):
+            if old_o.get(match) != new_o.get(match):
+                what = "override " + ":".join(part or "*" for part in match)
+                old, new = old_o.get(match), new_o.get(match)
+                changes.append({"what": what, "before": old, "after": new})
+        return changes
+
+
 class RoutingPolicy(models.Model):
     """How the coordinator routes one failure type: backoff, attempts, and what to do after."""
 
@@ -1883,6 +1955,7 @@ def save_policy_change(obj: RoutingPolicy | ProviderOverride, actor: Any, note: 
         obj.full_clean()
         obj.save()
         version = PolicyState.bump()
+        PolicyVersion.capture(version, actor, note)
         AuditEntry.record(
             actor=actor,
             action=f"{obj._meta.model_name}.{'update' if before else 'create'}",
@@ -1901,6 +1974,7 @@ def delete_policy_object(obj: ProviderOverride, actor: Any, note: str = "") -> i
         obj.delete()
         obj.pk = pk
         version = PolicyState.bump()
+        PolicyVersion.capture(version, actor, note)
         AuditEntry.record(
             actor=actor,
             action=f"{obj._meta.model_name}.delete",
@@ -1910,3 +1984,43 @@ def delete_policy_object(obj: ProviderOverride, actor: Any, note: str = "") -> i
             note=note,
         )
     return version
+
+
+def restore_policy_version(number: int, actor: Any, note: str = "") -> PolicyVersion:
+    """Write version `number`'s routing table and overrides back as a new version, audited.
+
+    The restored version is a new number (N+1 equal to N), never a rewind: decisions recorded
+    under the versions in between keep meaning what they meant. Raises PolicyVersion.DoesNotExist
+    for a version the history does not hold.
+    """
+    with transaction.atomic():
+        PolicyState.objects.get_or_create(pk=1)
+        PolicyState.objects.select_for_update().filter(pk=1).first()  # one restore at a time
+        target = PolicyVersion.objects.get(version=number)
+        for row in target.policies:
+            fields = {k: v for k, v in row.items() if k != "failure_type"}
+            ftype = row["failure_type"]
+            RoutingPolicy.objects.update_or_create(failure_type=ftype, defaults=fields)
+        wanted = target.overrides_by_match()
+        for override in ProviderOverride.objects.all():
+            key = (override.provider, override.match_on, override.match_value)
+            if key not in wanted:
+                override.delete()
+        for (provider, match_on, value), row in wanted.items():
+            fields = {k: row[k] for k in ("failure_type", "retryable", "note", "enabled")}
+            ProviderOverride.objects.update_or_create(
+                provider=provider, match_on=match_on, match_value=value, defaults=fields
+            )
+        before = PolicyState.current_version()
+        version = PolicyState.bump()
+        note = note or f"restored version {number}"
+        restored = PolicyVersion.capture(version, actor, note, restored_from=number)
+        AuditEntry.record(
+            actor=actor,
+            action="policyversion.restore",
+            obj=restored,
+            before={"version": before},
+            after={"version": version, "restored_from": number},
+            note=note,
+        )
+    return restored

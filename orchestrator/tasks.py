@@ -12,7 +12,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from orchestrator.coordination import delivery, dispatch, execution, review, workflow
+from orchestrator.coordination import delivery, dispatch, efficacy, execution, review, workflow
 
 # A database that restarts or drops a connection fails the task with one of these: it is tried
 # again with backoff instead of leaving its run or workflow behind. The longest wait stays below
@@ -56,3 +56,9 @@ def apply_review_fallbacks() -> int:
 def deliver_resolution(delivery_id: int) -> str:
     """POST a review item's resolution to its token's callback URL, signed (one attempt)."""
     return delivery.deliver(delivery_id)
+
+
+@shared_task(ignore_result=True)
+def refresh_switch_efficacy() -> int:
+    """Cache the switch-efficacy matrix the coordinator orders alternatives by."""
+    return efficacy.refresh()

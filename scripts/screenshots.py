@@ -1,5 +1,5 @@
 """Take the README's screenshots (overview, a run detail, the review queue and an item, failure
-groups, a workflow) from demonstration data.
+groups, a workflow, the runs in flight) from demonstration data.
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 
@@ -67,8 +67,38 @@ def seed(seconds: float) -> None:
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     refresh_rollups(timezone.now() - timedelta(days=2))
     fold(timezone.now() - timedelta(days=2))
+    agents_at_work()
     user = User.objects.create_user(USER, password=PASSWORD)
     user.groups.add(*Group.objects.filter(name__in=["operators", "policy editors"]))
+
+
+def agents_at_work() -> None:
+    """Runs an agent of its own framework reported `running` and has not finished yet (the demo's
+    own runs are all finished when it stops): what the in-flight view shows."""
+    from django.utils import timezone
+
+    from orchestrator.models import ApiToken, Run
+
+    token, _ = ApiToken.issue("research-team")
+    now = timezone.now()
+    work = [
+        ("research-agent", "arxiv", "search", "quantum error correction", 41),
+        ("research-agent", "news_api", "fetch", "AI in research", 17),
+        ("writer-agent", "llm", "draft", "weekly digest", 6),
+        ("triage-agent", "tickets", "classify", "payroll", 2),
+    ]
+    for agent, source, operation, topic, minutes in work:
+        began = now - timedelta(minutes=minutes, seconds=13)
+        Run.objects.create(
+            agent=agent,
+            source=source,
+            operation=operation,
+            topic=topic,
+            status=Run.Status.RUNNING,
+            created_at=began,
+            started_at=began,
+            token=token,
+        )
 
 
 def serve() -> str:
@@ -119,6 +149,7 @@ def shoot(base: str, out: Path) -> list[Path]:
     shots.append(("review-item.png", f"/review/{pick_review()}/"))
     shots.append(("failure-groups.png", "/groups/"))
     shots.append(("workflow.png", f"/workflows/{pick_workflow()}/"))
+    shots.append(("in-flight.png", "/runs/in-flight/"))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(base_url=base, viewport={"width": 1440, "height": 1000})

@@ -2,7 +2,10 @@
 and the `X-Policy-Version` header every API answer carries.
 
 Read-only for agents; operators edit policies on the dashboard or in the admin, through
-`models.save_policy_change`, which bumps the version every decision records. The header lets an
+`models.save_policy_change`, which bumps the version every decision records. `GET /versions`
+lists every version with its full content and its diff; `POST /dry-run` replays the last days'
+failures under a proposed table beside the current one (`orchestrator.analytics.dryrun`) and
+saves nothing. The header lets an
 agent that embeds the classifier (`AgentClient`) notice an edit on any answer and fetch this
 endpoint again, so that operators' overrides reach its classifications too.
 """
@@ -14,13 +17,21 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
-from ninja import Router
+from ninja import Query, Router, Schema
+from pydantic import Field
 
-from orchestrator.api.errors import error_responses
-from orchestrator.api.schemas import PoliciesOut
-from orchestrator.models import PolicyState, ProviderOverride, RoutingPolicy
+from orchestrator.analytics import dryrun
+from orchestrator.api.errors import FieldError, error_responses, invalid
+from orchestrator.api.schemas import (
+    DryRunIn,
+    DryRunOut,
+    PoliciesOut,
+    PolicyVersionListOut,
+)
+from orchestrator.models import PolicyState, PolicyVersion, ProviderOverride, RoutingPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -65,3 +76,70 @@ def current_policies(request: HttpRequest) -> dict[str, Any]:
         if latest == version:
             return snapshot
         version = latest
+
+
+class VersionFilters(Schema):
+    limit: int = Field(50, ge=1, le=200)
+    before: int | None = Field(None, ge=1, description="Versions older than this one")
+
+
+@router.get("/versions", response={200: PolicyVersionListOut, **error_responses(422)})
+def policy_versions(request: HttpRequest, filters: Query[VersionFilters]) -> dict[str, Any]:
+    """Every policy version, newest first, with its routing table, its overrides and what changed
+    from the version before. Restoring one is an operator's action on the policies page."""
+    qs = PolicyVersion.objects.newest_first()
+    if filters.before is not None:
+        qs = qs.filter(version__lt=filters.before)
+    rows = list(qs[: filters.limit + 1])
+    page = rows[: filters.limit]
+    older = rows[filters.limit] if len(rows) > filters.limit else None
+    if older is None and page:
+        older = PolicyVersion.objects.filter(version__lt=page[-1].version).newest_first().first()
+    previous = [*page[1:], older]
+    items = [version_out(v, before) for v, before in zip(page, previous, strict=True)]
+    more = len(rows) > filters.limit
+    return {"items": items, "next_before": page[-1].version if more else None}
+
+
+def version_out(version: PolicyVersion, older: PolicyVersion | None) -> dict[str, Any]:
+    return {
+        "version": version.version,
+        "created_at": version.created_at,
+        "actor": version.actor_label,
+        "note": version.note,
+        "restored_from": version.restored_from,
+        "policies": version.policies,
+        "overrides": version.overrides,
+        "changes": version.changes_since(older),
+    }
+
+
+@router.post("/dry-run", response={200: DryRunOut, **error_responses(body=True)})
+def dry_run(request: HttpRequest, payload: DryRunIn) -> dict[str, Any]:
+    """Replay the last `days` of stored failures through routing under the current table with
+    `policies` over it, and under the current table alone: retries, waiting time, switches,
+    escalations (and per day), aborts, and the wasted calls and recovered runs expected from what
+    followed the recorded decisions. Above 100,000 failures a sample is replayed (`sampled`).
+    Nothing is saved."""
+    rows = [row.given() for row in payload.policies]
+    errors = [e for i, row in enumerate(rows) for e in _row_errors(i, row)]
+    if errors:
+        raise invalid("Invalid proposed policy.", errors)
+    return dryrun.dry_run(rows, days=payload.days)
+
+
+def _row_errors(index: int, row: dict[str, Any]) -> list[FieldError]:
+    """The model's own validation of the proposed row over the current one (ranges, max ≥ base,
+    a hard-fail type tried once, the actions a row may name)."""
+    current = RoutingPolicy.objects.filter(failure_type=row["failure_type"]).first()
+    base = current.snapshot() if current else {}
+    candidate = RoutingPolicy(**{**base, **row})
+    try:
+        candidate.clean_fields(exclude=["failure_type"])
+        candidate.clean()
+    except ValidationError as exc:
+        return [
+            FieldError(f"policies.{index}.{name}", " ".join(messages))
+            for name, messages in exc.message_dict.items()
+        ]
+    return []

@@ -10,11 +10,12 @@ from typing import Annotated, Any
 
 import orjson
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from ninja import Header, Query, Router
 from ninja.responses import Status
 
+from orchestrator.analytics import export
 from orchestrator.api import ingest
 from orchestrator.api.errors import (
     ApiError,
@@ -27,6 +28,7 @@ from orchestrator.api.errors import (
 from orchestrator.api.schemas import (
     BatchResultOut,
     RunBatchIn,
+    RunExportFilters,
     RunFilters,
     RunFinishIn,
     RunIn,
@@ -93,6 +95,17 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any
     qs = Run.objects.filtered(**criteria)
     items, next_key = qs.keyset_page(filters.limit, after)
     return {"items": items, "next_cursor": encode_cursor(next_key) if next_key else None}
+
+
+@router.get("/export", response={200: None, **error_responses(422)})
+def export_runs(request: HttpRequest, filters: Query[RunExportFilters]) -> StreamingHttpResponse:
+    """Every run the filters match, newest first, as CSV or JSON Lines: streamed over keyset
+    pages, never loaded whole (`cursor` and `limit` are ignored)."""
+    criteria = filters.model_dump(exclude={"cursor", "limit", "format"})
+    lines = export.runs_export(Run.objects.filtered(**criteria), filters.format)
+    response = StreamingHttpResponse(lines, content_type=export.FORMATS[filters.format])
+    response["Content-Disposition"] = f'attachment; filename="runs.{filters.format}"'
+    return response
 
 
 @router.get("/{int:run_id}", response={200: RunOut, **error_responses(404)})

@@ -79,20 +79,24 @@ class Registry:
         suggestions: Iterable[str] = (),
         *,
         capability: str | None = None,
+        prefer: Callable[[list[str]], list[str]] | None = None,
     ) -> tuple[str | None, bool]:
         """Return (where a task that failed on `source` may switch to, whether it was suggested).
 
         First the next untried source of `capability` (else of every capability `source` serves),
         in order of preference; when none is left, the first of the run's suggested alternatives
         that names a registered, untried source (of any capability): "news_api", or "use
-        news_api instead of web crawl". (None, False) when nothing is left.
+        news_api instead of web crawl". (None, False) when nothing is left. `prefer` may reorder
+        a capability's untried sources (the coordinator's switch efficacy).
         """
         tried = tried | {source}
         capabilities = [capability] if capability else self.capabilities_of(source)
         for name in capabilities:
-            found = self.next_source(name, tried)
-            if found is not None:
-                return found, False
+            untried = [s for s in self.sources_for(name) if s not in tried]
+            if prefer is not None:
+                untried = prefer(untried)
+            if untried:
+                return untried[0], False
         for suggestion in suggestions:
             named = next((n for n in self.names_in(suggestion) if n not in tried), None)
             if named is not None:

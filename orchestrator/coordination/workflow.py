@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from orchestrator.coordination import budget, clock, coverage, dispatch, policy, routing
+from orchestrator.coordination import budget, clock, coverage, dispatch, efficacy, policy, routing
 from orchestrator.coordination.escalation import escalate
 from orchestrator.coordination.registry import registry
 from orchestrator.models import AuditEntry, ReviewItem, Run, Workflow, actor_label
@@ -231,6 +231,7 @@ def _switch_target(wf: Workflow, run: Run) -> tuple[str | None, bool]:
         wf.sources_tried(run.topic),
         suggestions,
         capability=run.capability or wf.capability or None,
+        prefer=lambda untried: efficacy.ranked(run.source, run.failure_type, untried),
     )
 
 

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from dashboard import groups
 from dashboard.models import FailureGroup
-from orchestrator.models import ProviderOverride, RoutingPolicy
+from orchestrator.models import PolicyVersion, ProviderOverride, RoutingPolicy
 
 from .conftest import make_failure, make_review, make_workflow, signed_in
 
@@ -25,6 +25,7 @@ def objects(db):
         "item": item.pk,
         "policy": RoutingPolicy.objects.get(failure_type="timeout").pk,
         "override": ProviderOverride.objects.first().pk,
+        "version": PolicyVersion.objects.newest_first().first().version,
     }
 
 
@@ -32,16 +33,21 @@ def objects(db):
 PAGES = [
     ("dashboard:overview", None),
     ("dashboard:runs", None),
+    ("dashboard:runs_export", None),
     ("dashboard:retrying", None),
     ("dashboard:in_flight", None),
     ("dashboard:run_detail", "run"),
     ("dashboard:workflows", None),
     ("dashboard:workflow_detail", "workflow"),
+    ("dashboard:workflow_coverage_export", ("workflow", "md")),
     ("dashboard:review_queue", None),
     ("dashboard:review_item", "item"),
     ("dashboard:failure_groups", None),
     ("dashboard:failure_group", "group"),
     ("dashboard:policies", None),
+    ("dashboard:switch_efficacy", None),
+    ("dashboard:retry_audit", None),
+    ("dashboard:slos", None),
 ]
 EDITOR_PAGES = [
     ("dashboard:policy_edit", "policy"),
@@ -60,10 +66,14 @@ EDITOR_POSTS = [
     ("dashboard:policy_edit", "policy", {"max_attempts": "2"}),
     ("dashboard:override_new", None, {"match_on": "status_code", "match_value": "499"}),
     ("dashboard:override_delete", "override", {}),
+    ("dashboard:policy_dry_run", "policy", {"max_attempts": "2"}),
+    ("dashboard:policy_restore", "version", {"note": "back"}),
 ]
 
 
 def url(objects, name, key):
+    if isinstance(key, tuple):  # an object and a literal argument (a format)
+        return reverse(name, args=[objects[key[0]], key[1]])
     return reverse(name, args=[objects[key]] if key else [])
 
 

@@ -5,12 +5,15 @@ mid-workflow, a Redis restart that loses its data and a broker outage during POS
 The run is `benchmarks/chaos.py` at a small size (the same code the benchmark runs at a larger
 one), in a subprocess of its own because it points Django at its own database: this module reads
 the figures it writes and checks each promise. The servers are private (started on free ports and
-removed afterwards): the machine's shared PostgreSQL and Redis are never touched.
+removed afterwards): the machine's shared PostgreSQL and Redis are never touched. It is also the
+benchmark's smoke test: what it prints (the load average, a row per scenario, the invariants) is
+checked too.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from typing import Any
@@ -35,7 +38,7 @@ def chaos(tmp_path_factory) -> dict[str, Any]:
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=840)
     print(done.stdout)
     assert out.exists(), done.stdout[-4000:] + done.stderr[-4000:]
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()) | {"printed": done.stdout}
 
 
 def settled_in_time(figures: dict[str, Any], name: str) -> dict[str, Any]:
@@ -80,3 +83,15 @@ def test_afterwards_nothing_is_running_over_executed_lost_or_counted_wrong(chaos
     assert figures["duplicate_workflows_per_key"] == 0
     assert figures["tile_groups"] > 0 and figures["tile_counts_unequal_to_raw"] == 0
     assert figures["outbox_messages_left"] == 0
+
+
+def test_the_benchmark_prints_the_load_a_row_per_scenario_and_zero_invariants(chaos):
+    out = chaos["printed"]
+    assert re.search(r"load average \(1, 5, 15 min\) before: [\d.]+, [\d.]+, [\d.]+", out)
+    rows = re.findall(
+        r"^(baseline|sigkill|postgres|redis|broker)\s+(\d+)\s+(\d+)\s+[\d.]+ s", out, re.M
+    )
+    assert [row[0] for row in rows] == ["baseline", "sigkill", "postgres", "redis", "broker"]
+    invariants = out.split("invariants (each must be 0):", 1)[1].split("context:", 1)[0]
+    counts = re.findall(r"^\s+([a-z ]+?)\s+(\d+)$", invariants, re.M)
+    assert len(counts) == 8 and all(n == "0" for _, n in counts), invariants

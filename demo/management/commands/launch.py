@@ -208,6 +208,7 @@ class Command(BaseCommand):
     def _start_worker(self, env: dict[str, str]) -> None:
         cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-B"]
         cmd += ["--loglevel", "INFO", "--concurrency", "2"]
+        cmd += ["--without-mingle", "--without-gossip", "--without-heartbeat"]  # see the Procfile
         cmd += ["--schedule", settings.CELERY_BEAT_SCHEDULE_FILENAME]
         self._spawn("worker", cmd, env)
         self.stdout.write(f"Celery worker with beat on {_broker_label()}")

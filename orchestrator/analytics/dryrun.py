@@ -1,0 +1,370 @@
+"""A routing table's dry run: the last days' stored failures replayed through `routing.decide`
+under a proposed table and under the current one, before the proposal is saved.
+
+Reading is two aggregate queries, never one row per failure: the failures of the window grouped
+by what routing reads (failure type, source, attempt, retry signal, Retry-After in whole seconds,
+whether partial results were kept) with the decision recorded for them, and what actually
+happened after each recorded retry or switch (did the next attempt, or the run on the other
+source, succeed?). Above `SAMPLE_ABOVE` failures the groups read a deterministic sample of the
+ids (`id mod 1000`) and the figures are scaled up and labelled sampled; the outcomes, which cost
+an index lookup per recorded decision, are estimated from the failures of a sample of about
+`OUTCOMES_ABOVE` (their count is the `evidence` shown). The replay itself (`replay`)
+is pure: groups and a snapshot in, figures out.
+
+How a replayed decision is costed:
+
+- a retry is one more call that waits its expected delay (the jitter's middle, never sooner than
+  the Retry-After); it recovers the run with the rate at which recorded retries of that failure
+  type on that source succeeded, and is a wasted call otherwise;
+- a switch is one call on another source, recovering with the rate recorded switches from that
+  source for that type had;
+- an escalation is one review item (the review load per day divides them by the days);
+- accept-partial and abort cost no call and recover nothing.
+
+A rate with no recorded evidence for the source falls back to the failure type's rate over all
+sources, then to the action's over everything, then to 0 (`evidence` says how many decisions
+backed each rate). Context routing cannot see in a stored run is read from history: a source has
+an alternative when a switch away from it was recorded in the window, and a credential refresher
+when an auth failure on it was retried; budgets and breakers are taken at rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from orchestrator.coordination import routing
+from orchestrator.coordination.policy import current_snapshot
+from orchestrator.models import Run, RunSets
+from orchestrator.vocabulary import Action, FailureCategory
+
+SAMPLE_ABOVE = 100_000
+OUTCOMES_ABOVE = 10_000
+SAMPLE_BUCKETS = 1000
+DEFAULT_DAYS = 7
+MAX_DAYS = 90
+ATTEMPT_CAP = 21  # beyond the most attempts a rule allows (20), attempts route alike
+
+
+@dataclass(frozen=True)
+class FailureKey:
+    """What routing reads of one stored failure, and the decision recorded for it."""
+
+    failure_type: str
+    source: str
+    attempt: int
+    retryable: bool | None
+    retry_after: float | None
+    partial: bool
+    recorded: str
+
+
+@dataclass(frozen=True)
+class History:
+    """The window's failures as groups, and the recorded outcomes of retries and switches."""
+
+    since: datetime
+    until: datetime
+    days: float
+    failures: int  # in the window, all of them
+    read: int  # those read (all, or the sample)
+    groups: Mapping[FailureKey, int]
+    fraction: float  # of the ids read: 1 unless sampled
+    # (action, failure_type, source) -> (decisions recorded, of them followed by a success)
+    outcomes: Mapping[tuple[str, str, str], tuple[int, int]]
+
+    @property
+    def sampled(self) -> bool:
+        return self.fraction < 1
+
+    @property
+    def scale(self) -> float:
+        return self.failures / self.read if self.read else 1.0
+
+    def switchable(self) -> set[str]:
+        return {k.source for k in self.groups if k.recorded == Action.SWITCH_SOURCE}
+
+    def refreshable(self) -> set[str]:
+        auth = FailureCategory.AUTH_FAILURE
+        return {
+            k.source for k in self.groups if k.failure_type == auth and k.recorded == Action.RETRY
+        }
+
+
+@dataclass
+class Figures:
+    """What one routing table does with the window's failures."""
+
+    failures: float = 0
+    retries: float = 0
+    waiting_seconds: float = 0
+    switches: float = 0
+    escalations: float = 0
+    escalations_per_day: float = 0
+    aborts: float = 0
+    accepted_partial: float = 0
+    expected_wasted_calls: float = 0
+    expected_recovered: float = 0
+    by_failure_type: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        return {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
+
+    NUMBERS = (
+        "retries",
+        "waiting_seconds",
+        "switches",
+        "escalations",
+        "escalations_per_day",
+        "aborts",
+        "accepted_partial",
+        "expected_wasted_calls",
+        "expected_recovered",
+    )
+
+    def minus(self, other: Figures) -> dict[str, float]:
+        return {k: round(getattr(self, k) - getattr(other, k), 2) for k in self.NUMBERS}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the history
+
+
+def window(days: float, now: datetime | None = None) -> tuple[datetime, datetime]:
+    until = now or timezone.now()
+    return until - timedelta(days=days), until
+
+
+def load_history(days: float = DEFAULT_DAYS, now: datetime | None = None) -> History:
+    """Read the window's failures (a sample above SAMPLE_ABOVE) as groups and outcomes."""
+    since, until = window(days, now)
+    total = Run.objects.filter(
+        RunSets.FAILURES, created_at__gte=since, created_at__lt=until
+    ).count()
+    keep = SAMPLE_BUCKETS
+    if total > SAMPLE_ABOVE:
+        keep = max(1, math.ceil(SAMPLE_BUCKETS * SAMPLE_ABOVE / total))
+    # The outcomes cost an index lookup per recorded decision: a smaller sample estimates rates.
+    outcome_keep = min(keep, max(1, math.ceil(SAMPLE_BUCKETS * OUTCOMES_ABOVE / max(total, 1))))
+    groups, outcomes = _read(since, until, keep, outcome_keep)
+    read = sum(groups.values()) if keep < SAMPLE_BUCKETS else total
+    return History(since, until, days, total, read, groups, keep / SAMPLE_BUCKETS, outcomes)
+
+
+# One pass over the window's failures, grouped by what routing reads, with what followed each
+# recorded retry (the task's next attempt, on the unique (retry_of, attempt) index) or switch (the
+# run it started, on the switched_from index). The lookups are scalar subqueries inside a CASE,
+# run only for the outcome sample's retries and switches (a join would let the planner hash the
+# whole table instead); only a finished run counts. Plain SQL that PostgreSQL and SQLite both
+# read (Django gives SQLite MOD and CEILING).
+_READ_SQL = """
+SELECT failure_type, source, attempt, retryable, CEILING(retry_after),
+       CASE WHEN partial_count > 0 THEN 1 ELSE 0 END, decision,
+       COUNT(*),
+       SUM(CASE WHEN next_status IN {finished} THEN 1 ELSE 0 END),
+       SUM(CASE WHEN next_status = 'succeeded' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN switch_status IN {finished} THEN 1 ELSE 0 END),
+       SUM(CASE WHEN switch_status = 'succeeded' THEN 1 ELSE 0 END)
+FROM (
+  SELECT f.failure_type, f.source, f.attempt, f.retryable, f.retry_after, f.partial_count,
+         f.decision,
+         CASE WHEN f.decision = 'retry' AND MOD(f.id, %(buckets)s) < %(outcome_keep)s THEN
+           (SELECT n.status FROM orchestrator_run n
+            WHERE n.retry_of_id = COALESCE(f.retry_of_id, f.id) AND n.attempt = f.attempt + 1)
+         END AS next_status,
+         CASE WHEN f.decision = 'switch_source' AND MOD(f.id, %(buckets)s) < %(outcome_keep)s THEN
+           (SELECT s.status FROM orchestrator_run s WHERE s.switched_from_id = f.id LIMIT 1)
+         END AS switch_status
+  FROM orchestrator_run f
+  WHERE f.status IN ('failed', 'escalated')
+    AND f.created_at >= %(since)s AND f.created_at < %(until)s
+    AND MOD(f.id, %(buckets)s) < %(keep)s
+) AS failures
+GROUP BY 1, 2, 3, 4, 5, 6, 7
+""".format(finished="('succeeded', 'failed', 'escalated', 'skipped', 'cancelled')")
+
+
+def _read(
+    since: datetime, until: datetime, keep: int, outcome_keep: int
+) -> tuple[dict[FailureKey, int], dict[tuple[str, str, str], tuple[int, int]]]:
+    params = {
+        "buckets": SAMPLE_BUCKETS,
+        "keep": keep,
+        "outcome_keep": outcome_keep,
+        "since": since,
+        "until": until,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # Compiling this one query (JIT, on by default) costs longer than running it, and
+            # its grouping of up to SAMPLE_ABOVE rows fits in memory rather than spilling.
+            cursor.execute("SET LOCAL jit = off")
+            cursor.execute("SET LOCAL work_mem = '32MB'")
+        cursor.execute(_READ_SQL, params)
+        rows = cursor.fetchall()
+    groups: dict[FailureKey, int] = {}
+    outcomes: dict[tuple[str, str, str], tuple[int, int]] = {}
+    for ftype, source, attempt, retryable, ra, partial, decision, *counts in rows:
+        key = FailureKey(
+            ftype or FailureCategory.UNCLASSIFIED,
+            source,
+            min(attempt, ATTEMPT_CAP),
+            None if retryable is None else bool(retryable),
+            None if ra is None else float(ra),
+            bool(partial),
+            decision or "",
+        )
+        n, retried, retried_ok, switched, switched_ok = (int(c or 0) for c in counts)
+        groups[key] = groups.get(key, 0) + n
+        for action, tried, ok in (
+            (Action.RETRY, retried, retried_ok),
+            (Action.SWITCH_SOURCE, switched, switched_ok),
+        ):
+            if tried:
+                at = (str(action), key.failure_type, source)
+                before = outcomes.get(at, (0, 0))
+                outcomes[at] = (before[0] + tried, before[1] + ok)
+    return groups, outcomes
+
+
+# ---------------------------------------------------------------------------------------------
+# The replay (pure)
+
+
+def _middle() -> float:
+    return 0.5  # the jitter's expected value: full jitter's mean is half the cap
+
+
+class Rates:
+    """Success rates of recorded retries and switches, with the fallbacks the module names."""
+
+    def __init__(self, outcomes: Mapping[tuple[str, str, str], tuple[int, int]]) -> None:
+        self.exact = dict(outcomes)
+        self.by_type: dict[tuple[str, str], list[int]] = {}
+        self.by_action: dict[str, list[int]] = {}
+        for (action, ftype, _), (tried, ok) in outcomes.items():
+            for table, key in ((self.by_type, (action, ftype)), (self.by_action, action)):
+                acc = table.setdefault(key, [0, 0])  # type: ignore[arg-type]
+                acc[0] += tried
+                acc[1] += ok
+
+    def rate(self, action: str, ftype: str, source: str) -> float:
+        for found in (
+            self.exact.get((action, ftype, source)),
+            self.by_type.get((action, ftype)),
+            self.by_action.get(action),
+        ):
+            if found and found[0]:
+                return found[1] / found[0]
+        return 0.0
+
+
+def replay(history: History, snapshot: routing.PolicySnapshot) -> Figures:
+    """Return what `snapshot` decides for the history's failures, costed as the module says."""
+    rates = Rates(history.outcomes)
+    switchable, refreshable = history.switchable(), history.refreshable()
+    figures = Figures()
+    scale = history.scale
+    for key, count in history.groups.items():
+        n = count * scale
+        decision = routing.decide(
+            {
+                "failure_type": key.failure_type,
+                "retryable": key.retryable,
+                "retry_after": key.retry_after,
+            },
+            key.attempt,
+            snapshot,
+            context=_context(key, switchable, refreshable),
+            rng=_middle,
+        )
+        _count(figures, key, n, decision, rates)
+    figures.escalations_per_day = figures.escalations / history.days if history.days else 0.0
+    return figures
+
+
+def _context(key: FailureKey, switchable: set[str], refreshable: set[str]) -> routing.Context:
+    auth = key.failure_type == FailureCategory.AUTH_FAILURE
+    return routing.Context(
+        source=key.source,
+        has_alternative=key.source in switchable,
+        can_refresh=key.source in refreshable,
+        refreshed=auth and key.attempt > 1,
+        partial_count=1 if key.partial else 0,
+    )
+
+
+def _count(figures: Figures, key: FailureKey, n: float, d: routing.Decision, rates: Rates) -> None:
+    figures.failures += n
+    per_type = figures.by_failure_type.setdefault(key.failure_type, {})
+    per_type[d.action] = per_type.get(d.action, 0) + n
+    if d.action in (Action.RETRY, Action.SWITCH_SOURCE):
+        p = rates.rate(d.action, key.failure_type, key.source)
+        figures.expected_recovered += n * p
+        figures.expected_wasted_calls += n * (1 - p)
+    if d.action == Action.RETRY:
+        figures.retries += n
+        figures.waiting_seconds += n * d.delay_seconds
+    elif d.action == Action.SWITCH_SOURCE:
+        figures.switches += n
+    elif d.action == Action.ESCALATE:
+        figures.escalations += n
+    elif d.action == Action.ABORT:
+        figures.aborts += n
+    else:
+        figures.accepted_partial += n
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison
+
+
+def proposed_snapshot(
+    current: routing.PolicySnapshot, rows: Iterable[Mapping[str, Any]]
+) -> routing.PolicySnapshot:
+    """The current table with `rows` (one per failure type, any subset of its fields) over it."""
+    rules = dict(current.rules)
+    for row in rows:
+        ftype = row["failure_type"]
+        base = asdict(rules[ftype]) if ftype in rules else {"failure_type": ftype}
+        rules[ftype] = routing.Rule.from_data({**base, **row})
+    return routing.PolicySnapshot(version=current.version, rules=rules)
+
+
+def compare(
+    history: History, current: routing.PolicySnapshot, proposed: routing.PolicySnapshot
+) -> dict[str, Any]:
+    """Both tables' figures over one history, their difference (proposed minus current) and how
+    the history was read."""
+    now_figures, new_figures = replay(history, current), replay(history, proposed)
+    return {
+        "since": history.since,
+        "until": history.until,
+        "days": history.days,
+        "failures": history.failures,
+        "sampled": history.sampled,
+        "sample_size": history.read,
+        "evidence": {
+            str(action): sum(t for (a, _, _), (t, _) in history.outcomes.items() if a == action)
+            for action in (Action.RETRY, Action.SWITCH_SOURCE)
+        },
+        "current_version": current.version,
+        "current": now_figures.as_dict(),
+        "proposed": new_figures.as_dict(),
+        "difference": new_figures.minus(now_figures),
+    }
+
+
+def dry_run(
+    rows: Iterable[Mapping[str, Any]], days: float = DEFAULT_DAYS, now: datetime | None = None
+) -> dict[str, Any]:
+    """Replay the last `days` of failures under the current table with `rows` over it."""
+    current = current_snapshot()
+    return compare(load_history(days, now), current, proposed_snapshot(current, rows))

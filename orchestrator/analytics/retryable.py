@@ -1,0 +1,109 @@
+"""The retry signal audited against what happened: where the retryable flag was wrong.
+
+Two lists, each by source, failure type and signal (the evidence that decided the category) and
+the run's most reliable match (`ProviderOverride.best_signal`: its provider code, else its status,
+else its exception type), so each row can become a provider override in one click:
+
+- *retries spent on non-retryable failures*: failures flagged `retryable: false` that were
+  retried anyway (`RunQuerySet.futile_retries`, the credential refresh aside); should be none;
+- *retryable failures that never recovered*: tasks whose failures said a retry could help (or
+  said nothing, of a type a retry can help), that
+  were retried at least `RETRY_AUDIT_MIN_RETRIES` times and never succeeded: candidates for an
+  override marking that signal not retryable.
+
+Both are aggregates over the window's failures (the (status, created_at) index), one row per
+group, never one per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from orchestrator.models import ProviderOverride, Run, RunSets
+from orchestrator.vocabulary import RETRYABLE
+
+DEFAULT_DAYS = 7
+COLUMNS = ("source", "failure_type", "signal", "provider_code", "status_code", "exception_type")
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    source: str
+    failure_type: str
+    signal: str
+    match_on: str
+    match_value: str
+    count: int
+
+    def override_initial(self) -> dict[str, Any]:
+        """The provider override this row suggests: the signal marked not retryable."""
+        return {
+            "provider": self.source,
+            "match_on": self.match_on,
+            "match_value": self.match_value,
+            "failure_type": self.failure_type,
+            "retryable": "false",
+            "note": "from the retry audit",
+        }
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "failure_type": self.failure_type,
+            "signal": self.signal,
+            "match_on": self.match_on,
+            "match_value": self.match_value,
+            "count": self.count,
+        }
+
+
+def _rows(qs: Any, counted: str = "id") -> list[AuditRow]:
+    grouped = qs.values_list(*COLUMNS).annotate(n=Count(counted, distinct=True)).order_by("-n")
+    merged: dict[tuple[str, str, str, str, str], int] = {}
+    for source, ftype, signal, code, status, exc_type, n in grouped:
+        match_on, value = ProviderOverride.best_signal(code, status, exc_type)
+        key = (source, ftype or "", signal, match_on, value)
+        merged[key] = merged.get(key, 0) + n
+    rows = [AuditRow(*key, count=n) for key, n in merged.items()]
+    return sorted(rows, key=lambda r: (-r.count, r.source, r.failure_type))
+
+
+def window(days: float, now: datetime | None = None) -> datetime:
+    return (now or timezone.now()) - timedelta(days=days)
+
+
+def futile(days: float = DEFAULT_DAYS, now: datetime | None = None) -> list[AuditRow]:
+    """Retries spent on failures that said a retry cannot help."""
+    return _rows(Run.objects.futile_retries().filter(created_at__gte=window(days, now)))
+
+
+def never_recovered(
+    days: float = DEFAULT_DAYS, now: datetime | None = None, retries: int | None = None
+) -> list[AuditRow]:
+    """Tasks (counted once) flagged retryable, retried at least `retries` times, never a success.
+
+    Read from each such task's failed attempt number `retries + 1` (the failure the last of those
+    retries ended in), with no successful attempt anywhere in its task."""
+    least = retries or settings.RETRY_AUDIT_MIN_RETRIES
+    root = Coalesce("retry_of_id", "id")
+    succeeded = Run.objects.filter(
+        Q(retry_of_id=OuterRef("task")) | Q(pk=OuterRef("task")), status=Run.Status.SUCCEEDED
+    )
+    qs = (
+        Run.objects.filter(
+            RunSets.FAILURES,
+            Q(retryable=True) | Q(retryable__isnull=True, failure_type__in=RETRYABLE),
+            attempt=least + 1,
+            created_at__gte=window(days, now),
+        )
+        .annotate(task=root)
+        .filter(~Exists(succeeded))
+    )
+    return _rows(qs, counted="task")

@@ -1,0 +1,150 @@
+"""Service-level objectives per agent and per source: the share of finished runs that succeed.
+
+An objective (`SLO_OBJECTIVE`, 99 % by default, or a named one in `SLO_OBJECTIVES`) over
+`SLO_WINDOW_DAYS` (28) gives an *error budget*: the failures the window may hold,
+(1 - objective) * runs. *Budget remaining* is the share of it not spent yet (below zero once
+overspent). A *burn rate* over a shorter window is how fast the budget goes there: the window's
+failure share divided by (1 - objective); 1 spends exactly the budget over the whole window.
+
+Alerts use multi-window pairs, each firing only when both of its windows
+burn at or above its rate, so a short spike that has ended does not page and a long burn is
+caught early: *fast* (1 h and 5 min at 14.4, 2 % of a 28-day budget in an hour) and *slow* (6 h
+and 30 min at 6, 5 % in six hours). They are delivered through the webhook alert rules
+(`AlertRule.Kind.SLO_BURN`, whose window is the long one; the short one is a twelfth of it).
+
+A finished run is one that succeeded or failed (escalated included); cancelled and skipped runs
+spend no budget. Each window is one aggregate query grouped by (agent, source), folded into both
+kinds of target here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from orchestrator.models import Run
+
+FAST = (60, 5, 14.4)  # long window, short window (minutes), burn rate
+SLOW = (360, 30, 6.0)
+SHORT_WINDOWS = (5, 30, 60, 360)
+CACHE_KEY = "failsight:slo"
+CACHE_SECONDS = 30
+KINDS = ("agent", "source")
+
+
+def short_of(long_minutes: int) -> int:
+    """The short window paired with a long one: a twelfth of it (1 h → 5 min, 6 h → 30 min)."""
+    return max(1, long_minutes // 12)
+
+
+def objective_for(kind: str, name: str) -> float:
+    return settings.SLO_OBJECTIVES.get(f"{kind}:{name}", settings.SLO_OBJECTIVE)
+
+
+@dataclass
+class Objective:
+    """One agent's or source's objective with its figures."""
+
+    kind: str
+    name: str
+    objective: float
+    total: int = 0
+    good: int = 0
+    # minutes -> (finished runs, succeeded runs) in that window
+    windows: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.good / self.total if self.total else None
+
+    @property
+    def allowed(self) -> float:
+        return (1 - self.objective) * self.total
+
+    @property
+    def budget_remaining(self) -> float:
+        """Share of the error budget not spent: 1 untouched, 0 spent, below 0 overspent."""
+        bad = self.total - self.good
+        if not self.allowed:
+            return 1.0 if not bad else -float(bad)
+        return 1 - bad / self.allowed
+
+    def burn_rate(self, minutes: int) -> float:
+        total, good = self.windows.get(minutes, (0, 0))
+        return (total - good) / total / (1 - self.objective) if total else 0.0
+
+    def burning(self, long_minutes: int, rate: float) -> bool:
+        """Both windows of the pair at or above `rate`."""
+        short = short_of(long_minutes)
+        return self.burn_rate(long_minutes) >= rate and self.burn_rate(short) >= rate
+
+    @property
+    def alerts(self) -> list[str]:
+        return [
+            name
+            for name, (long, _, rate) in (("fast", FAST), ("slow", SLOW))
+            if self.burning(long, rate)
+        ]
+
+
+def _counts(since: datetime, until: datetime) -> dict[tuple[str, str], tuple[int, int]]:
+    rows = (
+        Run.objects.filter(created_at__gte=since, created_at__lt=until)
+        .values_list("agent", "source")
+        .annotate(
+            total=Count("id", filter=Q(status__in=[Run.Status.SUCCEEDED, *Run.FAILURE])),
+            good=Count("id", filter=Q(status=Run.Status.SUCCEEDED)),
+        )
+        .order_by()
+    )
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for agent, source, total, good in rows:
+        for key in (("agent", agent), ("source", source)):
+            t, g = out.get(key, (0, 0))
+            out[key] = (t + total, g + good)
+    return out
+
+
+def objectives(
+    now: datetime | None = None, windows: Iterable[int] = SHORT_WINDOWS, whole: bool = True
+) -> list[Objective]:
+    """Every agent's and source's objective over the SLO window (unless not `whole`: the alerts
+    need only their windows), with the burn windows' counts (minutes), agents first, each kind
+    by name."""
+    now = now or timezone.now()
+    main = _counts(now - timedelta(days=settings.SLO_WINDOW_DAYS), now) if whole else {}
+    found = {
+        key: Objective(key[0], key[1], objective_for(*key), total=t, good=g)
+        for key, (t, g) in main.items()
+    }
+    for minutes in sorted(set(windows)):
+        for key, counts in _counts(now - timedelta(minutes=minutes), now).items():
+            if key not in found:
+                found[key] = Objective(key[0], key[1], objective_for(*key))
+            found[key].windows[minutes] = counts
+    return sorted(found.values(), key=lambda o: (KINDS.index(o.kind), o.name))
+
+
+def cached_objectives() -> list[Objective]:
+    """`objectives()` computed at most once per CACHE_SECONDS per cache (for /metrics scrapes)."""
+    found = cache.get(CACHE_KEY)
+    if found is None:
+        found = objectives()
+        cache.set(CACHE_KEY, found, CACHE_SECONDS)
+    return found
+
+
+def burning(
+    long_minutes: int, rate: float, now: datetime | None = None
+) -> tuple[float, list[Objective]]:
+    """(the worst burn both windows of the pair share, the objectives burning at `rate`)."""
+    short = short_of(long_minutes)
+    found = objectives(now, windows=(long_minutes, short), whole=False)
+    worst = max((min(o.burn_rate(long_minutes), o.burn_rate(short)) for o in found), default=0.0)
+    return worst, [o for o in found if o.burning(long_minutes, rate)]
