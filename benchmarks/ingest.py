@@ -1,29 +1,46 @@
-"""Ingest benchmark: N runs through POST /api/v1/runs/batch, end to end, beside psycopg's COPY.
+"""Ingest benchmark: N runs through POST /api/v1/runs/batch, end to end, beside psycopg's COPY;
+then single reports, in process beside a batched run's share and over HTTP in open loop.
 
     .venv/bin/python benchmarks/ingest.py [--n 100000] [--quick] [--database-url postgres://…]
         [--index-costs] [--delete-at 1000000]
+        [--rates 250,500,1000,1500] [--open-seconds 10] [--skip-single]
 
 Against PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/failsight_bench):
 recreates that database, migrates it, creates a token, starts the real app server (gunicorn,
 DEBUG off) on a free port, and sends the runs in batches of 1,000 over HTTP with httpx: auth,
-rate limit, JSON parsing, validation, idempotency keys, one INSERT … ON CONFLICT per batch. It then
+rate limit, JSON parsing, validation, idempotency keys, one COPY per batch. It then
 exports the stored rows, truncates the table and writes the very same rows back with COPY over as
 many connections as the API had clients: the physical limit of the same table with the same
 indexes, trigger and partitions. Prints both rates and their ratio. `--index-costs` repeats the
 COPY without each index in turn (and without the unique-claims trigger, and into a plain table):
 what each costs a write. `--delete-at N` fills the table to N runs over five days and times
 deleting one run and one workflow with its runs through the ORM.
+
+Single reports (`POST /api/v1/runs`, one run per request) are measured twice. In process: the
+WSGI application called directly (what gunicorn calls), one report at a time (p50) and from 8
+threads at once (wall time per report: concurrent reports share a commit), each beside the share
+of one run in a batch of 1,000 measured in the same process; prints the ratios. Over HTTP: the
+Procfile's web server (gunicorn with `config.server.ThreadWorker`, 2 processes of 8 threads) fed
+by `benchmarks/openloop.py` in its own process at fixed offered rates, whatever the answers:
+p50/p95/p99 (a timeout counts as the client's timeout), goodput (2xx per second), shed (503),
+timeouts, the CPU the server's workers and the generator used, the best rate served with p99 <=
+25 ms; then twice the capacity (the best goodput of a rate the server kept up with), whose
+goodput is printed as a share of that capacity.
+
 The database is dropped and the server stopped at the end, whatever happens.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -156,13 +173,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# The gunicorn master of each server started, by base URL.
+SERVERS: dict[str, int] = {}
+
+
 @contextmanager
-def server(env: dict[str, str], workers: int) -> Iterator[str]:
-    """Run gunicorn for the duration of the block; yield its base URL."""
+def server(env: dict[str, str], workers: int, threads: int = 0) -> Iterator[str]:
+    """Run gunicorn for the duration of the block; yield its base URL. With `threads`, the
+    Procfile's threaded worker (`config.server.ThreadWorker`); else gunicorn's sync worker."""
     port = free_port()
     command = [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", str(workers)]
     command += ["-b", f"127.0.0.1:{port}", "--timeout", "120", "--log-level", "warning"]
+    if threads:
+        command += ["--worker-class", "config.server.ThreadWorker", "--threads", str(threads)]
     process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    SERVERS[f"http://127.0.0.1:{port}"] = process.pid  # whose workers' CPU to read
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(base, process)
@@ -467,6 +492,203 @@ def report(api: Rate, copy: Rate) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Single reports: in process beside a batched run's share, and over HTTP in open loop
+
+# The goal for a single report over HTTP: p99 within this many milliseconds.
+P99_GOAL_MS = 25.0
+
+
+def wsgi_environ(path: str, body: bytes, secret: str, key: str = "") -> dict:
+    """The environ gunicorn would pass for this POST."""
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": path,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": "127.0.0.1",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_AUTHORIZATION": f"Bearer {secret}",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.url_scheme": "http",
+    }
+    if key:
+        environ["HTTP_IDEMPOTENCY_KEY"] = key
+    return environ
+
+
+def in_process_child(count: int) -> None:
+    """Measure in this process (DATABASE_URL set by the parent); print the figures as JSON."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    sys.path.insert(0, str(ROOT))
+    from django.core.wsgi import get_wsgi_application
+
+    app = get_wsgi_application()
+    from orchestrator.models import ApiToken
+
+    _, secret = ApiToken.issue("in-process")
+    rng = random.Random(7)
+
+    def call(environ: dict, expected: str) -> None:
+        def start_response(status: str, headers: list) -> None:
+            if not status.startswith(expected):
+                raise SystemExit(f"{environ['PATH_INFO']} answered {status}")
+
+        b"".join(app(environ, start_response))
+
+    def single(i: int) -> dict:
+        run = make_run(rng, i, [])
+        key = run.pop("idempotency_key") + "-single"
+        return wsgi_environ("/api/v1/runs", json.dumps(run).encode(), secret, key)
+
+    warm, serial, threaded = 100, count, count
+    environs = [single(i) for i in range(warm + serial + threaded)]
+    for environ in environs[:warm]:
+        call(environ, "201")
+    times = []
+    for environ in environs[warm : warm + serial]:
+        started = time.perf_counter()
+        call(environ, "201")
+        times.append(time.perf_counter() - started)
+    rest = environs[warm + serial :]
+    threads = [
+        threading.Thread(target=lambda part=rest[t::8]: [call(e, "201") for e in part])
+        for t in range(8)
+    ]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    concurrent = (time.perf_counter() - started) / len(rest)
+    shares = []
+    for b in range(3):
+        runs = [make_run(rng, 10_000_000 + b * 1000 + i, []) for i in range(1000)]
+        body = json.dumps({"runs": runs}).encode()
+        started = time.perf_counter()
+        call(wsgi_environ("/api/v1/runs/batch", body, secret), "200")
+        shares.append((time.perf_counter() - started) / 1000)
+    figures = {"single_p50": statistics.median(times), "single_concurrent": concurrent}
+    print(json.dumps(figures | {"batch_share": statistics.median(shares)}))
+
+
+def in_process(env: dict[str, str], count: int) -> dict:
+    done = subprocess.run(
+        [sys.executable, __file__, "--in-process-child", str(count)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode:
+        raise SystemExit(f"the in-process measurement failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def worker_cpu_seconds(master: int) -> float:
+    """CPU seconds (user + system) used so far by the children of process `master`."""
+    total = 0
+    for children in Path(f"/proc/{master}/task").glob("*/children"):
+        for pid in children.read_text().split():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def open_loop(base: str, secret: str, rate: float, seconds: float, tag: str) -> dict:
+    """One open-loop run by benchmarks/openloop.py in its own process; its JSON figures."""
+    port = urlsplit(base).port
+    command = [sys.executable, str(ROOT / "benchmarks" / "openloop.py"), "--port", str(port)]
+    command += ["--token", secret, "--rate", str(rate), "--duration", str(seconds)]
+    command += ["--prefix", tag]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+    if done.returncode:
+        raise SystemExit(f"openloop.py failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def open_loop_rows(env: dict[str, str], secret: str, rates: list[float], seconds: float) -> list:
+    """Each rate's figures, then twice the capacity's, with the server's CPU and load average."""
+    rows = []
+    # One token sends everything: its rate limit (6,000 a minute by default) is not measured here.
+    env = env | {"API_RATE_LIMIT_PER_MINUTE": "0"}
+    with server(env, workers=2, threads=8) as base:
+        master = SERVERS[base]
+        open_loop(base, secret, min(rates), min(2.0, seconds), "warm")  # imports, pools
+        for rate in rates:
+            rows.append(one_row(base, secret, master, rate, seconds, f"r{rate:g}"))
+        capacity = measured_capacity(rows)
+        if capacity:
+            overload = one_row(base, secret, master, 2 * capacity, seconds, "overload")
+            overload["label"] = f"2 x capacity ({capacity:,.0f}/s)"
+            overload["of_capacity"] = overload["goodput"] / capacity
+            rows.append(overload)
+    return rows
+
+
+def measured_capacity(rows: list[dict]) -> float:
+    """The best goodput of a rate the server kept up with (95 % of it served), else the best."""
+    kept_up = [r["goodput"] for r in rows if r["goodput"] >= 0.95 * r["offered"]]
+    return max(kept_up or [r["goodput"] for r in rows] or [0.0])
+
+
+def one_row(base: str, secret: str, master: int, rate: float, seconds: float, tag: str) -> dict:
+    load = os.getloadavg()[0]
+    cpu = worker_cpu_seconds(master)
+    row = open_loop(base, secret, rate, seconds, tag)
+    row["server_cpu"] = (worker_cpu_seconds(master) - cpu) / row["wall_seconds"]
+    row["load"] = load
+    row["label"] = f"{rate:,.0f}/s"
+    return row
+
+
+def single_report(figures: dict, rows: list) -> list[str]:
+    share = figures["batch_share"] * 1000
+    lines = [
+        "single reports in process (WSGI app called directly; ms per run):",
+        f"  one at a time, p50        {figures['single_p50'] * 1000:8.3f}"
+        f"   = {figures['single_p50'] * 1000 / share:5.1f} x a batched run's share",
+        f"  8 threads at once         {figures['single_concurrent'] * 1000:8.3f}"
+        f"   = {figures['single_concurrent'] * 1000 / share:5.1f} x a batched run's share",
+        f"  batch of 1,000, per run   {share:8.3f}",
+        "single reports over HTTP, open loop (2 gunicorn processes x 8 threads;"
+        " latency from each request's scheduled time, a timeout counted as 2 s):",
+        f"  {'offered':<26}{'p50':>7}{'p95':>8}{'p99':>8}{'goodput':>9}{'shed':>7}"
+        f"{'other':>6}{'timeouts':>9}{'late':>6}{'server cpu':>11}{'gen cpu':>8}{'load':>6}",
+    ]
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    for r in rows:
+        lines.append(
+            f"  {r['label']:<26}{ms(r['p50']):>7}{ms(r['p95']):>8}{ms(r['p99']):>8}"
+            f"{r['goodput']:>9,.0f}{r['shed']:>7}{sum(r['other'].values()) + r['broken']:>6}"
+            f"{r['timeouts']:>9}{r['late']:>6}"
+            f"{r['server_cpu']:>10.0%}{r['cpu_seconds'] / r['wall_seconds']:>8.0%}"
+            f"{r['load']:>6.1f}"
+        )
+    fits = [r for r in rows if "of_capacity" not in r and (r["p99"] or 1e9) <= P99_GOAL_MS]
+    best = max(fits, key=lambda r: r["goodput"], default=None)
+    lines.append(
+        f"  best offered rate with p99 <= {P99_GOAL_MS:g} ms: "
+        + (f"{best['label']} ({best['goodput']:,.0f} served/s)" if best else "none")
+    )
+    for r in rows:
+        if "of_capacity" in r:
+            lines.append(
+                f"  under {r['label']}: goodput {r['of_capacity']:.0%} of capacity,"
+                f" 503 p99 {ms(r['p99_shed'])} ms, timeouts {r['timeouts']}"
+            )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def parse_args() -> argparse.Namespace:
@@ -492,11 +714,21 @@ def parse_args() -> argparse.Namespace:
         metavar="N",
         help="also fill the table to N runs and time deleting one run and one workflow",
     )
+    parser.add_argument(
+        "--rates", default="250,500,1000,1500", help="single reports/s offered, comma-separated"
+    )
+    parser.add_argument("--open-seconds", type=float, default=10.0, help="seconds per rate")
+    parser.add_argument("--skip-single", action="store_true", help="batch and COPY only")
+    parser.add_argument("--single-only", action="store_true", help="single reports only")
+    parser.add_argument("--in-process-child", type=int, help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
+    if args.in_process_child:
+        in_process_child(args.in_process_child)
+        return
     n = 3000 if args.quick else args.n
     url = args.database_url
     if not url.startswith(("postgres://", "postgresql://")):
@@ -515,17 +747,25 @@ def main() -> None:
             "print(','.join(str(Workflow.objects.create(name=f'bench {i}').pk) for i in range(5)))",
         )
         workflow_ids = [int(pk) for pk in workflows.splitlines()[-1].split(",")]
-        bodies = batches(n, args.batch, workflow_ids)
-        with server(env, args.workers) as base:
-            api_seconds = send_all(base, secret, bodies, args.clients)
-        stored = count_runs(url)
-        if stored != n:
-            raise SystemExit(f"the API stored {stored} runs, expected {n}")
-        copy_seconds, columns, data = copy_same_rows(url, n, args.clients)
-        costs = index_costs(url, columns, data, args.clients) if args.index_costs else None
-        deletes = delete_costs(url, env, args.delete_at) if args.delete_at else None
+        costs = deletes = None
+        if not args.single_only:
+            bodies = batches(n, args.batch, workflow_ids)
+            with server(env, args.workers) as base:
+                api_seconds = send_all(base, secret, bodies, args.clients)
+            stored = count_runs(url)
+            if stored != n:
+                raise SystemExit(f"the API stored {stored} runs, expected {n}")
+            copy_seconds, columns, data = copy_same_rows(url, n, args.clients)
+            costs = index_costs(url, columns, data, args.clients) if args.index_costs else None
+        single_lines = [] if args.skip_single else single_reports(env, secret, args)
+        if args.delete_at and not args.single_only:
+            deletes = delete_costs(url, env, args.delete_at)
     finally:
         recreate_database(url, drop_only=True)
+    if args.single_only:
+        print(f"ingest benchmark, single reports only; load average before: {load_before:.1f}")
+        print("\n".join(single_lines))
+        return
     print(
         f"ingest benchmark: {n:,} runs, batches of {args.batch}, "
         f"{args.workers} gunicorn workers, {args.clients} client connections "
@@ -543,6 +783,16 @@ def main() -> None:
     if deletes:
         print()
         print(deletes)
+    for line in single_lines:
+        print(line)
+
+
+def single_reports(env: dict[str, str], secret: str, args: argparse.Namespace) -> list[str]:
+    """Both single-report measurements (the quick run: a few seconds at small rates)."""
+    figures = in_process(env, 50 if args.quick else 1000)
+    rates = [100.0] if args.quick else [float(r) for r in args.rates.split(",")]
+    rows = open_loop_rows(env, secret, rates, 1.0 if args.quick else args.open_seconds)
+    return single_report(figures, rows)
 
 
 if __name__ == "__main__":

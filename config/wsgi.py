@@ -1,8 +1,14 @@
-"""The WSGI entry point the Procfile's `web` line serves with gunicorn."""
+"""The WSGI entry point the Procfile's `web` line serves with gunicorn: Django's application
+behind `Shedding`, which refuses requests that waited too long or whose client left before any
+of Django's work is done for them."""
 
 import os
 
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-application = get_wsgi_application()
+django_application = get_wsgi_application()
+
+from orchestrator.api.overload import Shedding  # noqa: E402  # needs the apps loaded above
+
+application = Shedding(django_application)

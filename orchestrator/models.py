@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from orchestrator import keyset, notify
 from orchestrator.fingerprint import signature as failure_signature
+from orchestrator.memo import LocalMemo
 from orchestrator.vocabulary import (
     Action,
     Breaker,
@@ -70,6 +71,16 @@ class ApiTokenQuerySet(models.QuerySet):
     def authenticate(self, secret: str) -> ApiToken | None:
         """Return the active token whose secret this is, or None."""
         return self.active().filter(hashed=ApiToken.hash_secret(secret)).first()
+
+    def authenticate_cached(self, secret: str) -> ApiToken | None:
+        """`authenticate`, remembered per process for API_TOKEN_CACHE_SECONDS.
+
+        A revocation in this process is seen at once (`revoke` forgets every entry); in another
+        process once its entry expires. Unknown secrets are remembered too, so that a client
+        hammering with a bad token costs no query per request.
+        """
+        hashed = ApiToken.hash_secret(secret)
+        return _TOKENS.get(hashed, lambda: self.active().filter(hashed=hashed).first())
 
 
 class ApiToken(models.Model):
@@ -167,10 +178,12 @@ class ApiToken(models.Model):
 
     def revoke(self) -> bool:
         """Revoke the token; return False if it was already revoked."""
+        _TOKENS.forget()
         changed = ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
         self.refresh_from_db(fields=["revoked_at"])
+        transaction.on_commit(_TOKENS.forget)  # a lookup in between may have remembered it
         return bool(changed)
 
     def revoke_audited(self, actor: Any = None, note: str = "") -> bool:
@@ -198,6 +211,10 @@ class ApiToken(models.Model):
             Q(last_used_at__isnull=True) | Q(last_used_at__lt=stale)
         ).update(last_used_at=now)
         self.last_used_at = now
+
+
+# Tokens by hashed secret, remembered per process: see `authenticate_cached`.
+_TOKENS: LocalMemo[ApiToken | None] = LocalMemo(lambda: settings.API_TOKEN_CACHE_SECONDS)
 
 
 def _fernet() -> Any:
@@ -1164,6 +1181,10 @@ class WorkflowRunDelta(models.Model):
 # Routing policy
 
 
+# The version API answers announce, remembered per process: see `announced_version`.
+_POLICY_VERSION: LocalMemo[int] = LocalMemo(lambda: settings.POLICY_VERSION_CACHE_SECONDS)
+
+
 class PolicyState(models.Model):
     """The single row holding the routing policy's version, bumped on every policy change."""
 
@@ -1179,8 +1200,16 @@ class PolicyState(models.Model):
         return row or 1
 
     @classmethod
+    def announced_version(cls) -> int:
+        """The version as every API answer announces it: `current_version`, remembered per
+        process for POLICY_VERSION_CACHE_SECONDS (an edit in this process is seen at once)."""
+        return _POLICY_VERSION.get(None, cls.current_version)
+
+    @classmethod
     def bump(cls) -> int:
         """Bump the version inside the caller's transaction; return the new version."""
+        _POLICY_VERSION.forget()
+        transaction.on_commit(_POLICY_VERSION.forget)
         cls.objects.get_or_create(pk=1)
         cls.objects.filter(pk=1).update(version=F("version") + 1, changed_at=timezone.now())
         return cls.current_version()

@@ -108,25 +108,35 @@ def error_responses(*extra: int, body: bool = False) -> dict[int, type[ErrorOut]
     return dict.fromkeys(sorted(codes), ErrorOut)
 
 
-def error_response(request: HttpRequest, error: ApiError) -> HttpResponse:
-    body = {
+def envelope(error: ApiError, operation: str) -> dict[str, Any]:
+    """The error's JSON body; `operation` is what was attempted ("POST /api/v1/runs")."""
+    return {
         "status": "error",
         "failure_type": error.failure_type.value,
         "retryable": error.failure_type in RETRYABLE,
         "retry_after": error.retry_after,
         "detail": error.detail,
         "errors": [e.as_dict() for e in error.errors],
-        "attempted": {"operation": f"{request.method} {request.path}"},
+        "attempted": {"operation": operation},
         "partial_results": [],
         "alternatives": error.alternatives,
     }
+
+
+def envelope_headers(error: ApiError) -> dict[str, str]:
+    headers = dict(error.headers)
+    if error.retry_after is not None:
+        # RFC 9110 delay-seconds is an integer; round up so a client never retries too early.
+        headers["Retry-After"] = str(math.ceil(error.retry_after))
+    return headers
+
+
+def error_response(request: HttpRequest, error: ApiError) -> HttpResponse:
+    body = envelope(error, f"{request.method} {request.path}")
     response = HttpResponse(
         orjson.dumps(body), status=error.status, content_type="application/json"
     )
-    if error.retry_after is not None:
-        # RFC 9110 delay-seconds is an integer; round up so a client never retries too early.
-        response["Retry-After"] = str(math.ceil(error.retry_after))
-    for name, value in error.headers.items():
+    for name, value in envelope_headers(error).items():
         response[name] = value
     return response
 

@@ -18,19 +18,23 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 import orjson
 import pydantic
-from django.db import IntegrityError, connection, transaction
+from django.conf import settings
+from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from classifier import FailureCategory
 from orchestrator.api.errors import ApiError, FieldError, invalid
+from orchestrator.api.groupcommit import GroupCommit
 from orchestrator.api.schemas import EnvelopeIn, RunIn
 from orchestrator.fingerprint import signature
 from orchestrator.models import Run, Workflow
@@ -303,12 +307,18 @@ def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]
     """The columns with one value for the whole batch, and that value ready for the database."""
     given = {"created_at": created_at, "token": token_id}
     values = []
-    for field in Run._meta.concrete_fields:
-        if field.primary_key or field.name in ROW_FIELDS:
-            continue
+    for field in _batch_fields():
         value = given[field.name] if field.name in given else field.get_default()
         values.append((field, field.get_db_prep_save(value, connection)))
     return values
+
+
+@cache
+def _batch_fields() -> tuple[Field, ...]:
+    """The columns `_batch_values` fills, in the table's order."""
+    return tuple(
+        f for f in Run._meta.concrete_fields if not f.primary_key and f.name not in ROW_FIELDS
+    )
 
 
 def _conflict_clause() -> str:
@@ -583,7 +593,10 @@ def ingest_one(
     token_id: int, run: RunIn, raw: dict[str, Any], header_key: str | None
 ) -> tuple[Run, bool]:
     """Store one report, or find its identical earlier report; return the run and whether it
-    was the earlier one (an idempotent replay). Raise ApiError otherwise."""
+    was the earlier one (an idempotent replay). Raise ApiError otherwise.
+
+    Reports arriving together share one INSERT and one commit (`GROUP`); each is answered once
+    its row is committed."""
     if header_key and run.idempotency_key and header_key != run.idempotency_key:
         raise invalid(
             "The Idempotency-Key header and the body's idempotency_key differ.",
@@ -594,11 +607,9 @@ def ingest_one(
     if errors:
         raise invalid("Invalid run.", errors)
     p = Pending(0, run, token_id, key, request_hash(raw))
-    missing = reference_errors([p], lambda i: "")
-    if missing:
-        raise invalid("Invalid reference to a workflow or run.", missing[0])
-    created_at = timezone.now()
-    outcome = store(token_id, [p], lambda i: "Idempotency-Key", created_at)[0]
+    # Inside a caller's transaction the commit is the caller's: nobody else's report rides on it.
+    alone = connection.in_atomic_block
+    outcome, created_at = store_group([p])[0] if alone else GROUP.submit(p)
     if outcome.error is not None:
         raise outcome.error
     if outcome.status == "created":
@@ -606,6 +617,60 @@ def ingest_one(
         # going away) and turn a stored report into an error its sender would resend.
         return inserted_run(p, outcome.id, created_at), False
     return Run.objects.get(pk=outcome.id), True  # an identical earlier report: the stored row
+
+
+def store_group(items: Sequence[Pending]) -> list[tuple[Outcome, datetime]]:
+    """Store single reports of any tokens as one group; return each one's outcome and time.
+
+    The batch path's steps over the whole group: one query per kind of reference, one INSERT per
+    token (several in one transaction), one SELECT for repeated keys. Should the group's INSERT
+    fail on a value validation let through, each report is stored again alone, so that the
+    others are not refused with it.
+    """
+    group = [replace(p, index=i) for i, p in enumerate(items)]
+    outcomes: dict[int, Outcome] = {}
+    for index, errors in reference_errors(group, lambda i: "").items():
+        refusal = invalid("Invalid reference to a workflow or run.", errors)
+        outcomes[index] = Outcome(index, "rejected", None, refusal)
+    valid = [p for p in group if p.index not in outcomes]
+    created_at = timezone.now()
+    try:
+        outcomes |= _store_by_token(valid, created_at)
+    except (IntegrityError, DataError):
+        if len(valid) < 2:
+            raise
+        for p in valid:
+            try:
+                outcomes |= _store_by_token([p], created_at)
+            except (IntegrityError, DataError) as exc:
+                outcomes[p.index] = Outcome(p.index, "rejected", None, _refusal(exc))
+    return [(outcomes[p.index], created_at) for p in group]
+
+
+def _store_by_token(pending: Sequence[Pending], created_at: datetime) -> dict[int, Outcome]:
+    by_token: dict[int, list[Pending]] = {}
+    for p in pending:
+        by_token.setdefault(p.token_id, []).append(p)
+    outcomes: dict[int, Outcome] = {}
+    # One token (the usual case): one INSERT, atomic by itself. Several: one commit for all, the
+    # tokens in id order (as keys within one), so two processes' groups cannot deadlock.
+    with transaction.atomic() if len(by_token) > 1 else nullcontext():
+        for token_id, items in sorted(by_token.items()):
+            for outcome in store(token_id, items, lambda i: "Idempotency-Key", created_at):
+                outcomes[outcome.index] = outcome
+    return outcomes
+
+
+def _refusal(exc: Exception) -> ApiError:
+    if isinstance(exc, IntegrityError):
+        return invalid("The request conflicts with stored data.", (), 409)
+    return invalid("A value does not fit its database column.")
+
+
+# Single reports of this process, grouped (INGEST_GROUP_MAX reports at most per group).
+GROUP: GroupCommit[Pending, tuple[Outcome, datetime]] = GroupCommit(
+    store_group, lambda: settings.INGEST_GROUP_MAX
+)
 
 
 def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:

@@ -51,7 +51,7 @@ def with_policy_version(view: Callable[..., HttpResponse]) -> Callable[..., Http
             # a second connection timeout for an answer that cannot carry one anyway.
             return response
         try:
-            response[VERSION_HEADER] = str(PolicyState.current_version())
+            response[VERSION_HEADER] = str(PolicyState.announced_version())
         except DatabaseError:  # the database is down: the answer says so; no version to tell
             logger.warning("policy version unavailable for %s", request.path, exc_info=True)
         return response

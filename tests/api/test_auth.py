@@ -115,3 +115,59 @@ def test_every_documented_operation_requires_a_token(client, db, method, path):
     # Covers routers added later too: auth is set once on the API, never per router.
     response = call(client, method, path, {} if method in ("post", "put", "patch") else None)
     assert_envelope(response, 401, "auth_failure")
+
+
+class Clock:
+    """Stands in for the per-process memo's monotonic clock."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@override_settings(API_TOKEN_CACHE_SECONDS=5)
+def test_a_token_revoked_here_is_refused_at_once_though_it_was_remembered(client, api_token):
+    token, secret = api_token
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    assert client.get("/api/v1/policies", **headers).status_code == 200  # now remembered
+    token.revoke()
+    assert_envelope(client.get("/api/v1/policies", **headers), 401, "auth_failure")
+
+
+@override_settings(API_TOKEN_CACHE_SECONDS=5)
+def test_a_token_revoked_by_another_process_is_refused_once_its_entry_expires(
+    client, api_token, monkeypatch
+):
+    from django.utils import timezone
+
+    from orchestrator import memo
+
+    clock = Clock()
+    monkeypatch.setattr(memo, "clock", clock)
+    token, secret = api_token
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    assert client.get("/api/v1/policies", **headers).status_code == 200
+    # Another process revokes it: this process's memo is not told.
+    ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
+    clock.now += 4
+    assert client.get("/api/v1/policies", **headers).status_code == 200  # within the 5 s
+    clock.now += 2
+    assert_envelope(client.get("/api/v1/policies", **headers), 401, "auth_failure")
+
+
+@override_settings(API_TOKEN_CACHE_SECONDS=5)
+def test_a_remembered_token_costs_no_query(client, api_token, django_assert_num_queries):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {api_token[1]}"}
+    client.post(
+        "/api/v1/runs", data=json.dumps(ok_run()), content_type="application/json", **headers
+    )
+    # The token and the policy version are remembered: what is left is the INSERT, sent on
+    # psycopg's own cursor (which Django does not count).
+    with django_assert_num_queries(0):
+        response = client.post(
+            "/api/v1/runs", data=json.dumps(ok_run()), content_type="application/json", **headers
+        )
+    assert response.status_code == 201
+    assert Run.objects.filter(pk=response.json()["id"]).exists()

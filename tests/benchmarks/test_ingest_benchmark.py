@@ -29,7 +29,7 @@ def bench_database_url() -> str | None:
 
 
 @pytest.mark.slow
-def test_the_ingest_benchmark_runs_and_reports_both_rates():
+def test_the_ingest_benchmark_runs_and_reports_its_rates_and_single_reports():
     url = bench_database_url()
     require_service(url is not None, "PostgreSQL (DATABASE_URL=postgres://…)")
     done = subprocess.run(
@@ -56,3 +56,6 @@ def test_the_ingest_benchmark_runs_and_reports_both_rates():
     # the deletes at 2,000 runs (--index-costs recreates every index a dozen times: too slow
     # for the suite; docs/run-indexes.md has its figures)
     assert any("deleting one run" in line and "bare DELETE" in line for line in lines), done.stdout
+    assert sum("x a batched run's share" in line for line in lines) == 2, done.stdout
+    assert any(line.strip().startswith("100/s ") for line in lines), done.stdout  # open loop
+    assert any("best offered rate with p99 <= 25 ms" in line for line in lines), done.stdout

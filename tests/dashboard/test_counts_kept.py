@@ -250,7 +250,10 @@ def test_search_has_trigram_indexes_on_the_expressions_it_filters(postgres):
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "run_detail_trgm" in plan and "run_attempted_trgm" in plan, plan
+    # On a partitioned table each day's partition has its own copy of the indexes (named after
+    # the partition): what matters is that both expressions are read through an index.
+    assert "Index Cond: (upper(detail) ~~" in plan, plan
+    assert "Index Cond: (upper((attempted)::text) ~~" in plan, plan
 
 
 def test_the_fold_keeps_a_few_hours_of_minutes_and_every_run_in_the_totals(postgres):
