@@ -31,7 +31,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 
@@ -40,6 +40,7 @@ def _loader():
     path = Path(__file__).resolve().parent / "dashboard.py"
     spec = importlib.util.spec_from_file_location("dashboard_benchmark", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -56,7 +57,8 @@ def run_rows_with_switches(count: int, workflows: int, now: datetime):
     on another source (`switched_from`), as the coordinator's switches do."""
     rng = random.Random(11)
     switches: deque[tuple[int, str]] = deque(maxlen=500)
-    for row in loader.run_rows(count, workflows, now):
+    span = (now - timedelta(days=loader.DAYS), now - timedelta(minutes=1))
+    for row in loader.run_rows(range(1, count + 1), count, workflows, span, loader.Tasks()):
         if row.get("decision") == "switch_source":
             switches.append((row["id"], row["source"]))
         elif "retry_of_id" not in row and switches and rng.random() < SWITCH_SHARE:
@@ -77,9 +79,10 @@ def load(rows: int, days: int) -> None:
     workflows = max(10, rows // 50)
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE orchestrator_reviewitem, orchestrator_run, orchestrator_workflow "
-            "RESTART IDENTITY CASCADE"
+            "TRUNCATE orchestrator_reviewitem, orchestrator_run, orchestrator_runkey, "
+            "orchestrator_workflow RESTART IDENTITY CASCADE"
         )
+    loader.day_partitions(now, days + 1)
     started = time.perf_counter()
     loader.copy_rows(Workflow, loader.workflow_rows(workflows, now))
     n = loader.copy_rows(Run, run_rows_with_switches(rows, workflows, now))
