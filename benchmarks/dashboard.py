@@ -348,7 +348,9 @@ def set_indexes_aside() -> list[str]:
         indexes = cursor.fetchall()
         for name, _ in indexes:
             cursor.execute(f'DROP INDEX "{name}"')
-    return [definition for _, definition in indexes]
+    # A partitioned table's index reads "ON ONLY" in pg_indexes: re-created that way it would be
+    # an invalid shell with no index on any partition.
+    return [definition.replace(" ON ONLY ", " ON ", 1) for _, definition in indexes]
 
 
 def day_partitions(now: datetime, days: int = 32) -> None:
