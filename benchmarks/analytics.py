@@ -1,7 +1,7 @@
 """Analytics benchmark: the policy dry run and the switch-efficacy matrix at 1,000,000 runs.
 
     .venv/bin/python benchmarks/analytics.py [--rows 1000000] [--days 7] [--repeat 5]
-                                             [--database-url …] [--skip-load]
+                                             [--database-url …] [--skip-load] [--keep-database]
 
 Against PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/failsight_analytics
 _bench): creates the database if missing, migrates it and loads the runs with COPY through the
@@ -17,7 +17,8 @@ by a switch from a recent failure. It then times, median of --repeat after one w
   plain count over its window.
 
 It prints the load average first (the machines are shared) and each figure as a ratio to its
-baseline measured in the same run.
+baseline measured in the same run. The database is dropped at the end (unless --keep-database;
+--skip-load then reuses it).
 """
 
 from __future__ import annotations
@@ -180,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_URL))
     parser.add_argument("--skip-load", action="store_true", help="Reuse the loaded data")
+    parser.add_argument("--keep-database", action="store_true", help="Do not drop it at the end")
     args = parser.parse_args(argv)
     if not args.database_url.startswith(("postgres://", "postgresql://")):
         parser.error("the analytics benchmark needs PostgreSQL (COPY)")
@@ -188,11 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     loader.setup_django(args.database_url)
     from django.core.management import call_command
 
-    call_command("migrate", interactive=False, verbosity=0)
-    if not args.skip_load:
-        load(args.rows, args.days)
-    ok = measure(args.repeat, args.days)
-    print(f"\ndry run under {DRY_RUN_TARGET_S:.0f} s" if ok else "\nDRY RUN MISSED THE TARGET")
+    try:
+        call_command("migrate", interactive=False, verbosity=0)
+        if not args.skip_load:
+            load(args.rows, args.days)
+        ok = measure(args.repeat, args.days)
+        print(f"\ndry run under {DRY_RUN_TARGET_S:.0f} s" if ok else "\nDRY RUN MISSED THE TARGET")
+    finally:
+        if not args.keep_database:  # a million runs is a gigabyte: not left behind by default
+            loader.drop_database(args.database_url)
     return 0
 
 
