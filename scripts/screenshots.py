@@ -1,5 +1,5 @@
 """Take the README's screenshots (overview, a run detail, the review queue and an item, failure
-groups, a workflow, the runs in flight) from demonstration data.
+groups, a workflow, the runs in flight, SLOs, switch efficacy) from demonstration data.
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 
@@ -150,6 +150,8 @@ def shoot(base: str, out: Path) -> list[Path]:
     shots.append(("failure-groups.png", "/groups/"))
     shots.append(("workflow.png", f"/workflows/{pick_workflow()}/"))
     shots.append(("in-flight.png", "/runs/in-flight/"))
+    shots.append(("slos.png", "/slos/"))
+    shots.append(("efficacy.png", "/efficacy/"))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(base_url=base, viewport={"width": 1440, "height": 1000})
