@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -259,3 +260,14 @@ def app_env(database_url: str, broker_url: str, cache_url: str, var: Path) -> di
         "BIND": "127.0.0.1:0",
         "LOG_LEVEL": "WARNING",
     }
+
+
+def bench_database_url(suffix: str) -> str | None:
+    """A benchmark smoke test's own database: DATABASE_URL's name with `suffix`, on the same
+    server (two checkouts sharing one PostgreSQL never load into each other's database), or None
+    when DATABASE_URL is not PostgreSQL."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        return None
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{parts.path.strip('/')}{suffix}"))

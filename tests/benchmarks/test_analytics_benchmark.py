@@ -6,30 +6,21 @@ Skipped on SQLite locally, failed in CI without PostgreSQL (require_service).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from tests.conftest import require_service
+from tests.services import bench_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def bench_database_url() -> str | None:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
-        return None
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{parts.path.strip('/')}_analytics_smoke"))
-
-
 @pytest.mark.slow
 def test_the_analytics_benchmark_times_the_dry_run_and_the_matrix():
-    url = bench_database_url()
+    url = bench_database_url("_analytics_smoke")
     require_service(url is not None, "PostgreSQL (DATABASE_URL=postgres://…)")
     command = ["benchmarks/analytics.py", "--rows", "2000", "--repeat", "1", "--database-url", url]
     done = subprocess.run(

@@ -7,7 +7,6 @@ the server of DATABASE_URL.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import psycopg
 import pytest
 
 from tests.conftest import require_service
+from tests.services import bench_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,20 +69,10 @@ WHERE e.retries IS DISTINCT FROM s.retries
 """
 
 
-def bench_database_url() -> str | None:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
-        return None
-    # Named after the test database's own name, so that two checkouts sharing one PostgreSQL
-    # server never load the benchmark into each other's schema.
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{parts.path.strip('/')}_dash_smoke"))
-
-
 @pytest.fixture(scope="module")
 def benchmark_run() -> Iterator[tuple[str, str]]:
     """(database URL, output) of one small benchmark run."""
-    url = bench_database_url()
+    url = bench_database_url("_dash_smoke")
     require_service(url is not None, "PostgreSQL (DATABASE_URL=postgres://…)")
     done = subprocess.run(
         [

@@ -7,30 +7,21 @@ drops it at the end.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from tests.conftest import require_service
+from tests.services import bench_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def bench_database_url() -> str | None:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
-        return None
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}_bench"))
-
-
 @pytest.mark.slow
 def test_the_ingest_benchmark_runs_and_reports_its_rates_and_single_reports():
-    url = bench_database_url()
+    url = bench_database_url("_bench")
     require_service(url is not None, "PostgreSQL (DATABASE_URL=postgres://…)")
     done = subprocess.run(
         [
