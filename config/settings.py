@@ -308,18 +308,6 @@ INGEST_GROUP_MAX = env_int("INGEST_GROUP_MAX", 1000, minimum=1)
 # from the moment the server saw the request, which `config.server`'s gunicorn worker records;
 # `config.wsgi` sheds (orchestrator.api.overload), before Django's handler.
 WEB_SHED_AFTER_MS = env_int("WEB_SHED_AFTER_MS", 200)
-# Seconds each web process remembers a token (revocation elsewhere takes effect within them; at
-# once in the revoking process) and the policy version API answers announce; 0: not at all.
-API_TOKEN_CACHE_SECONDS = env_int("API_TOKEN_CACHE_SECONDS", 5)
-POLICY_VERSION_CACHE_SECONDS = env_int("POLICY_VERSION_CACHE_SECONDS", 1)
-# Single reports arriving together in one web process share one INSERT and one commit (group
-# commit), at most this many per group; 1 stores each on its own.
-INGEST_GROUP_MAX = env_int("INGEST_GROUP_MAX", 1000, minimum=1)
-# Load shedding: a request that waited longer than this many milliseconds for a web thread is
-# answered 503 with Retry-After at once instead of being processed late (0: never shed). Measured
-# from the moment the server saw the request, which `config.server`'s gunicorn worker records;
-# `config.wsgi` sheds (orchestrator.api.overload), before Django's handler.
-WEB_SHED_AFTER_MS = env_int("WEB_SHED_AFTER_MS", 200)
 # The Prometheus /metrics endpoint answers a bearer METRICS_TOKEN, or a client address inside
 # METRICS_ALLOWED_IPS when that is set explicitly (none by default: a same-host proxy would
 # otherwise make every visitor look local).
