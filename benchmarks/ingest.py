@@ -523,9 +523,7 @@ def in_process_child(count: int) -> None:
     """Measure in this process (DATABASE_URL set by the parent); print the figures as JSON."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.path.insert(0, str(ROOT))
-    from django.core.wsgi import get_wsgi_application
-
-    app = get_wsgi_application()
+    from config.wsgi import application as app  # what gunicorn calls
     from orchestrator.models import ApiToken
 
     _, secret = ApiToken.issue("in-process")

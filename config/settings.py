@@ -303,6 +303,9 @@ POLICY_VERSION_CACHE_SECONDS = env_int("POLICY_VERSION_CACHE_SECONDS", 1)
 # Single reports arriving together in one web process share one INSERT and one commit (group
 # commit), at most this many per group; 1 stores each on its own.
 INGEST_GROUP_MAX = env_int("INGEST_GROUP_MAX", 1000, minimum=1)
+# Ordinary single reports (POST /api/v1/runs) are served by `orchestrator.api.fastpath` ahead
+# of Django's handler and middleware (config.wsgi); off: every report goes through Django.
+INGEST_FAST_PATH = env_bool("INGEST_FAST_PATH", True)
 # Load shedding: a request that waited longer than this many milliseconds for a web thread is
 # answered 503 with Retry-After at once instead of being processed late (0: never shed). Measured
 # from the moment the server saw the request, which `config.server`'s gunicorn worker records;

@@ -193,7 +193,7 @@ def _throttled(exc: Throttled) -> ApiError:
     )
 
 
-def _database_unavailable() -> ApiError:
+def database_unavailable() -> ApiError:
     return ApiError(
         503,
         FailureCategory.SERVER_FAULT,
@@ -235,8 +235,8 @@ def install_handlers(api: NinjaAPI) -> None:
     handle(HttpError, _http_error)
     handle(Http404, lambda exc: not_found_error("Not found."))
     handle(RequestDataTooBig, lambda exc: _too_big())
-    handle(OperationalError, lambda exc: _database_unavailable())
-    handle(InterfaceError, lambda exc: _database_unavailable())
+    handle(OperationalError, lambda exc: database_unavailable())
+    handle(InterfaceError, lambda exc: database_unavailable())
     # Validation should catch every value a column refuses; these are the backstop, never a 500.
     handle(DataError, lambda exc: invalid("A value does not fit its database column."))
     handle(IntegrityError, lambda exc: invalid("The request conflicts with stored data.", (), 409))
@@ -429,24 +429,7 @@ class EnvelopeParser(Parser):
     """
 
     def parse_body(self, request: HttpRequest) -> Any:
-        body = read_body(request)
-        limit = settings.API_MAX_JSON_DEPTH
-        try:
-            # orjson is strict: no NaN/Infinity, no lone surrogates (which no database accepts).
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            if str(exc).startswith(_ORJSON_DEPTH):
-                raise _too_deep(limit) from None
-            if _ORJSON_HUGE in str(exc) and (wide := _wide_integer(body)) is not None:
-                raise _too_wide(wide) from None  # valid JSON, a number beyond any double
-            raise invalid(f"The body is not valid JSON: {exc}", status=400) from None
-        if deeper_than(data, limit):
-            raise _too_deep(limit)
-        wide = _wide_integer(body)
-        if wide is not None:
-            raise _too_wide(wide)
-        if _NUL_ESCAPE in body:
-            data = replace_nul(data)
+        data = parse_json(read_body(request))
         request._parsed_json = data  # type: ignore[attr-defined]
         return data
 
@@ -454,3 +437,25 @@ class EnvelopeParser(Parser):
     def parsed(request: HttpRequest) -> Any:
         """The body as this parser returned it (views hash it for idempotency)."""
         return getattr(request, "_parsed_json", None)
+
+
+def parse_json(body: bytes) -> Any:
+    """A request body as data, by the rules of `EnvelopeParser`; raise ApiError otherwise."""
+    limit = settings.API_MAX_JSON_DEPTH
+    try:
+        # orjson is strict: no NaN/Infinity, no lone surrogates (which no database accepts).
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if str(exc).startswith(_ORJSON_DEPTH):
+            raise _too_deep(limit) from None
+        if _ORJSON_HUGE in str(exc) and (wide := _wide_integer(body)) is not None:
+            raise _too_wide(wide) from None  # valid JSON, a number beyond any double
+        raise invalid(f"The body is not valid JSON: {exc}", status=400) from None
+    if deeper_than(data, limit):
+        raise _too_deep(limit)
+    wide = _wide_integer(body)
+    if wide is not None:
+        raise _too_wide(wide)
+    if _NUL_ESCAPE in body:
+        data = replace_nul(data)
+    return data

@@ -1,0 +1,205 @@
+"""The single-report fast path: `POST /api/v1/runs` answered without Django's handler.
+
+Most agents report one run per request, so this one operation carries most of the API's traffic,
+and through Django it paid for a whole page's machinery: eleven middleware (sessions, CSRF,
+messages, sign-in lockout …), URL resolution and ninja's operation around a view whose own work
+is a parse, a validation and one INSERT. `FastReports` wraps the WSGI application
+(`config.wsgi`, after `Shedding`) and serves an ordinary report itself, with the same parts the
+view uses: the bearer token (`ApiToken.objects.authenticate_cached`), the per-token rate limit
+(`TokenRateThrottle`), the body parser's rules (`parse_json`), `RunIn`, `ingest.ingest_one`
+(group commit) and `RunOut`; its answer carries the headers the middleware would add
+(`X-Policy-Version`, the security headers and the Content-Security-Policy).
+
+Anything out of the ordinary is handed to Django untouched (the body put back), so every refusal
+keeps the one implementation of its envelope: a missing or revoked token, a request over the
+rate limit, a body that is not a valid run, a host not in ALLOWED_HOSTS, a request the HTTPS
+redirect applies to, a chunked body. A report refused after it reached the store (a reused
+Idempotency-Key, a value the column refuses) stored nothing, so Django judging it again gives
+the same answer. A database outage is answered here (503 in the envelope, as the API answers
+it), never handed on: the report may or may not have been stored, and the client's retry with
+its Idempotency-Key settles which.
+
+A thread keeps its database connection between fast reports (Django's handler would return it
+to the pool after each request, and take it back with a health check before the next); any
+error on it closes it, and a request of Django's on the same thread closes it at its start as
+usual. `INGEST_FAST_PATH = False` sends every report through Django.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Callable, Iterable
+from functools import cache
+from typing import Any
+
+import pydantic
+from django.conf import settings
+from django.core.exceptions import DisallowedHost
+from django.core.handlers.wsgi import WSGIRequest
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection
+from django.http import HttpResponse
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.security import SecurityMiddleware
+
+from orchestrator.api.auth import TokenRateThrottle
+from orchestrator.api import api, ingest
+from orchestrator.api.errors import ApiError, database_unavailable, error_response, parse_json
+from orchestrator.api.policies import VERSION_HEADER
+from orchestrator.api.schemas import RunIn, RunOut
+from orchestrator.models import ApiToken, PolicyState
+
+logger = logging.getLogger(__name__)
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+Answer = tuple[str, list[tuple[str, str]], bytes]
+
+# The operation served here, as the API is mounted (config.urls: "api/v1/").
+REPORT_PATH = "/api/v1/runs"
+# Set on the answer to a repeated report: nothing new was stored (as `runs.REPLAYED_HEADER`).
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_KEY_LENGTH = 255  # the Idempotency-Key header's limit (`Str255` on the view)
+
+
+class Handover(Exception):
+    """This request is not an ordinary report: Django's handler answers it."""
+
+
+class FastReports:
+    """WSGI middleware: serve ordinary single reports, hand everything else to `app`."""
+
+    def __init__(self, app: Callable[[Environ, StartResponse], Iterable[bytes]]) -> None:
+        self.app = app
+        self.throttle = TokenRateThrottle()
+        self.security = SecurityMiddleware(_unused)
+        self.frames = XFrameOptionsMiddleware(_unused)
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if (
+            environ.get("PATH_INFO") != REPORT_PATH
+            or environ.get("REQUEST_METHOD") != "POST"
+            or not settings.INGEST_FAST_PATH
+        ):
+            return self.app(environ, start_response)
+        try:
+            status, headers, body = self.serve(environ)
+        except Handover:
+            return self.app(environ, start_response)
+        start_response(status, headers)
+        return [body]
+
+    def serve(self, environ: Environ) -> Answer:
+        """Answer an ordinary report; raise Handover for anything else."""
+        body = _read_body(environ)
+        request = WSGIRequest(environ)
+        try:
+            request.get_host()  # ALLOWED_HOSTS
+        except DisallowedHost:
+            raise Handover from None
+        if settings.SECURE_SSL_REDIRECT and not request.is_secure():
+            raise Handover
+        token = self.authenticate(request)
+        request.auth = token  # what the rate limit counts by, as on the view
+        if not self.throttle.allow_request(request):
+            raise Handover  # Django counts it once more and answers the 429
+        try:
+            raw = parse_json(body)
+            run = RunIn.model_validate(raw)
+        except (ApiError, pydantic.ValidationError, ValueError):
+            raise Handover from None
+        key = environ.get("HTTP_IDEMPOTENCY_KEY")
+        if key is not None and len(key) > MAX_KEY_LENGTH:
+            raise Handover
+        return self.store(request, token, run, raw, key)
+
+    def authenticate(self, request: WSGIRequest) -> ApiToken:
+        scheme, _, secret = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+        if scheme.lower() != "bearer" or not secret:
+            raise Handover
+        token = ApiToken.objects.authenticate_cached(secret)
+        if token is None:
+            raise Handover
+        token.touch()  # as `auth.BearerToken`: at most one write a minute per token
+        return token
+
+    def store(
+        self, request: WSGIRequest, token: ApiToken, run: RunIn, raw: Any, key: str | None
+    ) -> Answer:
+        try:
+            stored, replayed = ingest.ingest_one(token.pk, run, raw, key)
+        except (ApiError, IntegrityError, ValueError):
+            raise Handover from None  # refused before anything was stored
+        except (OperationalError, InterfaceError) as exc:
+            connection.close()  # a broken connection goes back to the pool, which drops it
+            logger.warning("database unavailable for a single report: %s", exc)
+            return self.error(request, database_unavailable())
+        except DatabaseError:
+            raise Handover from None  # the statement failed whole: nothing was stored
+        body = render(request, stored)
+        response = HttpResponse(body, status=201, content_type=_JSON)
+        if replayed:
+            response[REPLAYED_HEADER] = "true"
+        try:
+            response[VERSION_HEADER] = str(PolicyState.announced_version())
+        except DatabaseError:  # stored; the version is what cannot be told
+            connection.close()
+        return self.finish(request, response)
+
+    def error(self, request: WSGIRequest, error: ApiError) -> Answer:
+        return self.finish(request, error_response(request, error))
+
+    def finish(self, request: WSGIRequest, response: HttpResponse) -> Answer:
+        """The answer with the headers Django's middleware would have added."""
+        response = self.security.process_response(request, response)
+        response = self.frames.process_response(request, response)
+        for name, value in content_security_headers():
+            response.headers.setdefault(name, value)
+        status = f"{response.status_code} {response.reason_phrase}"
+        headers = [*response.items(), ("Content-Length", str(len(response.content)))]
+        return status, headers, response.content
+
+
+_JSON = "application/json; charset=utf-8"
+
+
+def render(request: WSGIRequest, stored: Any) -> bytes:
+    """The run as the view's answer renders it: ninja's response model and renderer."""
+    data = RunOut.model_validate(stored, context={"request": request, "response_status": 201})
+    return api.renderer.render(request, data.model_dump(), response_status=201).encode()
+
+
+def _read_body(environ: Environ) -> bytes:
+    """Read the body (of a known, acceptable length only) and put it back, unread, for Django."""
+    if "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+        raise Handover
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise Handover from None
+    if not 0 < length <= settings.API_MAX_BODY_BYTES:
+        raise Handover
+    body = environ["wsgi.input"].read(length)
+    environ["wsgi.input"] = io.BytesIO(body)
+    if len(body) != length:
+        raise Handover
+    return body
+
+
+@cache
+def content_security_headers() -> tuple[tuple[str, str], ...]:
+    """The Content-Security-Policy headers django-csp sets on an answer with no nonce: they
+    depend on the settings only, so they are built once per process."""
+    from csp.middleware import CSPMiddleware
+
+    probe = HttpResponse(status=201, content_type=_JSON)
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": REPORT_PATH, "wsgi.input": io.BytesIO()}
+    request = WSGIRequest(environ)
+    response = CSPMiddleware(_unused).process_response(request, probe)
+    return tuple(
+        (name, value) for name, value in response.items() if name.startswith("Content-Security")
+    )
+
+
+def _unused(request: Any) -> HttpResponse:  # the middleware here only process responses
+    raise AssertionError("not called")
