@@ -42,12 +42,13 @@ from django.http import HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 
-from orchestrator.api.auth import TokenRateThrottle
 from orchestrator.api import api, ingest
+from orchestrator.api.auth import TokenRateThrottle
 from orchestrator.api.errors import ApiError, database_unavailable, error_response, parse_json
 from orchestrator.api.policies import VERSION_HEADER
 from orchestrator.api.schemas import RunIn, RunOut
 from orchestrator.models import ApiToken, PolicyState
+from orchestrator.vocabulary import FailureCategory
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +91,31 @@ class FastReports:
         return [body]
 
     def serve(self, environ: Environ) -> Answer:
-        """Answer an ordinary report; raise Handover for anything else."""
-        body = _read_body(environ)
-        request = WSGIRequest(environ)
+        """Answer an ordinary report; raise Handover for anything else.
+
+        Until the report reaches the store nothing has been written, so any failure there (a
+        token lookup with the database down included) is handed over: Django answers it in full.
+        """
+        try:
+            body = _read_body(environ)
+            request = WSGIRequest(environ)
+        except Handover:
+            raise
+        except Exception:  # a request Django's handler knows how to refuse
+            raise Handover from None
+        try:
+            token, run, raw = self.admit(request, body)
+        except Handover:
+            raise
+        except (OperationalError, InterfaceError) as exc:  # the token lookup: answered at once
+            return self.unavailable(request, exc)
+        except Exception:
+            logger.debug("single report handed to Django", exc_info=True)
+            raise Handover from None
+        return self.store(request, token, run, raw, request.META.get("HTTP_IDEMPOTENCY_KEY"))
+
+    def admit(self, request: WSGIRequest, body: bytes) -> tuple[ApiToken, RunIn, Any]:
+        """The token, the run and the parsed body of an ordinary report."""
         try:
             request.get_host()  # ALLOWED_HOSTS
         except DisallowedHost:
@@ -100,18 +123,20 @@ class FastReports:
         if settings.SECURE_SSL_REDIRECT and not request.is_secure():
             raise Handover
         token = self.authenticate(request)
-        request.auth = token  # what the rate limit counts by, as on the view
-        if not self.throttle.allow_request(request):
-            raise Handover  # Django counts it once more and answers the 429
         try:
             raw = parse_json(body)
             run = RunIn.model_validate(raw)
         except (ApiError, pydantic.ValidationError, ValueError):
             raise Handover from None
-        key = environ.get("HTTP_IDEMPOTENCY_KEY")
+        # Counted last, so that only a request over the limit is counted twice (here, then by
+        # Django, which answers the 429).
+        request.auth = token  # what the rate limit counts by, as on the view
+        if not self.throttle.allow_request(request):
+            raise Handover
+        key = request.META.get("HTTP_IDEMPOTENCY_KEY")
         if key is not None and len(key) > MAX_KEY_LENGTH:
             raise Handover
-        return self.store(request, token, run, raw, key)
+        return token, run, raw
 
     def authenticate(self, request: WSGIRequest) -> ApiToken:
         scheme, _, secret = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
@@ -131,11 +156,13 @@ class FastReports:
         except (ApiError, IntegrityError, ValueError):
             raise Handover from None  # refused before anything was stored
         except (OperationalError, InterfaceError) as exc:
-            connection.close()  # a broken connection goes back to the pool, which drops it
-            logger.warning("database unavailable for a single report: %s", exc)
-            return self.error(request, database_unavailable())
+            return self.unavailable(request, exc)
         except DatabaseError:
             raise Handover from None  # the statement failed whole: nothing was stored
+        except Exception as exc:  # what the API answers for an error of its own: a logged 500
+            logger.exception("API error on POST %s", REPORT_PATH, exc_info=exc)
+            detail = "Internal error; it has been logged."
+            return self.error(request, ApiError(500, FailureCategory.SERVER_FAULT, detail))
         body = render(request, stored)
         response = HttpResponse(body, status=201, content_type=_JSON)
         if replayed:
@@ -145,6 +172,12 @@ class FastReports:
         except DatabaseError:  # stored; the version is what cannot be told
             connection.close()
         return self.finish(request, response)
+
+    def unavailable(self, request: WSGIRequest, exc: Exception) -> Answer:
+        """The database is down: a 503 at once (handing over would wait for it a second time)."""
+        connection.close()  # a broken connection goes back to the pool, which drops it
+        logger.warning("database unavailable for a single report: %s", exc)
+        return self.error(request, database_unavailable())
 
     def error(self, request: WSGIRequest, error: ApiError) -> Answer:
         return self.finish(request, error_response(request, error))

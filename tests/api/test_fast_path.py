@@ -1,0 +1,191 @@
+"""The single-report fast path (`orchestrator.api.fastpath`) answers as Django's view would.
+
+Each report is sent twice through the real WSGI application of `config.wsgi` (what gunicorn
+calls): once with the fast path on, once with it off, and the answers are compared whole:
+status, body (the run's own id, time and key aside) and header names. A spy in place of
+Django's application tells which path answered. Requests the fast path must not serve (bad
+token, invalid body, reused key, unknown host …) must reach Django with their body intact.
+
+On PostgreSQL with committed transactions: outside a transaction a small group is stored with
+one INSERT in autocommit, and a repeated key makes that statement fail and fall back to the
+path that finds the stored run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+from django.utils import timezone
+
+from config.wsgi import django_application
+from orchestrator.api.fastpath import FastReports
+from orchestrator.models import ApiToken, Run
+from tests.api.helpers import ENVELOPE_KEYS, failed_run, ok_run
+
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+VARYING = {"id", "created_at", "idempotency_key"}  # differ between two stored reports
+
+
+class Spy:
+    """Django's WSGI application, counting the requests it was handed."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        self.calls += 1
+        return django_application(environ, start_response)
+
+
+def post(
+    app: Callable, body: Any, secret: str, key: str | None = None, **extra: str
+) -> tuple[int, dict[str, str], Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/api/v1/runs",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": "testserver",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(data)),
+        "HTTP_AUTHORIZATION": f"Bearer {secret}",
+        "wsgi.input": io.BytesIO(data),
+        "wsgi.url_scheme": "http",
+    } | extra
+    if key is not None:
+        environ["HTTP_IDEMPOTENCY_KEY"] = key
+    answer: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        answer["status"], answer["headers"] = int(status.split()[0]), dict(headers)
+
+    content = b"".join(app(environ, start_response))
+    connection.close()  # as a request's end would: the thread's connection back to the pool
+    is_json = answer["headers"].get("Content-Type", "").startswith("application/json")
+    return answer["status"], answer["headers"], json.loads(content) if is_json else content
+
+
+@pytest.fixture
+def secret() -> str:
+    return ApiToken.issue("fast-path")[1]
+
+
+@pytest.fixture
+def spy() -> Spy:
+    return Spy()
+
+
+@pytest.fixture
+def fast(spy: Spy) -> FastReports:
+    return FastReports(spy)
+
+
+def through_django(body: Any, secret: str, key: str | None = None, **extra: str) -> tuple:
+    with override_settings(INGEST_FAST_PATH=False):
+        return post(FastReports(django_application), body, secret, key, **extra)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        ok_run(),
+        failed_run(failure_type="auth_error"),  # an alias: stored canonical, the alias kept
+        ok_run(results=[], status_code=200),  # a valid empty result
+        {"status": "running", "agent": "a", "source": "s", "attempted": {"operation": "op"}},
+        failed_run(detail="<script>alert(1)</script> \u0000 nul", trace_id="ab" * 16),
+    ],
+    ids=["ok", "alias", "valid-empty", "running", "odd-text"],
+)
+def test_an_ordinary_report_is_answered_by_the_fast_path_as_django_answers_it(
+    body, secret, spy, fast
+):
+    status, headers, answer = post(fast, body, secret, key="fast-1")
+    assert spy.calls == 0  # Django's application never saw it
+    django_status, django_headers, django_answer = through_django(body, secret, key="django-1")
+
+    assert status == django_status == 201
+    assert {k: v for k, v in answer.items() if k not in VARYING} == {
+        k: v for k, v in django_answer.items() if k not in VARYING
+    }
+    assert set(headers) == set(django_headers)
+    for name in set(headers) - {"Content-Length"}:
+        assert headers[name] == django_headers[name], name
+    stored = Run.objects.get(pk=answer["id"])
+    assert (stored.idempotency_key, stored.status) == ("fast-1", answer["status"])
+
+
+def test_a_repeated_report_is_the_stored_run_and_a_reused_key_is_a_409(secret, spy, fast):
+    first = post(fast, ok_run(), secret, key="once")
+    again = post(fast, ok_run(), secret, key="once")
+    assert spy.calls == 0
+    assert first[0] == again[0] == 201
+    assert again[2]["id"] == first[2]["id"] and again[1]["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first[1]
+
+    reused = post(fast, failed_run(), secret, key="once")
+    assert spy.calls == 1  # a refusal is Django's to answer
+    assert reused[0] == 409 and set(reused[2]) == ENVELOPE_KEYS
+    assert Run.objects.filter(idempotency_key="once").count() == 1
+
+
+def test_reports_without_a_key_are_each_stored(secret, spy, fast):
+    ids = {post(fast, ok_run(), secret)[2]["id"] for _ in range(3)}
+    assert len(ids) == 3 and spy.calls == 0
+    assert Run.objects.filter(pk__in=ids).count() == 3
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["bad-token", "not-json", "invalid-run", "key-too-long", "unknown-host", "key-mismatch"],
+)
+def test_what_the_fast_path_does_not_serve_reaches_django_with_its_body(case, secret, spy, fast):
+    body: Any = ok_run()
+    key, extra, token = "k-" + case, {}, secret
+    if case == "bad-token":
+        token = "fs_not-a-token"
+    elif case == "not-json":
+        body = b'{"status": "ok",'
+    elif case == "invalid-run":
+        body = ok_run(status="error")  # an error without its failure_type
+    elif case == "key-too-long":
+        key = "k" * 256
+    elif case == "unknown-host":
+        extra = {"HTTP_HOST": "evil.example"}
+    elif case == "key-mismatch":
+        body = ok_run(idempotency_key="another")
+
+    status, _, answer = post(fast, body, token, key, **extra)
+    expected = through_django(body, token, key, **extra)
+
+    assert spy.calls == 1
+    assert status == expected[0] and status >= 400
+    assert answer == expected[2]  # the same answer, so the body reached Django whole
+    if case != "unknown-host":  # Django refuses a host before any view: its own 400 page
+        assert set(answer) == ENVELOPE_KEYS
+    assert not Run.objects.exists()
+
+
+def test_a_key_claimed_meanwhile_falls_back_to_the_stored_run(secret, fast):
+    """The one-statement insert fails whole on a claimed key; the fallback finds the run."""
+    from orchestrator.api import ingest
+
+    token = ApiToken.objects.get(name="fast-path")
+    first = post(fast, ok_run(), secret, key="claimed")[2]["id"]
+    pending = ingest.Pending(0, ingest.RunIn.model_validate(ok_run()), token.pk, "claimed", "x")
+    row = ingest._row(pending)
+    if connection.vendor == "postgresql":
+        batch = ingest._batch_values(token.pk, timezone.now())
+        assert ingest._insert_one_statement([row], batch) is None  # refused whole
+    assert ingest.insert_rows(token.pk, [row]) == []  # skipped as stored
+    stored = Run.objects.filter(idempotency_key="claimed").values_list("pk", flat=True)
+    assert list(stored) == [first]
