@@ -21,8 +21,10 @@ This module also holds the per-workflow counters (runs, failures) that the workf
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Count, Expression, IntegerField, OuterRef, QuerySet, Subquery, Sum
@@ -31,6 +33,25 @@ from django.db.models.functions import Coalesce
 from orchestrator.models import Run, RunSets, WorkflowCounter, WorkflowRunDelta
 
 RUN_TABLE = Run._meta.db_table
+# Set (SET LOCAL … = 'on') by a transaction whose deletes are retention, not corrections: the
+# triggers then leave the counts alone, as they do when a whole day partition is dropped (no
+# trigger fires), so running totals and per-workflow counts never go down as old runs are pruned.
+RETENTION_SETTING = "failsight.retention"
+
+
+@contextmanager
+def deleting_for_retention(cursor: Any) -> Iterator[None]:
+    """Within the block, deletes of runs on `cursor`'s connection are retention (see
+    RETENTION_SETTING). The mark is set for the transaction and taken off at the block's end,
+    so that a caller's later deletes in the same transaction are counted again."""
+    if not enabled():
+        yield
+        return
+    cursor.execute("SELECT set_config(%s, 'on', true)", [RETENTION_SETTING])
+    try:
+        yield
+    finally:
+        cursor.execute("SELECT set_config(%s, 'off', true)", [RETENTION_SETTING])
 
 
 def enabled() -> bool:
@@ -82,6 +103,9 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         {insert} SELECT {summed} {from_(new)};
     ELSIF TG_OP = 'DELETE' THEN
+        IF current_setting('{RETENTION_SETTING}', true) = 'on' THEN
+            RETURN NULL;  -- retention: the runs go, what they counted stays
+        END IF;
         {insert} SELECT {summed} {from_(f"SELECT {negated} FROM ({old}) o")};
     ELSE
         {insert} SELECT {summed}

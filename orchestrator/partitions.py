@@ -21,6 +21,7 @@ from datetime import UTC, date, datetime, timedelta
 from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
 
+from orchestrator import counters
 from orchestrator.models import ReviewItem, Run
 
 PARENT = "orchestrator_run"
@@ -164,8 +165,9 @@ def _delete_rows(cutoff: datetime, table: str = PARENT, chunk: int = 10_000) -> 
                     return deleted
                 _forget("SELECT unnest(%s::bigint[])", [ids])
                 # Through the parent: its statement trigger releases the runs' claims.
-                cursor.execute(
-                    f"DELETE FROM {quote(PARENT)} WHERE id = ANY(%s) AND created_at < %s",
-                    [ids, cutoff],
-                )
+                with counters.deleting_for_retention(cursor):
+                    cursor.execute(
+                        f"DELETE FROM {quote(PARENT)} WHERE id = ANY(%s) AND created_at < %s",
+                        [ids, cutoff],
+                    )
                 deleted += len(ids)

@@ -263,3 +263,33 @@ def test_the_fold_keeps_a_few_hours_of_minutes_and_every_run_in_the_totals(postg
     kept = MinuteRollup.objects.values_list("minute", flat=True)
     assert len(kept) == 1 and min(kept) >= timezone.now() - minutes.KEEP
     assert all_time_counts()[("succeeded", "", "web_search")]["count"] == 2
+
+
+def test_retention_leaves_the_running_totals_and_workflow_counts_alone(postgres, settings):
+    """Old runs pruned row by row (the default partition) or by day (a dropped partition) take
+    nothing away from /metrics' totals nor the workflows' counts; an operator's delete does."""
+    from dashboard import retention
+    from orchestrator import partitions
+
+    settings.RUNS_RETENTION_DAYS, settings.ROLLUP_RETENTION_DAYS = 30, 400
+    flow = make_workflow()
+    old_day = timezone.now() - timedelta(days=40)
+    partitions.create_day(old_day.date())
+    make_failure(workflow=flow, created_at=old_day)  # in its day's partition
+    make_failure(workflow=flow, created_at=timezone.now() - timedelta(days=35))  # the default's
+    current = make_run(workflow=flow)
+    minutes.fold()
+    counters.fold_workflow_counters()
+    before = all_time_counts()
+    assert workflow_counts() == {flow.pk: (3, 2)}
+
+    retention.apply()
+    minutes.fold()
+    counters.fold_workflow_counters()
+
+    assert list(Run.objects.values_list("pk", flat=True)) == [current.pk]
+    assert all_time_counts() == before
+    assert workflow_counts() == {flow.pk: (3, 2)}
+    current.delete()  # not retention: a correction, which the counts follow
+    minutes.fold()
+    assert all_time_counts()[("succeeded", "", "web_search")]["count"] == 0
