@@ -93,6 +93,24 @@ def test_deleting_a_run_releases_its_claims(postgres, api_token):
     assert report(token.pk, "gone-1")["status"] == "created"
 
 
+def test_editing_a_runs_key_or_slot_moves_its_claims(postgres, api_token):
+    """An edit (the admin's, a correction) frees the old key and claims the new one; a new
+    claim another run holds refuses the edit, as SQLite's unique constraints do."""
+    token, _ = api_token
+    edited, other = report(token.pk, "before-edit"), report(token.pk, "taken")
+    Run.objects.filter(pk=edited["id"]).update(idempotency_key="after-edit", slot="edited-slot")
+
+    claims = set(RunKey.objects.filter(run_id=edited["id"]).values_list("key", flat=True))
+    assert claims == {f"i:{token.pk}:after-edit", "s:edited-slot"}
+    assert report(token.pk, "before-edit")["status"] == "created"  # the old key is free
+    again = report(token.pk, "after-edit")  # the new key finds the edited run
+    assert (again["status"], again["id"]) == ("existing", edited["id"])
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Run.objects.filter(pk=other["id"]).update(idempotency_key="after-edit")
+    Run.objects.filter(pk=edited["id"]).update(status=Run.Status.FAILED)  # no claimed column
+    assert RunKey.objects.filter(run_id=edited["id"]).count() == 2
+
+
 @pytest.mark.parametrize("partitioned", [True, False], ids=["day-partitions", "row-deletes"])
 def test_retention_drops_old_runs_with_what_pointed_at_them_and_keeps_rollups(
     db, settings, partitioned
