@@ -610,12 +610,14 @@ def open_loop(base: str, secret: str, rate: float, seconds: float, tag: str) -> 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def open_loop_rows(env: dict[str, str], secret: str, rates: list[float], seconds: float) -> list:
+def open_loop_rows(
+    env: dict[str, str], secret: str, rates: list[float], seconds: float, shape: tuple[int, int]
+) -> list:
     """Each rate's figures, then twice the capacity's, with the server's CPU and load average."""
     rows = []
     # One token sends everything: its rate limit (6,000 a minute by default) is not measured here.
     env = env | {"API_RATE_LIMIT_PER_MINUTE": "0"}
-    with server(env, workers=2, threads=8) as base:
+    with server(env, workers=shape[0], threads=shape[1]) as base:
         master = SERVERS[base]
         open_loop(base, secret, min(rates), min(2.0, seconds), "warm")  # imports, pools
         for rate in rates:
@@ -645,7 +647,7 @@ def one_row(base: str, secret: str, master: int, rate: float, seconds: float, ta
     return row
 
 
-def single_report(figures: dict, rows: list) -> list[str]:
+def single_report(figures: dict, rows: list, shape: tuple[int, int]) -> list[str]:
     share = figures["batch_share"] * 1000
     lines = [
         "single reports in process (WSGI app called directly; ms per run):",
@@ -654,7 +656,7 @@ def single_report(figures: dict, rows: list) -> list[str]:
         f"  8 threads at once         {figures['single_concurrent'] * 1000:8.3f}"
         f"   = {figures['single_concurrent'] * 1000 / share:5.1f} x a batched run's share",
         f"  batch of 1,000, per run   {share:8.3f}",
-        "single reports over HTTP, open loop (2 gunicorn processes x 8 threads;"
+        f"single reports over HTTP, open loop ({shape[0]} gunicorn processes x {shape[1]} threads;"
         " latency from each request's scheduled time, a timeout counted as 2 s):",
         f"  {'offered':<26}{'p50':>7}{'p95':>8}{'p99':>8}{'goodput':>9}{'shed':>7}"
         f"{'other':>6}{'timeouts':>9}{'late':>6}{'server cpu':>11}{'gen cpu':>8}{'load':>6}",
@@ -716,6 +718,8 @@ def parse_args() -> argparse.Namespace:
         "--rates", default="250,500,1000,1500", help="single reports/s offered, comma-separated"
     )
     parser.add_argument("--open-seconds", type=float, default=10.0, help="seconds per rate")
+    parser.add_argument("--web-processes", type=int, default=2, help="open loop: gunicorn workers")
+    parser.add_argument("--web-threads", type=int, default=8, help="open loop: threads each")
     parser.add_argument("--skip-single", action="store_true", help="batch and COPY only")
     parser.add_argument("--single-only", action="store_true", help="single reports only")
     parser.add_argument("--in-process-child", type=int, help=argparse.SUPPRESS)
@@ -789,8 +793,9 @@ def single_reports(env: dict[str, str], secret: str, args: argparse.Namespace) -
     """Both single-report measurements (the quick run: a few seconds at small rates)."""
     figures = in_process(env, 50 if args.quick else 1000)
     rates = [100.0] if args.quick else [float(r) for r in args.rates.split(",")]
-    rows = open_loop_rows(env, secret, rates, 1.0 if args.quick else args.open_seconds)
-    return single_report(figures, rows)
+    shape = (args.web_processes, args.web_threads)
+    rows = open_loop_rows(env, secret, rates, 1.0 if args.quick else args.open_seconds, shape)
+    return single_report(figures, rows, shape)
 
 
 if __name__ == "__main__":
