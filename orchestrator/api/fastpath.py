@@ -28,26 +28,32 @@ usual. `INGEST_FAST_PATH = False` sends every report through Django.
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from functools import cache
+from operator import attrgetter
 from typing import Any
 
+import orjson
 import pydantic
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.wsgi import WSGIRequest
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection
 from django.http import HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
+from ninja.responses import NinjaJSONEncoder
 
-from orchestrator.api import api, ingest
+from orchestrator.api import ingest
 from orchestrator.api.auth import TokenRateThrottle
 from orchestrator.api.errors import ApiError, database_unavailable, error_response, parse_json
 from orchestrator.api.policies import VERSION_HEADER
 from orchestrator.api.schemas import RunIn, RunOut
-from orchestrator.models import ApiToken, PolicyState
+from orchestrator.models import ApiToken, PolicyState, Run
 from orchestrator.vocabulary import FailureCategory
 
 logger = logging.getLogger(__name__)
@@ -163,7 +169,7 @@ class FastReports:
             logger.exception("API error on POST %s", REPORT_PATH, exc_info=exc)
             detail = "Internal error; it has been logged."
             return self.error(request, ApiError(500, FailureCategory.SERVER_FAULT, detail))
-        body = render(request, stored)
+        body = render(stored)
         response = HttpResponse(body, status=201, content_type=_JSON)
         if replayed:
             response[REPLAYED_HEADER] = "true"
@@ -196,10 +202,32 @@ class FastReports:
 _JSON = "application/json; charset=utf-8"
 
 
-def render(request: WSGIRequest, stored: Any) -> bytes:
-    """The run as the view's answer renders it: ninja's response model and renderer."""
-    data = RunOut.model_validate(stored, context={"request": request, "response_status": 201})
-    return api.renderer.render(request, data.model_dump(), response_status=201).encode()
+def render(stored: Run) -> bytes:
+    """The run as the view's answer renders it (`RunOut` through ninja's renderer), in a tenth
+    of the time: each field read as ninja reads it (its `resolve_` method, else the attribute
+    its validation alias names), times as ninja's encoder writes them, the rest by orjson.
+    `RunOut`'s fields are the plan, so a field added there is answered here too; the tests
+    compare the two answers whole."""
+    data = {}
+    for name, read in _reading_plan():
+        value = read(stored)
+        data[name] = _ENCODER.default(value) if isinstance(value, datetime) else value
+    try:
+        return orjson.dumps(data)
+    except TypeError:  # a value orjson does not take: ninja's own way, slower and certain
+        return json.dumps(data, cls=NinjaJSONEncoder).encode()
+
+
+@cache
+def _reading_plan() -> tuple[tuple[str, Callable[[Run], Any]], ...]:
+    plan = []
+    for name, field in RunOut.model_fields.items():
+        resolver = getattr(RunOut, f"resolve_{name}", None)
+        plan.append((name, resolver or attrgetter(field.validation_alias or name)))
+    return tuple(plan)
+
+
+_ENCODER = DjangoJSONEncoder()  # what ninja's renderer writes a datetime with
 
 
 def _read_body(environ: Environ) -> bytes:
