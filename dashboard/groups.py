@@ -29,6 +29,7 @@ from django.db.models import (
     Count,
     DateTimeField,
     Exists,
+    ExpressionWrapper,
     F,
     Func,
     IntegerField,
@@ -104,17 +105,36 @@ DECISION_COLUMNS = {
 # How a failure ended, in SQL (one annotation, index probes only)
 
 
+# What follows a run (a later attempt, the run a switch started) is created after it. Each probe
+# says so with a margin for clocks of different web processes, which lets PostgreSQL skip, at
+# run time, every day partition older than the run instead of probing the indexes of all of
+# them (40 partitions: 0.6 ms a probe; a recent run's few: 0.1 ms).
+FOLLOWS_MARGIN = timedelta(hours=1)
+
+
+def _after(outer: OuterRef) -> Q:
+    return Q(created_at__gte=ExpressionWrapper(outer - FOLLOWS_MARGIN, DateTimeField()))
+
+
 def _later_attempts() -> QuerySet:
     """Attempts of the outer run's task after it (the unique (retry_of, attempt) index)."""
     root = Coalesce(OuterRef("retry_of_id"), OuterRef("pk"))
-    return Run.objects.filter(retry_of_id=root, attempt__gt=OuterRef("attempt"))
+    return Run.objects.filter(
+        _after(OuterRef("created_at")), retry_of_id=root, attempt__gt=OuterRef("attempt")
+    )
 
 
 def _switched_task(statuses: tuple[str, ...]) -> Q:
     """The run a switch started from the outer run, or a retry of it, is in `statuses`."""
-    started = Run.objects.filter(switched_from_id=OuterRef(OuterRef("pk"))).values("pk")
-    direct = Run.objects.filter(switched_from_id=OuterRef("pk"), status__in=statuses)
-    retried = Run.objects.filter(retry_of_id__in=started, status__in=statuses)
+    started = Run.objects.filter(
+        _after(OuterRef(OuterRef("created_at"))), switched_from_id=OuterRef(OuterRef("pk"))
+    ).values("pk")
+    direct = Run.objects.filter(
+        _after(OuterRef("created_at")), switched_from_id=OuterRef("pk"), status__in=statuses
+    )
+    retried = Run.objects.filter(
+        _after(OuterRef("created_at")), retry_of_id__in=started, status__in=statuses
+    )
     return Q(Exists(direct)) | Q(Exists(retried))
 
 

@@ -71,6 +71,30 @@ def test_the_fold_groups_failures_by_signature_and_says_how_each_ended(story):
     assert Run.objects.filter(pk=story["a"].pk).values_list("signature", flat=True)[0]
 
 
+def test_what_follows_a_failure_is_found_within_the_clock_margin_and_not_before(db):
+    """The probes look only at runs created after the failure (less FOLLOWS_MARGIN, for the
+    clocks of different web processes), which lets PostgreSQL skip older day partitions."""
+    skew = groups.FOLLOWS_MARGIN / 2
+    failed = timeout(1, decision="retry")
+    make_run(source="news_api", retry_of=failed, attempt=2, created_at=failed.created_at - skew)
+    switched = timeout(2, decision="switch_source")
+    make_run(source="news_wire", switched_from=switched, created_at=switched.created_at - skew)
+    stray = timeout(3, decision="retry")  # a "retry" stamped long before it: not its follower
+    stray_at = stray.created_at - 3 * groups.FOLLOWS_MARGIN
+    make_run(source="news_api", retry_of=stray, attempt=2, created_at=stray_at)
+
+    endings = dict(
+        Run.objects.filter(pk__in=[failed.pk, switched.pk, stray.pk])
+        .annotate(ending=groups.ending())
+        .values_list("pk", "ending")
+    )
+    assert endings == {
+        failed.pk: "recovered_retry",
+        switched.pk: "recovered_switch",
+        stray.pk: "lost",
+    }
+
+
 def test_folding_again_recomputes_instead_of_adding(story):
     groups.fold()
     first = FailureGroup.objects.values_list("pk", "count", "ended_open")
