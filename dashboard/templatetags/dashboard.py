@@ -18,7 +18,7 @@ from typing import Any
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from dashboard.groups import ENDING_COLUMNS, Ending
@@ -97,7 +97,9 @@ def sparkline(values: list[int], width: int = 120, height: int = 28) -> SafeStri
         (round(i * step, 1), round(height - 2 - (v / top) * (height - 4), 1))
         for i, v in enumerate(values)
     ]
-    coords = format_html_join(" ", "{},{}", points)
+    # Numbers only, so nothing to escape: one join instead of a format_html per point (a page
+    # of fifty groups drew 1,200 points).
+    coords = mark_safe(" ".join(f"{x},{y}" for x, y in points))
     last_x, last_y = points[-1]
     return format_html(
         '<svg class="spark" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
@@ -254,13 +256,14 @@ def stacked_bar(
         if n <= 0:
             continue
         w = round(width * n / whole, 1)
-        rects.append((x, w, height, key, f"{label}: {n}"))
+        # The numbers are numbers; the key and the label are escaped (one escape each rather
+        # than a format_html per part: fifty bars a page).
+        rects.append(
+            f'<rect x="{x}" y="0" width="{w}" height="{height}" class="part-{escape(key)}">'
+            f"<title>{escape(label)}: {int(n)}</title></rect>"
+        )
         x += w
-    body = format_html_join(
-        "",
-        '<rect x="{}" y="0" width="{}" height="{}" class="part-{}"><title>{}</title></rect>',
-        rects,
-    )
+    body = mark_safe("".join(rects))  # built from escaped parts above
     return format_html(
         '<svg class="bar" viewBox="0 0 {w} {h}" width="{w}" height="{h}" aria-hidden="true">'
         "{body}</svg>",
