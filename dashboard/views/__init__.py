@@ -1,0 +1,59 @@
+"""The dashboard's pages, one module per part of the product (overview, runs, workflows, failure
+groups, review queue, policies, analytics; `common` holds what they share). One function per
+page; `if request.htmx` renders the page's named fragment instead of the whole page. Every view
+is decorated with the permission it needs and every object is looked up through
+`access.get_visible`. Views hold no business rules: state changes are model methods
+(`item.claim`, `item.resolve`, `save_policy_change`) or the coordinator's operator actions
+(`orchestrator.coordination.actions`); counting is `stats`'s."""
+
+from dashboard.views.analytics import retry_audit, slos, switch_efficacy
+from dashboard.views.failure_groups import failure_group, failure_group_state, failure_groups
+from dashboard.views.overview import overview
+from dashboard.views.policies import (
+    override_delete,
+    override_edit,
+    policies,
+    policy_dry_run,
+    policy_edit,
+    policy_restore,
+    policy_row,
+)
+from dashboard.views.review_queue import review_claim, review_item, review_queue, review_resolve
+from dashboard.views.runs import in_flight, retrying, run_actions, run_detail, runs, runs_export
+from dashboard.views.workflows import (
+    workflow_abort,
+    workflow_coverage_export,
+    workflow_detail,
+    workflows,
+)
+
+__all__ = [
+    "failure_group",
+    "failure_group_state",
+    "failure_groups",
+    "in_flight",
+    "override_delete",
+    "override_edit",
+    "overview",
+    "policies",
+    "policy_dry_run",
+    "policy_edit",
+    "policy_restore",
+    "policy_row",
+    "retry_audit",
+    "retrying",
+    "review_claim",
+    "review_item",
+    "review_queue",
+    "review_resolve",
+    "run_actions",
+    "run_detail",
+    "runs",
+    "runs_export",
+    "slos",
+    "switch_efficacy",
+    "workflow_abort",
+    "workflow_coverage_export",
+    "workflow_detail",
+    "workflows",
+]

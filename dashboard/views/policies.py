@@ -1,0 +1,241 @@
+"""Routing policies and provider overrides: the page, edits (audited), the dry run, versions and
+restoring one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import trigger_client_event
+
+from dashboard.access import EDIT_POLICIES, get_visible, requires, visible
+from dashboard.forms import ProviderOverrideForm, RoutingPolicyForm
+from dashboard.views.common import wants_fragment
+from orchestrator.analytics import dryrun
+from orchestrator.coordination.policy import preview_delays
+from orchestrator.models import (
+    AuditEntry,
+    PolicyState,
+    PolicyVersion,
+    ProviderOverride,
+    RoutingPolicy,
+    delete_policy_object,
+    restore_policy_version,
+    save_policy_change,
+)
+
+
+def _history(user: Any) -> list[dict[str, Any]]:
+    entries = visible(user, AuditEntry).filter(
+        object_type__in=["routingpolicy", "provideroverride"]
+    )[:40]
+    return [{"entry": e, "changes": _diff(e.before, e.after)} for e in entries]
+
+
+def _diff(before: dict | None, after: dict | None) -> list[tuple[str, Any, Any]]:
+    before, after = before or {}, after or {}
+    keys = [k for k in {**before, **after} if k != "version"]
+    return [
+        (k, before.get(k, "—"), after.get(k, "—")) for k in keys if before.get(k) != after.get(k)
+    ]
+
+
+VERSIONS_SHOWN = 20
+
+
+def _versions(user: Any) -> list[dict[str, Any]]:
+    """The latest versions, each with what changed from the one before."""
+    if not user.has_perm("orchestrator.view_routingpolicy"):
+        return []
+    rows = list(PolicyVersion.objects.newest_first()[: VERSIONS_SHOWN + 1])
+    previous = [*rows[1:], None]
+    return [
+        {"version": v, "changes": v.changes_since(before), "first": before is None}
+        for v, before in zip(rows[:VERSIONS_SHOWN], previous, strict=False)
+    ]
+
+
+def _policy_version() -> PolicyState:
+    """The version every decision records (v1 with no change time before the first edit)."""
+    return PolicyState.objects.filter(pk=1).first() or PolicyState(version=1, changed_at=None)
+
+
+def _policy_rows(user: Any) -> list[RoutingPolicy]:
+    rows = list(visible(user, RoutingPolicy))
+    for policy in rows:
+        policy.preview = preview_delays(policy)
+    return rows
+
+
+def _policies_page(request: HttpRequest, status: int = 200, **extra: Any) -> HttpResponse:
+    user = request.user
+    context = {
+        "policies": _policy_rows(user),
+        "overrides": visible(user, ProviderOverride),
+        "history": _history(user),
+        "versions": _versions(user),
+        "policy_version": _policy_version(),
+        "can_edit": user.has_perm(EDIT_POLICIES),
+        "editing": None,
+        "policy_form": None,
+        "override_form": None,
+        "override_editing": None,
+        **extra,
+    }
+    return render(request, "dashboard/policies.html", context, status=status)
+
+
+@requires("orchestrator.view_routingpolicy")
+@require_GET
+def policies(request: HttpRequest) -> HttpResponse:
+    if wants_fragment(request) and request.GET.get("part") == "history":
+        return render(
+            request, "dashboard/policies.html#history", {"history": _history(request.user)}
+        )
+    if wants_fragment(request) and request.GET.get("part") == "versions":
+        context = {
+            "versions": _versions(request.user),
+            "policy_version": _policy_version(),
+            "can_edit": request.user.has_perm(EDIT_POLICIES),
+        }
+        return render(request, "dashboard/policies.html#versions", context)
+    if wants_fragment(request) and request.GET.get("part") == "version":
+        context = {"policy_version": _policy_version()}
+        return render(request, "dashboard/policies.html#version", context)
+    return _policies_page(request)
+
+
+@requires(EDIT_POLICIES)
+@require_http_methods(["GET", "POST"])
+def policy_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    policy = get_visible(request.user, RoutingPolicy, pk=pk)
+    form = RoutingPolicyForm(request.POST or None, instance=policy)
+    if request.method == "POST" and form.is_valid():
+        try:
+            save_policy_change(form.instance, request.user, form.cleaned_data["note"])
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            return _policy_saved(request, policy)
+    # Invalid forms answer 200: htmx only swaps 2xx responses, and the errors must show inline.
+    if wants_fragment(request):
+        context = {"policy": policy, "policy_form": form, "can_edit": True}
+        return render(request, "dashboard/policies.html#policy-edit-row", context)
+    return _policies_page(request, editing=policy.pk, policy_form=form)
+
+
+def _policy_saved(request: HttpRequest, policy: RoutingPolicy) -> HttpResponse:
+    if not wants_fragment(request):
+        messages.success(request, f"Policy for {policy.failure_type} saved.")
+        return redirect("dashboard:policies")
+    policy.refresh_from_db()
+    policy.preview = preview_delays(policy)
+    response = render(
+        request, "dashboard/policies.html#policy-row", {"policy": policy, "can_edit": True}
+    )
+    # The history section listens for this event and reloads itself.
+    return trigger_client_event(response, "policy-changed")
+
+
+DRY_RUN_FIGURES = (
+    ("retries", "Retries"),
+    ("waiting_seconds", "Waiting before retries (s)"),
+    ("switches", "Switches"),
+    ("escalations", "Escalations"),
+    ("escalations_per_day", "Review load per day"),
+    ("aborts", "Aborts"),
+    ("accepted_partial", "Accepted partial"),
+    ("expected_wasted_calls", "Expected wasted calls"),
+    ("expected_recovered", "Expected recovered runs"),
+)
+
+
+def _days(request: HttpRequest) -> float:
+    try:
+        days = float(request.POST.get("days") or dryrun.DEFAULT_DAYS)
+    except ValueError:
+        return dryrun.DEFAULT_DAYS
+    return min(max(days, 1.0), dryrun.MAX_DAYS) if days == days else dryrun.DEFAULT_DAYS
+
+
+@requires(EDIT_POLICIES)
+@require_POST
+def policy_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
+    """The edit form's proposal replayed over the last days' failures beside the current row;
+    nothing is saved (the form's Save does that)."""
+    policy = get_visible(request.user, RoutingPolicy, pk=pk)
+    form = RoutingPolicyForm(request.POST, instance=policy)
+    result = None
+    if form.is_valid():
+        result = dryrun.dry_run([form.instance.snapshot()], days=_days(request))
+        result["rows"] = [
+            (label, result["current"][key], result["proposed"][key], result["difference"][key])
+            for key, label in DRY_RUN_FIGURES
+        ]
+    if wants_fragment(request):
+        context = {"dry_run": result, "policy_form": form, "policy": policy}
+        return render(request, "dashboard/policies.html#dry-run", context)
+    return _policies_page(request, editing=policy.pk, policy_form=form, dry_run=result)
+
+
+@requires(EDIT_POLICIES)
+@require_POST
+def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
+    """Restore version N as version N+1, audited with the note given."""
+    if not PolicyVersion.objects.filter(version=version).exists():
+        raise Http404
+    note = (request.POST.get("note") or "").strip()[:300] or f"restored version {version}"
+    restored = restore_policy_version(version, request.user, note)
+    messages.success(request, f"Version {version} restored as version {restored.version}.")
+    return redirect(reverse("dashboard:policies") + "#versions")
+
+
+@requires(EDIT_POLICIES)
+@require_GET
+def policy_row(request: HttpRequest, pk: int) -> HttpResponse:
+    """The read-only row again (the edit form's Cancel)."""
+    policy = get_visible(request.user, RoutingPolicy, pk=pk)
+    if not wants_fragment(request):
+        return redirect("dashboard:policies")
+    policy.preview = preview_delays(policy)
+    return render(
+        request, "dashboard/policies.html#policy-row", {"policy": policy, "can_edit": True}
+    )
+
+
+OVERRIDE_PREFILL = ("provider", "match_on", "match_value", "failure_type", "retryable", "note")
+
+
+@requires(EDIT_POLICIES)
+@require_http_methods(["GET", "POST"])
+def override_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+    override = get_visible(request.user, ProviderOverride, pk=pk) if pk else ProviderOverride()
+    # A new override may come prefilled from the query string (the retry audit's rows).
+    initial = {} if pk else {k: v for k, v in request.GET.items() if k in OVERRIDE_PREFILL}
+    form = ProviderOverrideForm(request.POST or None, instance=override, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        if not override.pk:
+            form.instance.created_by = request.user
+        try:
+            save_policy_change(form.instance, request.user, "edited on the policies page")
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Override saved: {form.instance}.")
+            return redirect(reverse("dashboard:policies") + "#overrides")
+    return _policies_page(request, override_form=form, override_editing=override.pk or "new")
+
+
+@requires(EDIT_POLICIES)
+@require_POST
+def override_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    override = get_visible(request.user, ProviderOverride, pk=pk)
+    label = str(override)
+    delete_policy_object(override, request.user, "deleted on the policies page")
+    messages.success(request, f"Override deleted: {label}.")
+    return redirect(reverse("dashboard:policies") + "#overrides")

@@ -1,0 +1,240 @@
+"""The review queue: open items in keyset pages with facets or grouped by signature, an item's
+card, claiming and resolving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard import queue
+from dashboard.access import REVIEW, get_visible, requires, visible
+from dashboard.forms import ResolveForm
+from dashboard.models import FailureGroup
+from dashboard.views.common import safe_next, wants_fragment
+from orchestrator import keyset
+from orchestrator.coordination import review
+from orchestrator.models import (
+    ReviewItem,
+)
+
+
+def _signature_counts(items: list[ReviewItem]) -> dict[str, int]:
+    signatures = {i.signature for i in items if i.signature}
+    if not signatures:
+        return {}
+    rows = (
+        ReviewItem.objects.open()
+        .filter(signature__in=signatures)
+        .values_list("signature")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return dict(rows)
+
+
+def _decorate(items: list[ReviewItem], user: Any) -> list[ReviewItem]:
+    counts = _signature_counts([i for i in items if i.is_pending])
+    for item in items:
+        item.group_size = counts.get(item.signature, 1) if item.signature else 1
+        item.mine = item.assignee_id == user.pk
+    return items
+
+
+REVIEW_RELATED = ("run", "run__workflow", "workflow", "assignee", "resolved_by", "webhook")
+
+
+@requires("orchestrator.view_reviewitem")
+@require_GET
+def review_queue(request: HttpRequest) -> HttpResponse:
+    """Open items oldest first in keyset pages, filtered by facets with counts; or grouped by
+    signature; or the resolved ones, the latest decision first."""
+    f = queue.QueueFilter.from_query(request.GET)
+    now = timezone.now()
+    user = request.user
+    items = visible(user, ReviewItem)
+    pending = items.filter(state__in=ReviewItem.PENDING)
+    context: dict[str, Any] = {
+        "f": f,
+        "open_total": pending.count(),
+        "review_prefix": reverse("dashboard:review_queue"),
+        "can_review": user.has_perm(REVIEW),
+        "states": queue.STATES,
+        "facets": [],
+        "page": None,
+        "groups": None,
+    }
+    if not f.errors:
+        context |= _queue_results(request, f, items, pending, now)
+    template = "dashboard/review_queue.html"
+    if wants_fragment(request):
+        template += "#results"
+    # A refused filter is the client's mistake (400) on a whole page; htmx swaps only 2xx, so a
+    # fragment answers 200 and shows the same errors in place.
+    status = 400 if f.errors and not wants_fragment(request) else 200
+    return render(request, template, context, status=status)
+
+
+def _queue_results(
+    request: HttpRequest, f: queue.QueueFilter, items: Any, pending: Any, now: Any
+) -> dict[str, Any]:
+    user = request.user
+    if f.state == "resolved":
+        resolved = f.apply(items.filter(state=ReviewItem.State.RESOLVED), user, now)
+        page = queue.list_page(resolved.select_related("workflow", "resolved_by"), f)
+        _decorate(page.rows, user)
+        return {"page": page}
+    filtered = f.apply(pending, user, now)
+    out: dict[str, Any] = {
+        "facets": queue.facets(pending, f, user, now, request.GET),
+        "matching": filtered.count() if f.active else None,
+    }
+    if f.view == "groups":
+        groups, total = queue.signature_groups(filtered, user)
+        reps = [g.item for g in groups if g.item is not None]
+        tried = review.tried_sources(reps)
+        for group in groups:
+            if group.item is not None:
+                key = (group.item.workflow_id, group.item.run.topic)
+                group.options = review.group_options(group.item, group.count, tried.get(key))
+        folded = FailureGroup.objects.filter(signature__in=[g.signature for g in groups])
+        folded_ids = dict(folded.values_list("signature", "pk"))
+        for group in groups:
+            group.failure_group = folded_ids.get(group.signature)
+        return out | {"groups": groups, "group_total": total}
+    page = queue.list_page(filtered.select_related("workflow", "assignee"), f)
+    _decorate(page.rows, user)
+    return out | {"page": page}
+
+
+def _card_context(
+    request: HttpRequest, item: ReviewItem, form: ResolveForm | None = None, notice: str = ""
+) -> dict[str, Any]:
+    """What the item's card needs: the item, the resolutions that can work, the form."""
+    _decorate([item], request.user)
+    can_review = request.user.has_perm(REVIEW)
+    options = review.resolution_options(item) if can_review and item.is_pending else []
+    group = None
+    if item.signature:
+        group = FailureGroup.objects.filter(signature=item.signature).first()
+    return {
+        "item": item,
+        "review_prefix": reverse("dashboard:review_queue"),
+        "options": options,
+        "form": form or ResolveForm(options=options),
+        "notice": notice,
+        "can_review": can_review,
+        "failure_group": group,
+    }
+
+
+@requires("orchestrator.view_reviewitem")
+@require_GET
+def review_item(request: HttpRequest, pk: int) -> HttpResponse:
+    """One item's page: the link every other page gives (run, workflow, tiles, alerts)."""
+    item = get_visible(request.user, ReviewItem, related=REVIEW_RELATED, pk=pk)
+    context = _card_context(request, item)
+    if wants_fragment(request) and request.GET.get("part") == "card":
+        return render(request, "dashboard/_review_card.html", context)
+    context |= _neighbours(request, item) | {"expanded": True}
+    return render(request, "dashboard/review_item.html", context)
+
+
+def _neighbours(request: HttpRequest, item: ReviewItem) -> dict[str, Any]:
+    """The open items just older and just newer than this one, in the queue's order."""
+    pending = visible(request.user, ReviewItem).filter(state__in=ReviewItem.PENDING)
+    key = (item.created_at, item.pk)
+    older = keyset.beyond(pending, key, "created_at", descending=True)
+    newer = keyset.beyond(pending, key, "created_at", descending=False)
+    return {
+        "older": older.order_by("-created_at", "-id").values_list("pk", flat=True).first(),
+        "newer": newer.order_by("created_at", "id").values_list("pk", flat=True).first(),
+        "waiting_before": older.count() if item.is_pending else None,
+    }
+
+
+def _item_response(
+    request: HttpRequest, item: ReviewItem, form: ResolveForm | None = None, notice: str = ""
+) -> HttpResponse:
+    """The item's card with its queue row refreshed (htmx), or a redirect (plain form post)."""
+    if not wants_fragment(request):
+        if notice:
+            messages.info(request, notice)
+        return redirect(safe_next(request, reverse("dashboard:review_item", args=[item.pk])))
+    item = get_visible(request.user, ReviewItem, related=REVIEW_RELATED, pk=item.pk)
+    context = _card_context(request, item, form, notice) | {"oob": True}
+    return render(request, "dashboard/_review_card.html", context)
+
+
+@requires(REVIEW)
+@require_POST
+def review_claim(request: HttpRequest, pk: int) -> HttpResponse:
+    item = get_visible(request.user, ReviewItem, related=("assignee",), pk=pk)
+    if item.claim(request.user):
+        return _item_response(request, item, notice="Claimed: it is yours to resolve.")
+    item.refresh_from_db()
+    return _item_response(request, item, notice=_already(item))
+
+
+def _already(item: ReviewItem) -> str:
+    if item.state == ReviewItem.State.RESOLVED:
+        who = item.resolved_by.get_username() if item.resolved_by else "the deadline fallback"
+        when = (
+            timezone.localtime(item.resolved_at).strftime("%Y-%m-%d %H:%M")
+            if item.resolved_at
+            else "?"
+        )
+        how = item.get_resolution_display()
+        return f"Already resolved by {who} at {when} ({how}): nothing changed."
+    if item.assignee:
+        return f"Already claimed by {item.assignee.get_username()}."
+    return "This item changed meanwhile: nothing was done."
+
+
+@requires(REVIEW)
+@require_POST
+def review_resolve(request: HttpRequest, pk: int) -> HttpResponse:
+    """Resolve one item, or with `apply_to_group` every item like it that no one else holds.
+
+    Only a resolution that can work is accepted (`review.resolution_options`): a switch with no
+    other source left is refused with the reason, never recorded to do nothing.
+    """
+    item = get_visible(request.user, ReviewItem, related=REVIEW_RELATED, pk=pk)
+    if item.state == ReviewItem.State.CLAIMED and item.assignee_id != request.user.pk:
+        # Whoever claimed it decides; a stale form from another operator must not win.
+        return _item_response(request, item, notice=_already(item))
+    if not item.is_pending:
+        return _item_response(request, item, notice=_already(item))
+    form = ResolveForm(request.POST, options=review.resolution_options(item))
+    if not form.is_valid():
+        if not wants_fragment(request):
+            messages.error(request, "The resolution was not saved: " + form.errors.as_text())
+        return _item_response(request, item, form=form)
+    data = form.cleaned_data
+    try:
+        resolved = item.resolve(
+            request.user,
+            data["resolution"],
+            note=data["note"],
+            edited_input=data.get("edited_input"),
+            failure_type=data.get("failure_type") or None,
+            save_override=bool(data.get("save_override")),
+            apply_to_group=bool(data.get("apply_to_group")),
+        )
+    except ValidationError as exc:
+        form.add_error(None, exc)
+        return _item_response(request, item, form=form)
+    item.refresh_from_db()
+    if not resolved:
+        return _item_response(request, item, notice=_already(item))
+    label = ReviewItem.Resolution(data["resolution"]).label
+    extra = f" and {resolved - 1} more with the same signature" if resolved > 1 else ""
+    notice = f"Resolved{extra} ({label}): the coordinator continues."
+    return _item_response(request, item, notice=notice)

@@ -1,0 +1,237 @@
+"""The runs: the filtered list and its export, the retrying and in-flight pages, bulk actions and a
+run's page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard.access import REVIEW, VIEW, get_visible, requires, visible
+from dashboard.filters import (
+    PAGE_SIZE,
+    RANGES,
+    RunFilter,
+    known_names,
+    total,
+)
+from dashboard.forms import BulkActionForm
+from dashboard.models import FailureGroup
+from dashboard.views.common import (
+    ATTEMPTS_SHOWN,
+    LIST_DEFER,
+    download,
+    poll_seconds,
+    safe_next,
+    wants_fragment,
+)
+from orchestrator import keyset
+from orchestrator.analytics import export
+from orchestrator.coordination import actions
+from orchestrator.models import (
+    FailureType,
+    Run,
+)
+
+
+@requires(VIEW)
+@require_GET
+def runs(request: HttpRequest) -> HttpResponse:
+    """Runs newest first, filtered from the query string, in keyset pages both ways, with their
+    total; a filter the page cannot use is shown as an error instead of being ignored."""
+    filters = RunFilter.from_query(request.GET)
+    context: dict[str, Any] = {
+        "filters": filters,
+        "page": None,
+        "runs": [],
+        "statuses": Run.Status.choices,
+        "any_failure": ",".join(Run.FAILURE),
+        "failure_types": FailureType.choices,
+        "ranges": RANGES.items(),
+        "can_review": request.user.has_perm(REVIEW),
+        "known_sources": known_names("source"),
+        "known_agents": known_names("agent"),
+        # Row links built from a prefix: fifty reverse() calls per page cost more than the SQL.
+        "runs_prefix": reverse("dashboard:runs"),
+        "workflows_prefix": reverse("dashboard:workflows"),
+    }
+    if not filters.errors:
+        context |= _runs_results(request, filters)
+    template = "dashboard/runs.html#results" if wants_fragment(request) else "dashboard/runs.html"
+    # A refused filter is the client's mistake (400) on a whole page; htmx swaps only 2xx, so a
+    # fragment answers 200 and shows the same errors in place.
+    status = 400 if filters.errors and not wants_fragment(request) else 200
+    return render(request, template, context, status=status)
+
+
+@requires(VIEW)
+@require_GET
+def runs_export(request: HttpRequest) -> HttpResponse:
+    """The runs list's filters as a download: CSV (`format=csv`) or JSON Lines (`format=jsonl`),
+    streamed over keyset pages, every matching run (the list's page cursors are ignored)."""
+    filters = RunFilter.from_query(request.GET)
+    fmt = request.GET.get("format", "csv")
+    if fmt not in export.FORMATS:
+        filters.errors.append(f"Unknown export format {fmt!r}: csv or jsonl.")
+    if filters.errors:
+        return HttpResponse("\n".join(filters.errors) + "\n", status=400, content_type="text/plain")
+    matching = filters.apply(visible(request.user, Run))
+    return download(export.runs_export(matching, fmt), fmt, "runs")
+
+
+def _runs_results(request: HttpRequest, filters: RunFilter) -> dict[str, Any]:
+    matching = filters.apply(visible(request.user, Run))
+    qs = matching.select_related("workflow").defer(*LIST_DEFER)
+    page = keyset.page(qs, PAGE_SIZE, after=filters.after, before=filters.before)
+    for run in page.rows:
+        run.actions = actions.applicable(run)
+    offered = {a for run in page.rows for a in run.actions}
+    return {
+        "page": page,
+        "runs": page.rows,
+        "total": total(matching),
+        "bulk_actions": [a for a in actions.RunAction if a in offered],
+        "unmatched": [] if page.rows else filters.unmatched(),
+        "any_runs": bool(page.rows) or visible(request.user, Run).exists(),
+    }
+
+
+@requires(VIEW)
+@require_GET
+def retrying(request: HttpRequest) -> HttpResponse:
+    """Tasks whose latest attempt failed and whose next retry is scheduled (a queued retry).
+
+    The page keeps refreshing while it is empty: a retry scheduled a second later must appear
+    without a reload (the point of the page is to watch them come and go).
+    """
+    qs = (
+        visible(request.user, Run)
+        .retrying()
+        .select_related("workflow", "retry_of")
+        .defer(*LIST_DEFER)
+        .order_by("due_at", "id")
+    )
+    rows = list(qs[:200])
+    context = {"runs": rows, "now": timezone.now(), "poll_seconds": poll_seconds()}
+    template = (
+        "dashboard/retrying.html#table" if wants_fragment(request) else "dashboard/retrying.html"
+    )
+    return render(request, template, context)
+
+
+IN_FLIGHT_SHOWN = 200
+
+
+@requires(VIEW)
+@require_GET
+def in_flight(request: HttpRequest) -> HttpResponse:
+    """Runs started and not finished, the longest running first, with their age: the built-in
+    coordinator's (held by a worker's lease) and those agents reported as running (which only
+    their agent finishes: the sweeper never takes them for stranded)."""
+    matching = visible(request.user, Run).in_flight()
+    rows = list(
+        matching.select_related("workflow")
+        .defer(*LIST_DEFER)
+        .order_by("created_at", "id")[:IN_FLIGHT_SHOWN]
+    )
+    context = {
+        "runs": rows,
+        "total": total(matching),
+        "now": timezone.now(),
+        "poll_seconds": poll_seconds(),
+    }
+    template = (
+        "dashboard/in_flight.html#table" if wants_fragment(request) else "dashboard/in_flight.html"
+    )
+    return render(request, template, context)
+
+
+@requires(REVIEW)
+@require_POST
+def run_actions(request: HttpRequest) -> HttpResponse:
+    """Retry, cancel or escalate the selected runs (bulk, or one from its detail page).
+
+    A cancel, and any action on several runs, first shows what it will do to which runs and
+    asks to confirm (a second post with `confirmed`); a retry or an escalation of one run from
+    its page acts at once. Escalating needs a reason: the reviewer reads it.
+    """
+    back = safe_next(request, reverse("dashboard:runs"))
+    form = BulkActionForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return redirect(back)
+    data = form.cleaned_data
+    action = actions.RunAction(data["action"])
+    runs_qs = visible(request.user, Run).filter(pk__in=data["run"])
+    single = len(data["run"]) == 1 and action != actions.RunAction.CANCEL
+    if not data["confirmed"] and not single:
+        return _confirm_actions(request, action, list(runs_qs.defer(*LIST_DEFER)), data, back)
+    ids = list(runs_qs.values_list("pk", flat=True))
+    done = actions.act_on_runs(action, ids, request.user, data["reason"])
+    skipped = len(data["run"]) - done
+    text = f"{action.label.capitalize()}: {done} run{'s' if done != 1 else ''} done"
+    if skipped:
+        text += f", {skipped} skipped (already finished, moved on, or not found)"
+    messages.success(request, text + ".")
+    return redirect(back)
+
+
+def _confirm_actions(
+    request: HttpRequest,
+    action: actions.RunAction,
+    rows: list[Run],
+    data: dict[str, Any],
+    back: str,
+) -> HttpResponse:
+    """The page that says which runs an action will change, which it will skip and why."""
+    applies = [run for run in rows if run.status in action.statuses]
+    skipped = [run for run in rows if run.status not in action.statuses]
+    context = {
+        "action": action,
+        "applies": applies,
+        "skipped": skipped,
+        "missing": len(data["run"]) - len(rows),
+        "reason": data["reason"],
+        "next": back,
+        "statuses": ", ".join(action.statuses),
+    }
+    return render(request, "dashboard/run_actions_confirm.html", context)
+
+
+@requires(VIEW)
+@require_GET
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_visible(request.user, Run, related=("workflow", "retry_of"), pk=pk)
+    attempts = list(visible(request.user, Run).attempts_of(run).defer(*LIST_DEFER)[:ATTEMPTS_SHOWN])
+    group = FailureGroup.objects.filter(signature=run.signature).first() if run.signature else None
+    context = {
+        "run": run,
+        "attempts": _with_waits(attempts),
+        "review_items": run.review_items.select_related(
+            "resolved_by", "assignee", "workflow", "webhook"
+        ).prefetch_related("webhook__tries"),
+        "can_review": request.user.has_perm(REVIEW),
+        "run_actions": actions.applicable(run),
+        "failure_group": group,
+    }
+    return render(request, "dashboard/run_detail.html", context)
+
+
+def _with_waits(attempts: list[Run]) -> list[tuple[Run, float | None]]:
+    """Pair each attempt with the wait since the previous one finished (its retry delay)."""
+    out: list[tuple[Run, float | None]] = []
+    previous = None
+    for run in attempts:
+        wait = None
+        start = run.started_at or run.due_at
+        if previous is not None and previous.finished_at and start:
+            wait = (start - previous.finished_at).total_seconds()
+        out.append((run, wait))
+        previous = run
+    return out
