@@ -1,85 +1,41 @@
-"""Recording reported runs: per-item validation, idempotency keys, and the one-statement insert.
+"""Recording reported runs: per-item validation, idempotency keys, outcomes, group commit.
 
 This is the ingest hot path (flow 1 of the architecture). A batch costs a fixed number of queries
-whatever its size: at most one per kind of reference checked (workflow, retry_of), the insert
-that skips stored keys (PostgreSQL: the claimed keys, the new ids, one COPY; SQLite: one
-`INSERT … ON CONFLICT DO NOTHING RETURNING`), and one SELECT for the keys that were already
-stored. Concurrent repeats of a key produce one row because a unique index arbitrates, never a
-read-then-write: on SQLite the run table's `run_idempotency_key_per_token`, on PostgreSQL, where
-the run table is partitioned, the claims table `orchestrator_runkey` (see `Run`), whose trigger
-fails a batch that lost a race; it is tried again and then skips the key. Nothing else happens
-on the request path: no counter rows are updated (dashboard rollups and failure groups are folded
-in by periodic jobs). Each failure's group key (`orchestrator.fingerprint.signature`,
-microseconds) is written with the row, so grouping never rewrites a run.
+whatever its size: at most one per kind of reference checked (workflow, retry_of), the insert that
+skips stored keys (PostgreSQL: the claimed keys, the new ids, one COPY; SQLite: one `INSERT … ON
+CONFLICT DO NOTHING RETURNING`), and one SELECT for the keys that were already stored (the
+statements themselves are `inserts`'). Concurrent repeats of a key produce one row because a unique
+index arbitrates, never a read-then-write: on SQLite the run table's
+`run_idempotency_key_per_token`, on PostgreSQL, where the run table is partitioned, the claims
+table `orchestrator_runkey` (see `Run`), whose trigger fails a batch that lost a race; it is tried
+again and then skips the key. Nothing else happens on the request path: no counter rows are updated
+(dashboard rollups and failure groups are folded in by periodic jobs). Each failure's group key
+(`orchestrator.fingerprint.signature`, microseconds) is written with the row, so grouping never
+rewrites a run.
 """
 
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 import orjson
-import psycopg
 import pydantic
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
-from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from classifier import FailureCategory
 from orchestrator.api.errors import ApiError, FieldError, invalid
 from orchestrator.api.groupcommit import GroupCommit
+from orchestrator.api.inserts import ROW_FIELDS, insert_rows, stored_keys
 from orchestrator.api.schemas import EnvelopeIn, RunIn
 from orchestrator.fingerprint import signature
 from orchestrator.models import Run, Workflow
-
-# Run fields that differ per reported run, in the order of `_row`. Every other column takes one
-# value for the whole batch: created_at and token, and the model default of the coordinator's
-# bookkeeping (decision, due time, delivery counts …), read from the model at insert time so that
-# a field added later needs no change here.
-ROW_FIELDS = (
-    "workflow",
-    "topic",
-    "capability",
-    "agent",
-    "source",
-    "operation",
-    "attempted",
-    "attempt",
-    "retry_of",
-    "status",
-    "result_count",
-    "results",
-    "failure_type",
-    "reported_failure_type",
-    "retryable",
-    "retry_after",
-    "status_code",
-    "provider_code",
-    "exception_type",
-    "signal",
-    "detail",
-    "exception_chain",
-    "partial_results",
-    "partial_count",
-    "alternatives",
-    "signature",
-    "started_at",
-    "finished_at",
-    "duration_ms",
-    "idempotency_key",
-    "request_hash",
-    "trace_id",
-    "span_id",
-)
-
 
 # A report's envelope status as the run's status ("running": started, finished by a PATCH).
 REPORTED_STATUS = {
@@ -302,270 +258,6 @@ def _row(p: Pending) -> tuple:
         run.trace_id,
         run.span_id,
     )
-
-
-def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]]:
-    """The columns with one value for the whole batch, and that value ready for the database."""
-    given = {"created_at": created_at, "token": token_id}
-    return [
-        (field, field.get_db_prep_save(given[field.name], connection))
-        if field.name in given
-        else (field, default)
-        for field, default in _batch_defaults()
-    ]
-
-
-@cache
-def _batch_defaults() -> tuple[tuple[Field, Any], ...]:
-    """Each `_batch_fields` column with its model default, ready for the database (prepared once:
-    they are constants, and preparing 17 of them was a tenth of a single report's cost)."""
-    connection.ensure_connection()
-    return tuple(
-        (field, field.get_db_prep_save(field.get_default(), connection))
-        for field in _batch_fields()
-    )
-
-
-@cache
-def _batch_fields() -> tuple[Field, ...]:
-    """The columns `_batch_values` fills, in the table's order."""
-    return tuple(
-        f for f in Run._meta.concrete_fields if not f.primary_key and f.name not in ROW_FIELDS
-    )
-
-
-def _conflict_clause() -> str:
-    quote = connection.ops.quote_name
-    # SQLite (unpartitioned): the conflict target repeats the partial unique index's predicate
-    # so that it is inferred.
-    return (
-        f"ON CONFLICT ({quote('token_id')}, {quote('idempotency_key')}) "
-        f"WHERE NOT ({quote('idempotency_key')} = '') DO NOTHING "
-        f"RETURNING {quote('id')}, {quote('idempotency_key')}"
-    )
-
-
-def _insert_copy(rows: Sequence[tuple], batch: list[tuple[Field, Any]], token_id: int) -> list:
-    """PostgreSQL: COPY the rows straight into the run table, ids drawn from its sequence first.
-
-    Three statements whatever the batch size: which keys are already claimed (an index probe
-    each in `orchestrator_runkey`), one `nextval` per new row, and the COPY, whose rows psycopg
-    writes in C (JSON columns serialised by orjson). COPY is the table's fastest way in: no
-    per-row SQL to parse, no JSON document for the server to take apart. The claims trigger
-    runs in the COPY's statement, so a key another batch claimed meanwhile fails it (after
-    waiting for that batch to commit); it is then tried again, and skips that key as stored.
-    """
-    table = Run._meta.db_table
-    quote = connection.ops.quote_name
-    names = [Run._meta.get_field(name).column for name in ROW_FIELDS]
-    columns = ["id", *names, *(f.column for f, _ in batch)]
-    sql = f"COPY {quote(table)} ({', '.join(map(quote, columns))}) FROM STDIN"
-    constants = tuple(_copy_value(value) for _, value in batch)
-    connection.ensure_connection()
-    for attempt in range(CLAIM_ATTEMPTS):
-        try:
-            with (
-                transaction.atomic(),
-                connection.wrap_database_errors,
-                connection.connection.cursor() as cursor,
-            ):
-                claimed = _claimed_keys(cursor, token_id, [row[KEY] for row in rows if row[KEY]])
-                fresh = [row for row in rows if not row[KEY] or row[KEY] not in claimed]
-                cursor.execute(
-                    "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                    [table, len(fresh)],
-                )
-                ids = [pk for (pk,) in cursor.fetchall()]
-                with cursor.copy(sql) as copy:
-                    for pk, row in zip(ids, fresh, strict=True):
-                        copy.write_row((pk, *_copy_row(row), *constants))
-                return [(pk, row[KEY]) for pk, row in zip(ids, fresh, strict=True)]
-        except IntegrityError:
-            if attempt == CLAIM_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
-KEY = ROW_FIELDS.index("idempotency_key")
-_ROW_COLUMNS = tuple(Run._meta.get_field(name).column for name in ROW_FIELDS)
-
-
-def _claimed_keys(cursor: Any, token_id: int, keys: list[str]) -> set[str]:
-    """The idempotency keys among `keys` this token has already claimed (stored runs)."""
-    if not keys:
-        return set()
-    prefix = f"i:{token_id}:"
-    cursor.execute(
-        "SELECT key FROM orchestrator_runkey WHERE key = ANY(%s)", [[prefix + k for k in keys]]
-    )
-    return {key[len(prefix) :] for (key,) in cursor.fetchall()}
-
-
-def _copy_row(row: tuple) -> list:
-    """A row as COPY takes it: its JSON columns as jsonb (orjson), the rest as they are."""
-    values = list(row)
-    for i in _JSON_POSITIONS:
-        values[i] = Jsonb(values[i], dumps=orjson.dumps)
-    return values
-
-
-def _copy_value(value: Any) -> Any:
-    """A value as COPY takes it: lists and dicts as jsonb (orjson), the rest as they are."""
-    if isinstance(value, list | dict):
-        return Jsonb(value, dumps=orjson.dumps)
-    return value
-
-
-# A unique violation on a claim means another batch stored the same key meanwhile (it has
-# committed: the claim waited for it); the next attempt finds the key stored and skips it.
-CLAIM_ATTEMPTS = 3
-
-
-def _insert_values(rows: Sequence[tuple], batch: list[tuple[Field, Any]], token_id: int) -> list:
-    """SQLite: multi-row VALUES, split to respect its bind-parameter limit."""
-    quote = connection.ops.quote_name
-    fields = [Run._meta.get_field(name) for name in ROW_FIELDS]
-    columns = [f.column for f in fields] + [f.column for f, _ in batch]
-    constants = tuple(v for _, v in batch)
-    rows = [_sqlite_values(row) for row in rows]
-    one = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    per_statement = max(1, _max_params() // len(columns))
-    inserted = []
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), per_statement):
-            part = rows[start : start + per_statement]
-            query = (
-                f"INSERT INTO {quote(Run._meta.db_table)} ({', '.join(map(quote, columns))}) "
-                f"VALUES {', '.join([one] * len(part))} {_conflict_clause()}"
-            )
-            cursor.execute(query, [value for row in part for value in (*row, *constants)])
-            inserted.extend(cursor.fetchall())
-    return inserted
-
-
-_JSON_POSITIONS = frozenset(
-    i for i, name in enumerate(ROW_FIELDS) if isinstance(Run._meta.get_field(name), JSONField)
-)
-_TIME_POSITIONS = frozenset(
-    i for i, name in enumerate(ROW_FIELDS) if isinstance(Run._meta.get_field(name), DateTimeField)
-)
-
-
-def _sqlite_values(row: tuple) -> tuple:
-    adapt = connection.ops.adapt_datetimefield_value
-    return tuple(
-        orjson.dumps(value).decode()
-        if i in _JSON_POSITIONS
-        else adapt(value)
-        if i in _TIME_POSITIONS
-        else value
-        for i, value in enumerate(row)
-    )
-
-
-def _max_params() -> int:
-    connection.ensure_connection()
-    raw = connection.connection
-    if isinstance(raw, sqlite3.Connection):
-        return raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-    return 999
-
-
-def insert_rows(
-    token_id: int, rows: Sequence[tuple], created_at: datetime | None = None
-) -> list[tuple[int, str]]:
-    """Insert rows, skipping stored keys; return (id, key) of the rows inserted, in row order.
-
-    On PostgreSQL the ids are drawn before the COPY, in row order; on SQLite row order is the
-    RETURNING order of one INSERT, as Django's own bulk_create relies on. Keyed rows are matched
-    by key anyway, only keyless ones by order.
-    """
-    if not rows:
-        return []
-    batch = _batch_values(token_id, created_at or timezone.now())
-    if connection.vendor != "postgresql":
-        with transaction.atomic():
-            return _insert_values(rows, batch, token_id)
-    if len(rows) <= ONE_STATEMENT_ROWS and not connection.in_atomic_block:
-        inserted = _insert_one_statement(rows, batch)
-        if inserted is not None:
-            return inserted
-    with transaction.atomic():
-        return _insert_copy(rows, batch, token_id)
-
-
-# Up to this many rows (a group of single reports, a small batch), PostgreSQL is first asked for
-# one prepared `INSERT … SELECT` on its own: one round trip where the COPY path takes six (BEGIN,
-# the claimed keys, the ids, the COPY, COMMIT), which was most of a single report's cost. Beyond,
-# COPY's cheaper rows win.
-ONE_STATEMENT_ROWS = 64
-
-
-def _insert_one_statement(rows: Sequence[tuple], batch: list[tuple[Field, Any]]) -> list | None:
-    """PostgreSQL, outside any transaction: insert `rows` with one statement, which is its own
-    transaction (autocommit), so the answer comes back once the rows are durable. Return (id,
-    key) per row in row order, or None when a key is already claimed (the claims trigger fails
-    the whole statement, nothing is stored): the COPY path then skips the stored keys.
-
-    The rows travel as one JSON array (orjson) that `json_populate_recordset` reads as run rows,
-    so the statement's text is the same for any number of rows and is prepared once per
-    connection: no per-row placeholders to parse on either side. Optimistic on purpose: a
-    repeated key is the rare case (a retry whose answer was lost), so it pays the failed
-    statement and the slow path, and every other report pays one round trip.
-    """
-    constants = {f.column: _json_value(value) for f, value in batch if value is not None}
-    data = orjson.dumps([dict(zip(_ROW_COLUMNS, row, strict=True), **constants) for row in rows])
-    connection.ensure_connection()
-    try:
-        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(_one_statement_sql(), [data.decode()], prepare=True)
-            return [tuple(found) for found in cursor.fetchall()]
-    except IntegrityError:
-        if not any(row[KEY] for row in rows):
-            raise  # no key to skip: another constraint refused a row; the caller judges it
-        return None
-
-
-def _json_value(value: Any) -> Any:
-    return value.obj if isinstance(value, Jsonb) else value
-
-
-@cache
-def _one_statement_sql() -> str:
-    quote = connection.ops.quote_name
-    table = quote(Run._meta.db_table)
-    columns = ", ".join(map(quote, [*_ROW_COLUMNS, *(f.column for f in _batch_fields())]))
-    return (
-        f"INSERT INTO {table} ({columns}) SELECT {columns} "
-        f"FROM json_populate_recordset(NULL::{table}, %s::json) "
-        f"RETURNING {quote('id')}, {quote('idempotency_key')}"
-    )
-
-
-def stored_keys(token_id: int, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
-    """Return {key: (id, request_hash)} of this token's stored runs with these keys."""
-    wanted = list(set(keys))
-    if not wanted:
-        return {}
-    if connection.vendor == "postgresql":
-        return _stored_claims(token_id, wanted)
-    rows = Run.objects.filter(token_id=token_id, idempotency_key__in=wanted).values_list(
-        "idempotency_key", "id", "request_hash"
-    )
-    return {key: (pk, digest) for key, pk, digest in rows}
-
-
-def _stored_claims(token_id: int, keys: list[str]) -> dict[str, tuple[int, str]]:
-    """PostgreSQL: the runs of these keys through their claims (one partition read each)."""
-    prefix = f"i:{token_id}:"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT r.idempotency_key, r.id, r.request_hash FROM orchestrator_runkey k "
-            "JOIN orchestrator_run r ON r.id = k.run_id AND r.created_at = k.created_at "
-            "WHERE k.key = ANY(%s)",
-            [[prefix + key for key in keys]],
-        )
-        return {key: (pk, digest) for key, pk, digest in cursor.fetchall()}
 
 
 def key_reused(key: str, stored_id: int, path: str, noun: str = "run") -> ApiError:

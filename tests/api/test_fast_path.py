@@ -177,15 +177,15 @@ def test_what_the_fast_path_does_not_serve_reaches_django_with_its_body(case, se
 
 def test_a_key_claimed_meanwhile_falls_back_to_the_stored_run(secret, fast):
     """The one-statement insert fails whole on a claimed key; the fallback finds the run."""
-    from orchestrator.api import ingest
+    from orchestrator.api import ingest, inserts
 
     token = ApiToken.objects.get(name="fast-path")
     first = post(fast, ok_run(), secret, key="claimed")[2]["id"]
     pending = ingest.Pending(0, ingest.RunIn.model_validate(ok_run()), token.pk, "claimed", "x")
     row = ingest._row(pending)
     if connection.vendor == "postgresql":
-        batch = ingest._batch_values(token.pk, timezone.now())
-        assert ingest._insert_one_statement([row], batch) is None  # refused whole
-    assert ingest.insert_rows(token.pk, [row]) == []  # skipped as stored
+        batch = inserts._batch_values(token.pk, timezone.now())
+        assert inserts._insert_one_statement([row], batch) is None  # refused whole
+    assert inserts.insert_rows(token.pk, [row]) == []  # skipped as stored
     stored = Run.objects.filter(idempotency_key="claimed").values_list("pk", flat=True)
     assert list(stored) == [first]
