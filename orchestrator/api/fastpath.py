@@ -51,7 +51,9 @@ from ninja.responses import NinjaJSONEncoder
 from orchestrator.api import ingest
 from orchestrator.api.auth import TokenRateThrottle
 from orchestrator.api.errors import ApiError, database_unavailable, error_response, parse_json
+from orchestrator.api.overload import buffered_body, declared_length
 from orchestrator.api.policies import VERSION_HEADER
+from orchestrator.api.runs import REPLAYED_HEADER
 from orchestrator.api.schemas import RunIn, RunOut
 from orchestrator.models import ApiToken, PolicyState, Run
 from orchestrator.vocabulary import FailureCategory
@@ -64,8 +66,6 @@ Answer = tuple[str, list[tuple[str, str]], bytes]
 
 # The operation served here, as the API is mounted (config.urls: "api/v1/").
 REPORT_PATH = "/api/v1/runs"
-# Set on the answer to a repeated report: nothing new was stored (as `runs.REPLAYED_HEADER`).
-REPLAYED_HEADER = "Idempotent-Replayed"
 MAX_KEY_LENGTH = 255  # the Idempotency-Key header's limit (`Str255` on the view)
 
 
@@ -231,18 +231,9 @@ _ENCODER = DjangoJSONEncoder()  # what ninja's renderer writes a datetime with
 
 
 def _read_body(environ: Environ) -> bytes:
-    """Read the body (of a known, acceptable length only) and put it back, unread, for Django."""
-    if "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-        raise Handover
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise Handover from None
-    if not 0 < length <= settings.API_MAX_BODY_BYTES:
-        raise Handover
-    body = environ["wsgi.input"].read(length)
-    environ["wsgi.input"] = io.BytesIO(body)
-    if len(body) != length:
+    """The body, read (a known, acceptable length only) and put back, unread, for Django."""
+    body = buffered_body(environ)  # Shedding has buffered it already behind gunicorn
+    if body is None or len(body) != declared_length(environ):
         raise Handover
     return body
 

@@ -109,7 +109,8 @@ def client_gone(environ: Environ) -> bool:
     if sock is None:
         return False
     try:
-        if not _read_small_body(environ):
+        body = buffered_body(environ)
+        if body is not None and len(body) < declared_length(environ):
             return True  # the body ended early
         return sock.recv(1, _PEEK) == b""
     except BlockingIOError:  # nothing to read yet: still connected
@@ -118,17 +119,24 @@ def client_gone(environ: Environ) -> bool:
         return True
 
 
-def _read_small_body(environ: Environ) -> bool:
-    """Read a body of known, acceptable length and put it back as a buffer; return False if it
-    ended before its length."""
+def buffered_body(environ: Environ) -> bytes | None:
+    """Read a body of known, acceptable length and put it back as a buffer (readable again from
+    the start); return it, shorter than its Content-Length if it ended early. None when it is
+    not read this way: chunked (ChunkedBodyMiddleware reads it), no or no valid length, or too
+    large (Django refuses it, 413, without reading it)."""
     if "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-        return True  # ChunkedBodyMiddleware reads it
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return True
+        return None
+    length = declared_length(environ)
     if not 0 < length <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-        return True  # none, or Django refuses it (413) without reading it
+        return None
     body = environ["wsgi.input"].read(length)
     environ["wsgi.input"] = io.BytesIO(body)
-    return len(body) == length
+    return body
+
+
+def declared_length(environ: Environ) -> int:
+    """The request's Content-Length, 0 when it has none or an invalid one."""
+    try:
+        return int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
