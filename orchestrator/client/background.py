@@ -251,6 +251,11 @@ class Reporter:
             return
         self._closed = True
         self._closing.set()
+        # Wake the thread if it waits for more runs to fill a batch (up to `flush_interval`):
+        # otherwise the join below would time out and the batch die with the daemon thread. A
+        # full queue needs no wake-up: the batch fills at once.
+        with contextlib.suppress(queue.Full):
+            self.queue.put_nowait(_Flush())
         self.thread.join(self.flush_timeout + 1.0)
         _LIVE_REPORTERS.discard(self)
 

@@ -164,6 +164,24 @@ def test_a_full_queue_loses_runs_counted_without_blocking_the_agent(spool, db):
         client.close()
 
 
+def test_close_wakes_a_thread_waiting_to_fill_a_batch_and_spools_it(spool, db):
+    # The thread holds one run and would wait a minute for more (flush_interval); close() must
+    # not wait that out (its join would give up and the run die with the daemon thread).
+    client = AgentClient(
+        f"http://127.0.0.1:{free_port()}", "fs_x", spool_path=spool, flush_interval=60
+    )
+    with client.track("agent", "web_search") as call:
+        call.results = [1]
+    wait_for(lambda: client.reporter.queue.empty(), 10, "the thread to take the run")
+    time.sleep(0.3)  # past the thread's idle wait: it now waits on flush_interval
+    started = time.monotonic()
+    client.close()
+    assert time.monotonic() - started < client.reporter.flush_timeout
+    assert [json.loads(line)["idempotency_key"] for line in spool.read_text().splitlines()] == [
+        call.key
+    ]
+
+
 def test_strict_mode_reports_synchronously_and_raises_a_failed_report(live_server, secret, db):
     with AgentClient(live_server.url, secret, strict=True) as client:
         with client.track("agent", "web_search") as call:
