@@ -74,8 +74,12 @@ class Child:
 
     def stop(self) -> None:
         if self.alive():
+            # The child alone, not its process group: a Celery worker's pool processes must be
+            # stopped by the worker (a warm shutdown lets running tasks finish). Killed beside
+            # it, a pool process dies holding the pool's queue lock and the worker hangs on it
+            # at exit for 10-20 s before the grace period ends in a SIGKILL.
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                os.kill(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=STOP_GRACE_SECONDS)
             except subprocess.TimeoutExpired:
