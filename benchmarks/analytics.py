@@ -83,7 +83,7 @@ def load(rows: int, days: int) -> None:
             "TRUNCATE orchestrator_reviewitem, orchestrator_run, orchestrator_runkey, "
             "orchestrator_workflow RESTART IDENTITY CASCADE"
         )
-    loader.day_partitions(now, days + 1)
+    loader.run_partitions(now, days + 1)
     started = time.perf_counter()
     loader.copy_rows(Workflow, loader.workflow_rows(workflows, now))
     n = loader.copy_rows(Run, run_rows_with_switches(rows, workflows, now))

@@ -262,7 +262,7 @@ def load(rows: int, reviews: int, current: int) -> None:
             "dashboard_runrollup, dashboard_sixhourrollup, dashboard_sixhourwastedretries, "
             "dashboard_failuregrouphour, dashboard_failuregroup RESTART IDENTITY CASCADE"
         )
-    day_partitions(now)
+    run_partitions(now)
     indexes = set_indexes_aside()
     started = time.perf_counter()
     copy_rows(Workflow, workflow_rows(workflows, now))
@@ -353,18 +353,12 @@ def set_indexes_aside() -> list[str]:
     return [definition.replace(" ON ONLY ", " ON ", 1) for _, definition in indexes]
 
 
-def day_partitions(now: datetime, days: int = 32) -> None:
+def run_partitions(now: datetime, days: int = 32) -> None:
     """The run table's partitions of the loaded days (beat creates only the coming ones), so
-    the pages read day partitions as in production, not one large default partition."""
+    the pages read partitions as in production, not one large default partition."""
     from orchestrator import partitions
 
-    if not partitions.is_partitioned():
-        return
-    existing = partitions.days()
-    for back in range(days):
-        day = (now - timedelta(days=back)).date()
-        if day not in existing:
-            partitions.create_day(day)
+    partitions.cover((now - timedelta(days=days - 1)).date(), now.date())
 
 
 def signature_cost(repeat: int = 20_000) -> float:

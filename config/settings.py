@@ -446,11 +446,12 @@ CELERY_BEAT_SCHEDULE |= {
     },
 }
 # Retention (`dashboard.tasks.apply_retention`, daily): runs older than RUNS_RETENTION_DAYS go
-# (whole day partitions on PostgreSQL), rollups and failure-group hours older than
-# ROLLUP_RETENTION_DAYS, which must be at least as long (the tiles outlive the runs); 0 keeps
-# forever. Beat creates RUN_PARTITIONS_AHEAD days of run partitions ahead, every hour: two is a
-# day and more of margin (a run no day covers lands in the default partition anyway), and every
-# partition, empty or not, is planned and locked by each query not bounded by created_at.
+# (whole partitions on PostgreSQL, so a run is kept up to RUN_PARTITION_DAYS longer), rollups and
+# failure-group hours older than ROLLUP_RETENTION_DAYS, which must be at least as long (the tiles
+# outlive the runs); 0 keeps forever. A run partition spans RUN_PARTITION_DAYS days (a week:
+# every partition, empty or not, is planned and locked by each query not bounded by created_at,
+# so fewer is faster; see orchestrator/partitions.py). Beat covers the next RUN_PARTITIONS_AHEAD
+# days with partitions every hour (a run no partition covers lands in the default one anyway).
 RUNS_RETENTION_DAYS = env_int("RUNS_RETENTION_DAYS", 30)
 ROLLUP_RETENTION_DAYS = env_int("ROLLUP_RETENTION_DAYS", 400)
 _RUNS_KEPT = RUNS_RETENTION_DAYS or float("inf")
@@ -460,6 +461,7 @@ if ROLLUP_RETENTION_DAYS and ROLLUP_RETENTION_DAYS < _RUNS_KEPT:
         f"count (RUNS_RETENTION_DAYS={RUNS_RETENTION_DAYS}); keep rollups at least as long"
     )
 RUN_PARTITIONS_AHEAD = env_int("RUN_PARTITIONS_AHEAD", 2, minimum=1)
+RUN_PARTITION_DAYS = env_int("RUN_PARTITION_DAYS", 7, minimum=1)
 CELERY_BEAT_SCHEDULE |= {
     "run-partitions-ahead": {
         "task": "orchestrator.tasks.create_run_partitions",

@@ -107,7 +107,7 @@ DECISION_COLUMNS = {
 
 # What follows a run (a later attempt, the run a switch started) is created after it. Each probe
 # says so with a margin for clocks of different web processes, which lets PostgreSQL skip, at
-# run time, every day partition older than the run instead of probing the indexes of all of
+# run time, every partition older than the run instead of probing the indexes of all of
 # them (40 partitions: 0.6 ms a probe; a recent run's few: 0.1 ms).
 FOLLOWS_MARGIN = timedelta(hours=1)
 

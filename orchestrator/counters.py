@@ -34,7 +34,7 @@ from orchestrator.models import Run, RunSets, WorkflowCounter, WorkflowRunDelta
 
 RUN_TABLE = Run._meta.db_table
 # Set (SET LOCAL … = 'on') by a transaction whose deletes are retention, not corrections: the
-# triggers then leave the counts alone, as they do when a whole day partition is dropped (no
+# triggers then leave the counts alone, as they do when a whole partition is dropped (no
 # trigger fires), so running totals and per-workflow counts never go down as old runs are pruned.
 RETENTION_SETTING = "failsight.retention"
 

@@ -569,12 +569,13 @@ class RunQuerySet(models.QuerySet):
 class Run(models.Model):
     """One attempt of one subagent on one source, with its structured outcome (the envelope).
 
-    On PostgreSQL the table is partitioned by `created_at`, one partition a day (declarative
-    range partitioning, `orchestrator.partitions`): beat creates the coming days' partitions
-    ahead, a DEFAULT partition takes any row no day partition covers (an insert never fails
-    for want of one), and retention drops whole days (`RUNS_RETENTION_DAYS`) instead of
-    deleting rows. The database's primary key is (id, created_at), as partitioning requires;
-    `id` alone stays unique (one sequence) and is what Django and the API call the run's id.
+    On PostgreSQL the table is partitioned by `created_at`, one partition a week by default
+    (declarative range partitioning, `orchestrator.partitions`): beat creates the coming days'
+    partitions ahead, a DEFAULT partition takes any row no partition covers (an insert never
+    fails for want of one), and retention drops whole partitions (`RUNS_RETENTION_DAYS`)
+    instead of deleting rows. The database's primary key is (id, created_at), as partitioning
+    requires; `id` alone stays unique (one sequence) and is what Django and the API call the
+    run's id.
 
     The three unique claims of a run (an idempotency key per token, a coordinator's slot, a
     retry's attempt number) must hold across partitions, which a partitioned unique index

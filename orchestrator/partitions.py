@@ -1,23 +1,34 @@
-"""The run table's partitions on PostgreSQL: a day each, created ahead, dropped by retention.
+"""The run table's partitions on PostgreSQL: a week each, created ahead, dropped by retention.
 
-`orchestrator_run` is partitioned by range of `created_at` (see `Run`): `orchestrator_run_pYYYYMMDD`
-holds the runs created on that day (UTC), and `orchestrator_run_default` any run no day partition
-covers (a clock far off, a test travelling in time), so an insert never fails for want of a
-partition. Beat calls `ensure_ahead` every hour: the coming days' partitions exist before their
-first run. A day created while the default partition holds runs of that day takes them over
+`orchestrator_run` is partitioned by range of `created_at` (see `Run`). A partition spans
+RUN_PARTITION_DAYS days (7 by default, periods counted from Monday 1970-01-05, UTC) and is named
+after its first day, `orchestrator_run_pYYYYMMDD`; `orchestrator_run_default` holds any run no
+partition covers (a clock far off, a test travelling in time), so an insert never fails for want of
+a partition. Beat calls `ensure_ahead` every hour: the coming days are covered before their first
+run. A partition created while the default partition holds runs of its range takes them over
 (moved in the same transaction, then attached), so the default stays small.
 
-`drop_before` is the runs' retention: whole days older than the cutoff are dropped (their claims
-in `RunKey` deleted by range, the review items of their runs deleted, and references from newer
-runs set to NULL first, as the ORM's CASCADE / SET NULL would), and old runs that sat in the
-default partition are deleted. On SQLite (development, unpartitioned) it deletes the old runs
-through the ORM. Nothing here runs on the request path.
+Why a week and not a day: every query not bounded by `created_at` (a run by id, a workflow's runs,
+the review queue's joins) plans and locks every partition with all of its indexes, so at 40 daily
+partitions a lookup by id took ~680 locks and 7.5 ms, most of it planning. The bounds of each
+partition are read from the catalog, never assumed from the setting, so partitions of another
+span (days, from before the setting changed) keep working beside new ones: a period partly
+covered gets partitions for its uncovered gaps only.
+
+`drop_before` is the runs' retention: whole partitions older than the cutoff are dropped (their
+claims in `RunKey` deleted by range, the review items of their runs deleted, and references from
+newer runs set to NULL first, as the ORM's CASCADE / SET NULL would), and old runs that sat in the
+default partition are deleted. A run is thus kept up to one partition span past
+RUNS_RETENTION_DAYS. On SQLite (development, unpartitioned) it deletes the old runs through the
+ORM. Nothing here runs on the request path.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
 
@@ -27,6 +38,9 @@ from orchestrator.models import ReviewItem, Run
 PARENT = "orchestrator_run"
 DEFAULT = f"{PARENT}_default"
 PREFIX = f"{PARENT}_p"
+# Periods are counted from a Monday, so weekly partitions run Monday to Sunday.
+EPOCH = date(1970, 1, 5)
+_BOUND = re.compile(r"FROM \('([^']+)'\) TO \('([^']+)'\)")
 
 
 def is_partitioned() -> bool:
@@ -41,40 +55,55 @@ def is_partitioned() -> bool:
 
 
 def name_of(day: date) -> str:
+    """The name of the partition that starts on `day`."""
     return f"{PREFIX}{day:%Y%m%d}"
 
 
-def day_of(name: str) -> date | None:
-    """The day a partition named by `name_of` holds, or None for another table (the default)."""
-    if not name.startswith(PREFIX):
-        return None
-    try:
-        return datetime.strptime(name[len(PREFIX) :], "%Y%m%d").date()
-    except ValueError:
-        return None
+def period_of(day: date, span: int | None = None) -> tuple[date, date]:
+    """The period of RUN_PARTITION_DAYS days holding `day`: its first day and the day after it."""
+    span = span or settings.RUN_PARTITION_DAYS
+    first = day - timedelta(days=(day - EPOCH).days % span)
+    return first, first + timedelta(days=span)
 
 
-def _bounds(day: date) -> tuple[datetime, datetime]:
-    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    return start, start + timedelta(days=1)
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
-def days() -> dict[date, str]:
-    """Return {day: partition name} of the day partitions that exist."""
+def ranges() -> dict[str, tuple[datetime, datetime]]:
+    """Return {partition name: (start, end)} of the range partitions that exist, from the
+    catalog (the default partition has no range and is left out)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = to_regclass(%s)",
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+            "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%s)",
             [PARENT],
         )
-        names = [row[0] for row in cursor.fetchall()]
-    return {day: name for name in names if (day := day_of(name)) is not None}
+        rows = cursor.fetchall()
+    found = {}
+    for name, bound in rows:
+        if match := _BOUND.search(bound or ""):
+            start, end = (datetime.fromisoformat(value) for value in match.groups())
+            found[name] = (start.astimezone(UTC), end.astimezone(UTC))
+    return found
 
 
-def create_day(day: date) -> str:
-    """Create the partition of `day`, taking over the default partition's runs of that day."""
-    name = name_of(day)
-    start, end = _bounds(day)
+def _gaps(start: datetime, end: datetime, taken: list[tuple[datetime, datetime]]):
+    """The parts of [start, end) that no range of `taken` covers, in order."""
+    cursor = start
+    for lo, hi in sorted(taken):
+        if hi <= cursor or lo >= end:
+            continue
+        if lo > cursor:
+            yield cursor, lo
+        cursor = max(cursor, hi)
+    if cursor < end:
+        yield cursor, end
+
+
+def create(start: datetime, end: datetime) -> str:
+    """Create the partition of [start, end), taking over the default partition's runs of it."""
+    name = name_of(start.astimezone(UTC).date())
     quote = connection.ops.quote_name
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -97,14 +126,26 @@ def create_day(day: date) -> str:
     return name
 
 
-def ensure_ahead(ahead: int, today: date | None = None) -> list[str]:
-    """Create the partitions of today and the next `ahead` days that are missing; return them."""
+def cover(first: date, last: date) -> list[str]:
+    """Create what is missing of the periods holding the days `first` to `last`; return the
+    names created (none if it was all covered, or the table is not partitioned)."""
     if not is_partitioned():
         return []
+    taken = list(ranges().values())
+    created = []
+    period = period_of(first)
+    while period[0] <= last:
+        for start, end in _gaps(_midnight(period[0]), _midnight(period[1]), taken):
+            created.append(create(start, end))
+            taken.append((start, end))
+        period = period_of(period[1])
+    return created
+
+
+def ensure_ahead(ahead: int, today: date | None = None) -> list[str]:
+    """Cover today and the next `ahead` days with partitions; return those created."""
     today = today or datetime.now(UTC).date()
-    existing = days()
-    wanted = [today + timedelta(days=n) for n in range(ahead + 1)]
-    return [create_day(day) for day in wanted if day not in existing]
+    return cover(today, today + timedelta(days=ahead))
 
 
 def _forget(ids: str, params: list) -> None:
@@ -117,17 +158,16 @@ def _forget(ids: str, params: list) -> None:
 
 
 def drop_before(cutoff: datetime) -> list[str]:
-    """Drop the runs created before `cutoff` (whole days on PostgreSQL); return what went.
+    """Drop the runs created before `cutoff` (whole partitions on PostgreSQL); return what went.
 
-    A day partition goes once all of its day is before the cutoff; runs before the cutoff in
-    the default partition (or anywhere, unpartitioned) are deleted row by row."""
+    A partition goes once all of its range is before the cutoff; runs before the cutoff in the
+    default partition (or anywhere, unpartitioned) are deleted row by row."""
     if not is_partitioned():
         _delete_rows(cutoff)
         return []
     quote = connection.ops.quote_name
     dropped = []
-    for day, name in sorted(days().items()):
-        start, end = _bounds(day)
+    for name, (start, end) in sorted(ranges().items(), key=lambda item: item[1]):
         if end > cutoff:
             continue
         with transaction.atomic(), connection.cursor() as cursor:

@@ -1,8 +1,9 @@
 """PostgreSQL: the run table becomes partitioned by created_at, its unique claims move to RunKey.
 
 The table is rebuilt as `PARTITION BY RANGE (created_at)` with a DEFAULT partition and a partition
-per day of the runs already stored and of the coming week (beat keeps creating them ahead:
-`orchestrator.partitions`). Its primary key becomes (id, created_at), as partitioning requires;
+per week (Monday to Sunday, UTC) of the runs already stored and of the coming week (beat keeps
+creating them ahead: `orchestrator.partitions`; installations migrated before weeks were chosen
+got a partition per day, which keeps working beside later week partitions). Its primary key becomes (id, created_at), as partitioning requires;
 `id` keeps one sequence, so it stays unique. The model's indexes are created on the parent (each
 partition gets its own). The three unique claims (idempotency key per token, slot, retry attempt)
 cannot be partitioned unique indexes without `created_at`: a statement-level trigger writes them to
@@ -17,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import migrations
 
 AHEAD_DAYS = 7
+MONDAY = datetime(1970, 1, 5, tzinfo=UTC).date()  # weeks are counted from a Monday
 
 CLAIMS = """
     SELECT k.key, n.id, n.created_at FROM {rows} n
@@ -51,13 +53,17 @@ CREATE TRIGGER run_release_keys AFTER DELETE ON orchestrator_run
 """
 
 
-def _day_partition(cursor, day) -> None:
-    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+def _week_partition(cursor, monday) -> None:
+    start = datetime(monday.year, monday.month, monday.day, tzinfo=UTC)
     cursor.execute(
-        f'CREATE TABLE "orchestrator_run_p{day:%Y%m%d}" PARTITION OF orchestrator_run '
+        f'CREATE TABLE "orchestrator_run_p{monday:%Y%m%d}" PARTITION OF orchestrator_run '
         "FOR VALUES FROM (%s) TO (%s)",
-        [start, start + timedelta(days=1)],
+        [start, start + timedelta(days=7)],
     )
+
+
+def _monday_of(day):
+    return day - timedelta(days=(day - MONDAY).days % 7)
 
 
 def partition(apps, schema_editor):
@@ -79,8 +85,9 @@ def partition(apps, schema_editor):
         )
         today = datetime.now(UTC).date()
         stored = {row[0] for row in cursor.fetchall()}
-        for day in sorted(stored | {today + timedelta(days=n) for n in range(AHEAD_DAYS + 1)}):
-            _day_partition(cursor, day)
+        days = stored | {today + timedelta(days=n) for n in range(AHEAD_DAYS + 1)}
+        for monday in sorted({_monday_of(day) for day in days}):
+            _week_partition(cursor, monday)
         cursor.execute("INSERT INTO orchestrator_run SELECT * FROM orchestrator_run_unpartitioned")
         cursor.execute("SELECT coalesce(max(id), 0) + 1 FROM orchestrator_run_unpartitioned")
         next_id = cursor.fetchone()[0]

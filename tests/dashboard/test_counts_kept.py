@@ -266,7 +266,7 @@ def test_the_fold_keeps_a_few_hours_of_minutes_and_every_run_in_the_totals(postg
 
 
 def test_retention_leaves_the_running_totals_and_workflow_counts_alone(postgres, settings):
-    """Old runs pruned row by row (the default partition) or by day (a dropped partition) take
+    """Old runs pruned row by row (the default partition) or by partition (a dropped one) take
     nothing away from /metrics' totals nor the workflows' counts; an operator's delete does."""
     from dashboard import retention
     from orchestrator import partitions
@@ -274,9 +274,9 @@ def test_retention_leaves_the_running_totals_and_workflow_counts_alone(postgres,
     settings.RUNS_RETENTION_DAYS, settings.ROLLUP_RETENTION_DAYS = 30, 400
     flow = make_workflow()
     old_day = timezone.now() - timedelta(days=40)
-    partitions.create_day(old_day.date())
-    make_failure(workflow=flow, created_at=old_day)  # in its day's partition
-    make_failure(workflow=flow, created_at=timezone.now() - timedelta(days=35))  # the default's
+    partitions.cover(old_day.date(), old_day.date())
+    make_failure(workflow=flow, created_at=old_day)  # in its partition
+    make_failure(workflow=flow, created_at=timezone.now() - timedelta(days=48))  # the default's
     current = make_run(workflow=flow)
     minutes.fold()
     counters.fold_workflow_counters()

@@ -73,7 +73,7 @@ def test_the_fold_groups_failures_by_signature_and_says_how_each_ended(story):
 
 def test_what_follows_a_failure_is_found_within_the_clock_margin_and_not_before(db):
     """The probes look only at runs created after the failure (less FOLLOWS_MARGIN, for the
-    clocks of different web processes), which lets PostgreSQL skip older day partitions."""
+    clocks of different web processes), which lets PostgreSQL skip older partitions."""
     skew = groups.FOLLOWS_MARGIN / 2
     failed = timeout(1, decision="retry")
     make_run(source="news_api", retry_of=failed, attempt=2, created_at=failed.created_at - skew)

@@ -1,5 +1,6 @@
-"""The run store's partitions and retention: days created ahead by beat, the default partition
-taken over by a late day, unique claims across days, whole days dropped past RUNS_RETENTION_DAYS
+"""The run store's partitions and retention: the coming days covered ahead by beat (a week per
+partition, gaps only beside partitions of another span), the default partition taken over by a
+late partition, unique claims across partitions, whole partitions dropped past RUNS_RETENTION_DAYS
 with what pointed at their runs, rollups kept for ROLLUP_RETENTION_DAYS."""
 
 from __future__ import annotations
@@ -37,18 +38,59 @@ def run_at(when: datetime, **fields) -> Run:
     return Run.objects.create(agent="a", source="s", status="failed", created_at=when, **fields)
 
 
-def test_beat_creates_the_coming_days_partitions_and_runs_land_in_their_day(postgres, settings):
+def partition_of(day) -> str:
+    """The name of the partition that should hold `day` (its period's first day)."""
+    return partitions.name_of(partitions.period_of(day)[0])
+
+
+def test_beat_covers_the_coming_days_with_week_partitions_and_runs_land_in_theirs(
+    postgres, settings
+):
     settings.RUN_PARTITIONS_AHEAD = 3
-    with time_machine.travel(FAR, tick=False):
-        created = tasks.create_run_partitions()
-        assert created == [partitions.name_of(FAR.date() + timedelta(days=n)) for n in range(4)]
+    assert FAR.date().isoweekday() == 1  # weeks run Monday to Sunday
+    with time_machine.travel(FAR + timedelta(days=5), tick=False):  # a Saturday: 3 days ahead
+        created = tasks.create_run_partitions()  # reach into the next week
+        assert created == ["orchestrator_run_p20310310", "orchestrator_run_p20310317"]
         assert tasks.create_run_partitions() == []  # idempotent: beat may run it every hour
-    run = run_at(FAR + timedelta(days=2))
-    assert where(run.pk) == "orchestrator_run_p20310312"
-    assert Run.objects.get(pk=run.pk).created_at == FAR + timedelta(days=2)
+    assert partitions.ranges()["orchestrator_run_p20310310"] == (
+        datetime(2031, 3, 10, tzinfo=UTC),
+        datetime(2031, 3, 17, tzinfo=UTC),
+    )
+    run = run_at(FAR + timedelta(days=8))
+    assert where(run.pk) == "orchestrator_run_p20310317"
+    assert Run.objects.get(pk=run.pk).created_at == FAR + timedelta(days=8)
 
 
-def test_a_run_no_day_covers_goes_to_the_default_partition_and_moves_when_its_day_comes(
+def test_partitions_of_another_span_are_kept_and_only_the_gaps_are_covered(postgres, settings):
+    """Day partitions (the span before RUN_PARTITION_DAYS was a week) stay; the week around
+    them gets partitions for what they leave uncovered, and retention drops by real bounds."""
+    settings.RUN_PARTITION_DAYS = 1
+    assert partitions.cover(FAR.date(), FAR.date() + timedelta(days=1)) == [
+        "orchestrator_run_p20310310",
+        "orchestrator_run_p20310311",
+    ]
+    settings.RUN_PARTITION_DAYS = 7
+    assert partitions.cover(FAR.date(), FAR.date() + timedelta(days=6)) == [
+        "orchestrator_run_p20310312"
+    ]
+    bounds = partitions.ranges()
+    assert bounds["orchestrator_run_p20310311"] == (
+        datetime(2031, 3, 11, tzinfo=UTC),
+        datetime(2031, 3, 12, tzinfo=UTC),
+    )
+    assert bounds["orchestrator_run_p20310312"] == (
+        datetime(2031, 3, 12, tzinfo=UTC),
+        datetime(2031, 3, 17, tzinfo=UTC),
+    )
+    late = run_at(FAR + timedelta(days=4))
+    assert where(late.pk) == "orchestrator_run_p20310312"
+    dropped = partitions.drop_before(datetime(2031, 3, 12, 6, tzinfo=UTC))  # and today's
+    assert dropped[-2:] == ["orchestrator_run_p20310310", "orchestrator_run_p20310311"]
+    assert "orchestrator_run_p20310312" in partitions.ranges()  # not wholly before the cutoff
+    assert Run.objects.filter(pk=late.pk).exists()
+
+
+def test_a_run_no_partition_covers_goes_to_the_default_and_moves_when_its_partition_comes(
     postgres, api_token
 ):
     token, _ = api_token
@@ -57,9 +99,9 @@ def test_a_run_no_day_covers_goes_to_the_default_partition_and_moves_when_its_da
     assert stored["status"] == "created"
     assert where(stored["id"]) == partitions.DEFAULT
 
-    partitions.create_day(FAR.date())
+    partitions.cover(FAR.date(), FAR.date())
 
-    assert where(stored["id"]) == partitions.name_of(FAR.date())
+    assert where(stored["id"]) == partition_of(FAR.date())
     # its claim moved with it: the same report again is the stored run, not a second one
     again = report(token.pk, "late-1")
     assert (again["status"], again["id"]) == ("existing", stored["id"])
@@ -111,7 +153,7 @@ def test_editing_a_runs_key_or_slot_moves_its_claims(postgres, api_token):
     assert RunKey.objects.filter(run_id=edited["id"]).count() == 2
 
 
-@pytest.mark.parametrize("partitioned", [True, False], ids=["day-partitions", "row-deletes"])
+@pytest.mark.parametrize("partitioned", [True, False], ids=["partitions", "row-deletes"])
 def test_retention_drops_old_runs_with_what_pointed_at_them_and_keeps_rollups(
     db, settings, partitioned
 ):
@@ -119,11 +161,14 @@ def test_retention_drops_old_runs_with_what_pointed_at_them_and_keeps_rollups(
     now = datetime.now(UTC)
     old_day = now - timedelta(days=40)
     if partitioned and partitions.is_partitioned():
-        partitions.create_day(old_day.date())
+        partitions.cover(old_day.date(), old_day.date())
     elif partitioned:
-        pytest.skip("the day partitions exist on PostgreSQL only")
+        pytest.skip("the run partitions exist on PostgreSQL only")
     old = run_at(old_day, slot="old-slot")
-    old_in_default = run_at(now - timedelta(days=35))  # no day covers it: the default partition
+    in_default = now - timedelta(days=48)  # no partition covers it: the default partition
+    old_in_default = run_at(in_default)
+    if partitioned:
+        assert where(old_in_default.pk) == partitions.DEFAULT
     kept = run_at(now - timedelta(days=1), retry_of=old, attempt=2, switched_from=old)
     item = ReviewItem.objects.create(run=old, reason="stuck")
     group = FailureGroup.objects.create(
@@ -150,8 +195,8 @@ def test_retention_drops_old_runs_with_what_pointed_at_them_and_keeps_rollups(
     assert pruned.rollup_rows == 1
     assert not Run.objects.filter(pk=old_in_default.pk).exists()
     if partitioned:
-        assert pruned.partitions == [partitions.name_of(old_day.date())]
-        assert old_day.date() not in partitions.days()
+        assert pruned.partitions == [partition_of(old_day.date())]
+        assert partition_of(old_day.date()) not in partitions.ranges()
         assert not RunKey.objects.filter(key="s:old-slot").exists()
     run_at(now, slot="old-slot")  # the dropped run's claim is free again
 
@@ -164,7 +209,7 @@ def test_retention_setting_of_zero_keeps_runs(db, settings):
 
 
 def test_queries_are_not_jit_compiled(postgres):
-    """A query over the day partitions is planned with a node per partition and estimated
+    """A query over the partitions is planned with a node per partition and estimated
     costly, and PostgreSQL's JIT then spent a minute compiling what runs in a third of a
     second (the failure endings of one hour at 10M runs): the settings turn it off."""
     with connection.cursor() as cursor:
