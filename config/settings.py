@@ -138,6 +138,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # An API request for a host not in ALLOWED_HOSTS gets the JSON envelope, not Django's page.
+    "orchestrator.api.errors.ApiHostMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A page whose database is down answers 503 with Retry-After (the API: its envelope).

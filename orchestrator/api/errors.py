@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -364,6 +364,36 @@ def read_body(request: HttpRequest) -> bytes:
     body = b"".join(pieces)
     request._body = body  # type: ignore[attr-defined]  # what request.body answers from now on
     return body
+
+
+class ApiHostMiddleware:
+    """Refuse a request under /api/ whose Host is not in ALLOWED_HOSTS with the envelope (400).
+
+    Django refuses it where the host is first read (CommonMiddleware) with its HTML 400 page, or
+    the debug page: an agent pointed at the wrong name would get HTML. First in MIDDLEWARE, so
+    it answers before anything else reads the host; logged as Django logs it.
+    """
+
+    PREFIX = "/api/"
+    security = logging.getLogger("django.security.DisallowedHost")
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path_info.startswith(self.PREFIX):
+            try:
+                request.get_host()
+            except DisallowedHost as exc:
+                self.security.error(str(exc), extra={"status_code": 400, "request": request})
+                error = ApiError(
+                    400,
+                    FailureCategory.INVALID_INPUT,
+                    str(exc),
+                    alternatives=["call the server by a name it serves (its ALLOWED_HOSTS)"],
+                )
+                return error_response(request, error)
+        return self.get_response(request)
 
 
 class ChunkedBodyMiddleware:

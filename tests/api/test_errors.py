@@ -198,6 +198,20 @@ def test_an_unknown_url_is_a_json_404_not_an_html_page(client, auth_headers, pat
     assert path in body["detail"]
 
 
+@pytest.mark.parametrize("debug", [True, False], ids=["debug", "production"])
+@pytest.mark.parametrize(("method", "path"), [("get", "/api/v1/runs"), ("post", "/api/v1/runs")])
+def test_a_host_not_allowed_is_a_400_envelope_not_an_html_page(
+    client, auth_headers, settings, debug, method, path
+):
+    settings.DEBUG = debug
+    headers = auth_headers | {"HTTP_HOST": "evil.example"}
+    response = getattr(client, method)(path, data={}, content_type="application/json", **headers)
+    body = assert_envelope(response, 400, "invalid_input")
+    assert "evil.example" in body["detail"] and "ALLOWED_HOSTS" in body["detail"]
+    page = client.get("/", HTTP_HOST="evil.example")  # a page: Django's own answer stays
+    assert page.status_code == 400 and not page["Content-Type"].startswith("application/json")
+
+
 def test_a_post_to_an_unknown_url_is_a_404_not_a_csrf_page(client, db):
     assert_envelope(post_json(client, "/nothing-here", {}), 404, "resource_missing")
 
