@@ -386,6 +386,10 @@ def test_ctrl_c_stops_everything_and_a_second_launch_reuses_the_database(tmp_pat
             first.proc.kill()
     assert "Stopped:" in first.output
     assert_no_orphans(first)
+    # The worker stopped its own pool (a warm shutdown): none of its processes was signalled
+    # beside it, which cut their tasks short and hung the worker on the pool's queue lock.
+    worker_log = (first.var / "log" / "worker.log").read_text(errors="replace")
+    assert "Warm shutdown" in worker_log and "signal 15 (SIGTERM)" not in worker_log
     with first.db() as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         runs = conn.execute("SELECT count(*) FROM orchestrator_run").fetchone()[0]
