@@ -347,9 +347,13 @@ def total(qs: QuerySet) -> Total:
     more rows than that), estimated above it from PostgreSQL's planner and labelled so.
 
     Counting every matching row of a million-run table would take longer than the page itself;
-    an estimate is what a number that large can honestly be read as anyway.
+    an estimate is what a number that large can honestly be read as anyway. The capped count
+    reads the runs in the list's own order (newest first), so PostgreSQL plans it as it plans
+    the page, an index scan that stops at the cap. Unordered, it built whole-partition bitmaps
+    of each filter before the first row: 160 ms instead of 25 for a source and an agent, 170
+    instead of 4 for failed timeouts, at 10M runs.
     """
-    capped = qs.order_by().values("pk")[: EXACT_TOTAL + 1].count()
+    capped = qs.order_by("-created_at", "-id").values("pk")[: EXACT_TOTAL + 1].count()
     if capped <= EXACT_TOTAL:
         return Total(capped, True)
     if connection.vendor != "postgresql":
