@@ -2,9 +2,9 @@
 
 Every filter lives in the URL (a filtered queue is a link to share, the back button works). The
 facets are columns of the review item itself (copied from the run when it opens), so counting
-thousands of open items is a small GROUP BY per facet over the pending rows (the partial index
-on pending items), never a join with the run table; each facet is counted with every *other*
-active filter applied, as a faceted search shows them.
+thousands of open items is one GROUP BY GROUPING SETS over the pending rows (`facet_counts`),
+never a join with the run table; each facet is counted with every *other* active filter
+applied, as a faceted search shows them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Case, CharField, Count, Min, Q, QuerySet, Value, When
+from django.db import connection
+from django.db.models import (
+    BooleanField,
+    Case,
+    CharField,
+    Count,
+    ExpressionWrapper,
+    Min,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django.http import QueryDict
 
 from dashboard.filters import canonical_failure_type
@@ -119,8 +131,8 @@ class QueueFilter:
 
     # -----------------------------------------------------------------------------------------
 
-    def apply(self, qs: QuerySet, user: Any, now: datetime, skip: str = "") -> QuerySet:
-        """Apply every filter except the facet `skip` (a facet's own counts ignore its value)."""
+    def conditions(self, user: Any, now: datetime) -> dict[str, Q]:
+        """Each active filter's condition, by its name (a facet's, or "signature")."""
         exact = {
             "failure_type": self.failure_type,
             "source": self.source,
@@ -128,13 +140,20 @@ class QueueFilter:
             "origin": self.origin,
             "signature": self.signature,
         }
-        qs = qs.filter(**{k: v for k, v in exact.items() if v and k != skip})
-        if self.workflow is not None and skip != "workflow":
-            qs = qs.filter(workflow_id=self.workflow)
-        if self.age and skip != "age":
-            qs = qs.filter(_age_condition(self.age, now))
-        if self.claim and skip != "claim":
-            qs = qs.filter(_claim_condition(self.claim, user))
+        out = {name: Q(**{name: value}) for name, value in exact.items() if value}
+        if self.workflow is not None:
+            out["workflow"] = Q(workflow_id=self.workflow)
+        if self.age:
+            out["age"] = _age_condition(self.age, now)
+        if self.claim:
+            out["claim"] = _claim_condition(self.claim, user)
+        return out
+
+    def apply(self, qs: QuerySet, user: Any, now: datetime, skip: str = "") -> QuerySet:
+        """Apply every filter except the facet `skip` (a facet's own counts ignore its value)."""
+        for name, condition in self.conditions(user, now).items():
+            if name != skip:
+                qs = qs.filter(condition)
         return qs
 
     @property
@@ -200,19 +219,64 @@ def facets(
     does not narrow its own counts): a few rows each, where one GROUP BY over every facet at
     once returned a row per combination (thousands at volume), costlier in Python than in SQL.
     """
-    annotated = pending.annotate(claim=_claim_bucket(user), age=_age_bucket(now))
+    counts = facet_counts(pending, f, user, now)
     out = []
     for name in FACETS:
-        rows = (
-            f.apply(annotated, user, now, skip=name)
-            .values_list(name)
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-        options = _options(name, dict(rows), f.value(name), params)
+        options = _options(name, counts[name], f.value(name), params)
         out.append((name, FACET_TITLES[name], options))
     workflows = _workflow_options(pending, f, user, now, params)
     out.append(("workflow", FACET_TITLES["workflow"], workflows))
+    return out
+
+
+def facet_counts(
+    pending: QuerySet, f: QueueFilter, user: Any, now: datetime
+) -> dict[str, dict[str, int]]:
+    """{facet: {value: open items}}, each facet counted with every other active filter.
+
+    On PostgreSQL one statement: a GROUP BY GROUPING SETS with a set per facet over the pending
+    items, each active filter a boolean column and each facet's count a `count(*) FILTER` of the
+    others, so the items are read once instead of once per facet (six statements cost the queue
+    ~15 ms of its ~50 at 5,000 open items). Elsewhere (SQLite) a GROUP BY per facet.
+    """
+    annotated = pending.annotate(claim=_claim_bucket(user), age=_age_bucket(now))
+    if connection.vendor != "postgresql":
+        return {
+            name: dict(
+                f.apply(annotated, user, now, skip=name)
+                .values_list(name)
+                .annotate(n=Count("id"))
+                .order_by()
+            )
+            for name in FACETS
+        }
+    conditions = f.conditions(user, now)
+    flags = {
+        f"is_{name}": ExpressionWrapper(condition, output_field=BooleanField())
+        for name, condition in conditions.items()
+    }
+    inner, params = annotated.annotate(**flags).values(*FACETS, *flags).query.sql_with_params()
+    quote = connection.ops.quote_name
+    counts = []
+    for name in FACETS:
+        others = [quote(flag) for flag in flags if flag != f"is_{name}"]
+        counts.append(f"count(*) FILTER (WHERE {' AND '.join(others)})" if others else "count(*)")
+    columns = ", ".join(quote(name) for name in FACETS)
+    sets = ", ".join(f"({quote(name)})" for name in FACETS)
+    grouped = ", ".join(f"GROUPING({quote(name)})" for name in FACETS)
+    sql = (
+        f"SELECT {columns}, {grouped}, {', '.join(counts)} FROM ({inner}) AS pending "
+        f"GROUP BY GROUPING SETS ({sets})"
+    )
+    out: dict[str, dict[str, int]] = {name: {} for name in FACETS}
+    width = len(FACETS)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for row in cursor.fetchall():
+            values, grouping, numbers = row[:width], row[width : 2 * width], row[2 * width :]
+            facet = grouping.index(0)  # the one column this row groups by
+            if numbers[facet]:
+                out[FACETS[facet]][values[facet]] = numbers[facet]
     return out
 
 
