@@ -20,11 +20,14 @@ from django.db.models import (
     CharField,
     Count,
     ExpressionWrapper,
+    Func,
+    IntegerField,
     Min,
     Q,
     QuerySet,
     Value,
     When,
+    Window,
 )
 from django.http import QueryDict
 
@@ -212,36 +215,38 @@ def _claim_bucket(user: Any) -> Case:
 
 def facets(
     pending: QuerySet, f: QueueFilter, user: Any, now: datetime, params: QueryDict
-) -> list[tuple[str, str, list[FacetOption]]]:
-    """Each facet's options with their counts, most common first (the chosen one always shown).
+) -> tuple[list[tuple[str, str, list[FacetOption]]], int]:
+    """Each facet's options with their counts, most common first (the chosen one always shown),
+    and the open items in all (unfiltered).
 
     One small GROUP BY per facet, each with every other filter applied (a facet's own choice
     does not narrow its own counts): a few rows each, where one GROUP BY over every facet at
     once returned a row per combination (thousands at volume), costlier in Python than in SQL.
     """
-    counts = facet_counts(pending, f, user, now)
+    counts, total = facet_counts(pending, f, user, now)
     out = []
     for name in FACETS:
         options = _options(name, counts[name], f.value(name), params)
         out.append((name, FACET_TITLES[name], options))
     workflows = _workflow_options(pending, f, user, now, params)
     out.append(("workflow", FACET_TITLES["workflow"], workflows))
-    return out
+    return out, total
 
 
 def facet_counts(
     pending: QuerySet, f: QueueFilter, user: Any, now: datetime
-) -> dict[str, dict[str, int]]:
-    """{facet: {value: open items}}, each facet counted with every other active filter.
+) -> tuple[dict[str, dict[str, int]], int]:
+    """{facet: {value: open items}}, each facet counted with every other active filter, and
+    the pending items in all.
 
-    On PostgreSQL one statement: a GROUP BY GROUPING SETS with a set per facet over the pending
-    items, each active filter a boolean column and each facet's count a `count(*) FILTER` of the
-    others, so the items are read once instead of once per facet (six statements cost the queue
-    ~15 ms of its ~50 at 5,000 open items). Elsewhere (SQLite) a GROUP BY per facet.
+    On PostgreSQL one statement: a GROUP BY GROUPING SETS with a set per facet (and an empty
+    one, the total) over the pending items, each active filter a boolean column and each facet's
+    count a `count(*) FILTER` of the others, so the items are read once instead of once per
+    facet and once more for the total. Elsewhere (SQLite) a GROUP BY per facet.
     """
     annotated = pending.annotate(claim=_claim_bucket(user), age=_age_bucket(now))
     if connection.vendor != "postgresql":
-        return {
+        counts = {
             name: dict(
                 f.apply(annotated, user, now, skip=name)
                 .values_list(name)
@@ -250,6 +255,7 @@ def facet_counts(
             )
             for name in FACETS
         }
+        return counts, pending.count()
     conditions = f.conditions(user, now)
     flags = {
         f"is_{name}": ExpressionWrapper(condition, output_field=BooleanField())
@@ -265,19 +271,23 @@ def facet_counts(
     sets = ", ".join(f"({quote(name)})" for name in FACETS)
     grouped = ", ".join(f"GROUPING({quote(name)})" for name in FACETS)
     sql = (
-        f"SELECT {columns}, {grouped}, {', '.join(counts)} FROM ({inner}) AS pending "
-        f"GROUP BY GROUPING SETS ({sets})"
+        f"SELECT {columns}, {grouped}, {', '.join(counts)}, count(*) FROM ({inner}) AS pending "
+        f"GROUP BY GROUPING SETS ({sets}, ())"
     )
     out: dict[str, dict[str, int]] = {name: {} for name in FACETS}
+    total = 0
     width = len(FACETS)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         for row in cursor.fetchall():
             values, grouping, numbers = row[:width], row[width : 2 * width], row[2 * width :]
+            if 0 not in grouping:  # the empty grouping set: every pending item
+                total = numbers[-1]
+                continue
             facet = grouping.index(0)  # the one column this row groups by
             if numbers[facet]:
                 out[FACETS[facet]][values[facet]] = numbers[facet]
-    return out
+    return out, total
 
 
 def _options(
@@ -378,6 +388,14 @@ class SignatureGroup:
     options: list[Any] = field(default_factory=list)
 
 
+class _CountRows(Func):
+    """`count(*)` as a window function: with OVER () on a grouped query, the number of groups."""
+
+    template = "count(*)"
+    window_compatible = True
+    output_field = IntegerField()
+
+
 def signature_groups(filtered: QuerySet, user: Any) -> tuple[list[SignatureGroup], int]:
     """The largest groups among the filtered open items, and how many groups there are.
 
@@ -387,19 +405,20 @@ def signature_groups(filtered: QuerySet, user: Any) -> tuple[list[SignatureGroup
     """
     signed = filtered.exclude(signature="")
     mine = ReviewItem.resolvable(user)
-    rows = (
+    rows = list(
         signed.values("signature", "failure_type", "source")
         .annotate(
             count=Count("id", filter=mine),
             oldest=Min("created_at"),
             total=Count("id"),
             first=Min("id", filter=mine),
+            groups=Window(_CountRows()),  # every group, before the LIMIT: no second statement
         )
-        .order_by("-count", "oldest")
+        .order_by("-count", "oldest")[:GROUPS_SHOWN]
     )
-    total_groups = signed.values("signature").distinct().count()
+    total_groups = rows[0]["groups"] if rows else 0
     groups, firsts = [], {}
-    for row in rows[:GROUPS_SHOWN]:
+    for row in rows:
         group = SignatureGroup(
             row["signature"],
             row["count"],

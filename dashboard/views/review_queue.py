@@ -63,7 +63,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
     pending = items.filter(state__in=ReviewItem.PENDING)
     context: dict[str, Any] = {
         "f": f,
-        "open_total": pending.count(),
+        "open_total": None,  # counted with the facets when they are
         "review_prefix": reverse("dashboard:review_queue"),
         "can_review": user.has_perm(REVIEW),
         "states": queue.STATES,
@@ -73,6 +73,8 @@ def review_queue(request: HttpRequest) -> HttpResponse:
     }
     if not f.errors:
         context |= _queue_results(request, f, items, pending, now)
+    if context["open_total"] is None:
+        context["open_total"] = pending.count()
     template = "dashboard/review_queue.html"
     if wants_fragment(request):
         template += "#results"
@@ -92,8 +94,10 @@ def _queue_results(
         _decorate(page.rows, user)
         return {"page": page}
     filtered = f.apply(pending, user, now)
+    facets, open_total = queue.facets(pending, f, user, now, request.GET)
     out: dict[str, Any] = {
-        "facets": queue.facets(pending, f, user, now, request.GET),
+        "facets": facets,
+        "open_total": open_total,
         "matching": filtered.count() if f.active else None,
     }
     if f.view == "groups":

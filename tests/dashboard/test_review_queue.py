@@ -125,7 +125,25 @@ def test_the_one_statement_facet_counts_equal_a_group_by_per_facet(queue, operat
             )
             for name in queue_module.FACETS
         }
-        assert queue_module.facet_counts(pending, f, operator, now) == expected, query
+        counts, total = queue_module.facet_counts(pending, f, operator, now)
+        assert (counts, total) == (expected, pending.count()), query
+
+
+def test_the_grouped_view_shows_the_largest_groups_and_how_many_there_are(
+    db, operator_client, monkeypatch
+):
+    from dashboard import queue as queue_module
+
+    for source, size in [("a_api", 3), ("b_api", 2), ("c_api", 1)]:
+        for _ in range(size):
+            review("timeout", source)
+    monkeypatch.setattr(queue_module, "GROUPS_SHOWN", 2)
+    response = operator_client.get(QUEUE + "?view=groups")
+    shown = [(g.source, g.count) for g in response.context["groups"]]
+    assert shown == [("a_api", 3), ("b_api", 2)] and response.context["group_total"] == 3
+    assert "The 2 largest of 3 groups are shown." in response.content.decode()
+    one = operator_client.get(QUEUE + "?view=groups&source=c_api")
+    assert one.context["group_total"] == 1 and "largest of" not in one.content.decode()
 
 
 def test_a_filter_the_queue_cannot_use_is_shown_not_ignored(queue, operator_client):
