@@ -51,7 +51,7 @@ from dashboard.models import FailureGroup, FailureGroupHour, GroupCounts
 from dashboard.stats import floor_hour, rollup_lookback
 from orchestrator import keyset
 from orchestrator.fingerprint import normalise_detail, signature
-from orchestrator.models import AuditEntry, ReviewItem, Run, RunSets
+from orchestrator.models import CREATED_AFTER_MARGIN, AuditEntry, ReviewItem, Run, RunSets
 from orchestrator.vocabulary import Action, Vocabulary
 
 HOUR = timedelta(hours=1)
@@ -109,7 +109,7 @@ DECISION_COLUMNS = {
 # says so with a margin for clocks of different web processes, which lets PostgreSQL skip, at
 # run time, every partition older than the run instead of probing the indexes of all of
 # them (40 partitions: 0.6 ms a probe; a recent run's few: 0.1 ms).
-FOLLOWS_MARGIN = timedelta(hours=1)
+FOLLOWS_MARGIN = CREATED_AFTER_MARGIN
 
 
 def _after(outer: OuterRef) -> Q:

@@ -239,6 +239,12 @@ def _fernet() -> Any:
 BUILT_IN_WORKFLOW = ~Q(capability="") & Q(coordinator=Coordinator.BUILT_IN)
 
 
+# What follows a row (a workflow's runs, a run's later attempts) is created after it. A query on
+# runs says so with this margin (the clocks of different processes) so PostgreSQL skips every run
+# partition older than the row instead of planning and probing all of them.
+CREATED_AFTER_MARGIN = timedelta(hours=1)
+
+
 class WorkflowQuerySet(models.QuerySet):
     def unfinished(self) -> WorkflowQuerySet:
         """Workflows the coordinator still steps: running or waiting for a review."""
@@ -355,7 +361,8 @@ class Workflow(models.Model):
 
     def sources_tried(self, topic: str) -> set[str]:
         """The sources any run of `topic` has used so far (a switch goes to another one)."""
-        return set(self.runs.filter(topic=topic).values_list("source", flat=True))
+        runs = self.runs.filter(topic=topic, created_at__gte=self.created_at - CREATED_AFTER_MARGIN)
+        return set(runs.values_list("source", flat=True))
 
     def move_to(self, status: str, **fields: Any) -> bool:
         """Set an unfinished workflow's status with a conditional update; False if it finished."""

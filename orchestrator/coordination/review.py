@@ -23,7 +23,7 @@ from django.dispatch import receiver
 
 from orchestrator.coordination import clock, dispatch, policy
 from orchestrator.coordination.registry import registry
-from orchestrator.models import ReviewItem, Run, review_resolved
+from orchestrator.models import CREATED_AFTER_MARGIN, ReviewItem, Run, review_resolved
 from orchestrator.vocabulary import FailureCategory
 
 Resolution = ReviewItem.Resolution
@@ -102,12 +102,14 @@ def _switch(item: ReviewItem, tried: set[str] | None) -> tuple[bool, str]:
 
 def tried_sources(items: list[ReviewItem]) -> dict[tuple[int, str], set[str]]:
     """{(workflow id, topic): sources tried} for the items' runs, in one query."""
-    keys = {(i.workflow_id, i.run.topic) for i in items if i.workflow_id}
+    with_workflow = [i for i in items if i.workflow_id]
+    keys = {(i.workflow_id, i.run.topic) for i in with_workflow}
     tried: dict[tuple[int, str], set[str]] = {key: set() for key in keys}
     if not keys:
         return tried
+    since = min(i.workflow.created_at for i in with_workflow) - CREATED_AFTER_MARGIN
     runs = Run.objects.filter(
-        workflow_id__in={w for w, _ in keys}, topic__in={t for _, t in keys}
+        workflow_id__in={w for w, _ in keys}, topic__in={t for _, t in keys}, created_at__gte=since
     ).values_list("workflow_id", "topic", "source")
     for workflow_id, topic, source in runs.distinct().order_by():
         if (workflow_id, topic) in tried:
