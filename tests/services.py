@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
@@ -225,7 +227,9 @@ class Process:
 
 
 def gunicorn_url(process: Process, timeout: float = 60) -> str:
-    """The address gunicorn logged once it listens (it binds port 0, a free port)."""
+    """The address gunicorn logged once it listens (it binds port 0, a free port), once a
+    worker answers there: a request sent while no worker has booted waits in the kernel's
+    accept queue, and the server sheds one that waited past WEB_SHED_AFTER_MS."""
 
     def found() -> str | None:
         if process.proc is not None and process.proc.poll() is not None:
@@ -233,7 +237,15 @@ def gunicorn_url(process: Process, timeout: float = 60) -> str:
         match = re.search(r"Listening at: (http://\S+)", process.text())
         return match.group(1) if match else None
 
-    return wait_until(found, timeout, "gunicorn to listen")
+    url = wait_until(found, timeout, "gunicorn to listen")
+
+    def answers() -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{url}/api/v1/ready-check", timeout=2).status_code > 0
+        return False
+
+    wait_until(answers, timeout, "a gunicorn worker to answer")
+    return url
 
 
 def procfile() -> dict[str, str]:
