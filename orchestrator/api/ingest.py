@@ -32,7 +32,7 @@ from django.utils import timezone
 from classifier import FailureCategory
 from orchestrator.api.errors import ApiError, FieldError, invalid
 from orchestrator.api.groupcommit import GroupCommit
-from orchestrator.api.inserts import ROW_FIELDS, insert_rows, stored_keys
+from orchestrator.api.inserts import ROW_FIELDS, Stored, insert_rows, stored_keys
 from orchestrator.api.schemas import EnvelopeIn, RunIn
 from orchestrator.fingerprint import signature
 from orchestrator.models import Run, Workflow
@@ -80,6 +80,7 @@ class Outcome:
     status: str
     id: int | None = None
     error: ApiError | None = None
+    created_at: datetime | None = None  # of an existing run, when known
 
     def as_dict(self) -> dict[str, Any]:
         error = None
@@ -294,11 +295,11 @@ def store(
     to_insert.sort(key=lambda p: p.key)
     inserted = insert_rows(token_id, [_row(p) for p in to_insert], created_at)
 
-    stored = {key: (pk, first[key].digest) for pk, key in inserted if key}
+    stored = {key: Stored(pk, first[key].digest, created_at) for pk, key in inserted if key}
     keyless = iter(pk for pk, key in inserted if not key)
     outcomes = {p.index: Outcome(p.index, "created", next(keyless)) for p in to_insert if not p.key}
     outcomes |= {
-        p.index: Outcome(p.index, "created", stored[p.key][0]) for p in to_insert if p.key in stored
+        p.index: Outcome(p.index, "created", stored[p.key].id) for p in to_insert if p.key in stored
     }
     earlier = [p for p in (*to_insert, *repeats) if p.key and p.index not in outcomes]
     stored |= stored_keys(token_id, (p.key for p in earlier if p.key not in stored))
@@ -307,14 +308,13 @@ def store(
     return [outcomes[p.index] for p in pending]
 
 
-def _judge_repeat(p: Pending, stored: tuple[int, str] | None, path: str) -> Outcome:
+def _judge_repeat(p: Pending, stored: Stored | None, path: str) -> Outcome:
     if stored is None:  # deleted between our insert and our select: rare, and safe to resend
         error = ApiError(503, FailureCategory.SERVER_FAULT, "The stored run vanished; resend.")
         return Outcome(p.index, "rejected", None, error)
-    pk, digest = stored
-    if digest != p.digest:
-        return Outcome(p.index, "rejected", None, key_reused(p.key, pk, path))
-    return Outcome(p.index, "existing", pk)
+    if stored.digest != p.digest:
+        return Outcome(p.index, "rejected", None, key_reused(p.key, stored.id, path))
+    return Outcome(p.index, "existing", stored.id, created_at=stored.created_at)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,7 +376,10 @@ def ingest_one(
         # Answered from what was inserted: a read after the commit could fail (the database
         # going away) and turn a stored report into an error its sender would resend.
         return inserted_run(p, outcome.id, created_at), False
-    return Run.objects.get(pk=outcome.id), True  # an identical earlier report: the stored row
+    # An identical earlier report: the stored row, read in its own partition when its time is
+    # known (a retry storm is all such reads).
+    bound = {"created_at": outcome.created_at} if outcome.created_at is not None else {}
+    return Run.objects.get(pk=outcome.id, **bound), True
 
 
 def store_group(items: Sequence[Pending]) -> list[tuple[Outcome, datetime]]:

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import psycopg
@@ -135,6 +135,8 @@ def _insert_copy(rows: Sequence[tuple], batch: list[tuple[Field, Any]], token_id
             ):
                 claimed = _claimed_keys(cursor, token_id, [row[KEY] for row in rows if row[KEY]])
                 fresh = [row for row in rows if not row[KEY] or row[KEY] not in claimed]
+                if not fresh:  # every row a repeat (a retried report): nothing to write
+                    return []
                 cursor.execute(
                     "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
                     [table, len(fresh)],
@@ -306,27 +308,37 @@ def _one_statement_sql() -> str:
     )
 
 
-def stored_keys(token_id: int, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
-    """Return {key: (id, request_hash)} of this token's stored runs with these keys."""
+class Stored(NamedTuple):
+    """A stored run a repeated key points at: its id, its request's hash and, when known, its
+    creation time (which names its partition: a read of it then plans one partition, not all)."""
+
+    id: int
+    digest: str
+    created_at: datetime | None = None
+
+
+def stored_keys(token_id: int, keys: Iterable[str]) -> dict[str, Stored]:
+    """Return {key: Stored} of this token's stored runs with these keys."""
     wanted = list(set(keys))
     if not wanted:
         return {}
     if connection.vendor == "postgresql":
         return _stored_claims(token_id, wanted)
     rows = Run.objects.filter(token_id=token_id, idempotency_key__in=wanted).values_list(
-        "idempotency_key", "id", "request_hash"
+        "idempotency_key", "id", "request_hash", "created_at"
     )
-    return {key: (pk, digest) for key, pk, digest in rows}
+    return {key: Stored(pk, digest, created) for key, pk, digest, created in rows}
 
 
-def _stored_claims(token_id: int, keys: list[str]) -> dict[str, tuple[int, str]]:
+def _stored_claims(token_id: int, keys: list[str]) -> dict[str, Stored]:
     """PostgreSQL: the runs of these keys through their claims (one partition read each)."""
     prefix = f"i:{token_id}:"
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT r.idempotency_key, r.id, r.request_hash FROM orchestrator_runkey k "
+            "SELECT r.idempotency_key, r.id, r.request_hash, r.created_at "
+            "FROM orchestrator_runkey k "
             "JOIN orchestrator_run r ON r.id = k.run_id AND r.created_at = k.created_at "
             "WHERE k.key = ANY(%s)",
             [[prefix + key for key in keys]],
         )
-        return {key: (pk, digest) for key, pk, digest in cursor.fetchall()}
+        return {key: Stored(pk, digest, created) for key, pk, digest, created in cursor}
