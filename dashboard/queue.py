@@ -216,13 +216,8 @@ def _claim_bucket(user: Any) -> Case:
 def facets(
     pending: QuerySet, f: QueueFilter, user: Any, now: datetime, params: QueryDict
 ) -> tuple[list[tuple[str, str, list[FacetOption]]], int]:
-    """Each facet's options with their counts, most common first (the chosen one always shown),
-    and the open items in all (unfiltered).
-
-    One small GROUP BY per facet, each with every other filter applied (a facet's own choice
-    does not narrow its own counts): a few rows each, where one GROUP BY over every facet at
-    once returned a row per combination (thousands at volume), costlier in Python than in SQL.
-    """
+    """Each facet's options with their counts (`facet_counts`), most common first (the chosen
+    one always shown), and the open items in all (unfiltered)."""
     counts, total = facet_counts(pending, f, user, now)
     out = []
     for name in FACETS:

@@ -26,6 +26,7 @@ ORM. Nothing here runs on the request path.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 
 from django.conf import settings
@@ -59,9 +60,9 @@ def name_of(day: date) -> str:
     return f"{PREFIX}{day:%Y%m%d}"
 
 
-def period_of(day: date, span: int | None = None) -> tuple[date, date]:
+def period_of(day: date) -> tuple[date, date]:
     """The period of RUN_PARTITION_DAYS days holding `day`: its first day and the day after it."""
-    span = span or settings.RUN_PARTITION_DAYS
+    span = settings.RUN_PARTITION_DAYS
     first = day - timedelta(days=(day - EPOCH).days % span)
     return first, first + timedelta(days=span)
 
@@ -88,7 +89,9 @@ def ranges() -> dict[str, tuple[datetime, datetime]]:
     return found
 
 
-def _gaps(start: datetime, end: datetime, taken: list[tuple[datetime, datetime]]):
+def _gaps(
+    start: datetime, end: datetime, taken: list[tuple[datetime, datetime]]
+) -> Iterator[tuple[datetime, datetime]]:
     """The parts of [start, end) that no range of `taken` covers, in order."""
     cursor = start
     for lo, hi in sorted(taken):

@@ -21,9 +21,7 @@ from dashboard.models import FailureGroup
 from dashboard.views.common import safe_next, wants_fragment
 from orchestrator import keyset
 from orchestrator.coordination import review
-from orchestrator.models import (
-    ReviewItem,
-)
+from orchestrator.models import ReviewItem
 
 
 def _signature_counts(items: list[ReviewItem]) -> dict[str, int]:

@@ -13,7 +13,7 @@ from dashboard import groups
 from dashboard.models import FailureGroup, FailureGroupHour
 from dashboard.stats import WINDOWS
 from dashboard.tiles import overview_tiles
-from orchestrator.models import AuditEntry, Run
+from orchestrator.models import CREATED_AFTER_MARGIN, AuditEntry, Run
 
 from .conftest import ago, make_failure, make_run
 
@@ -72,15 +72,15 @@ def test_the_fold_groups_failures_by_signature_and_says_how_each_ended(story):
 
 
 def test_what_follows_a_failure_is_found_within_the_clock_margin_and_not_before(db):
-    """The probes look only at runs created after the failure (less FOLLOWS_MARGIN, for the
+    """The probes look only at runs created after the failure (less CREATED_AFTER_MARGIN, for the
     clocks of different web processes), which lets PostgreSQL skip older partitions."""
-    skew = groups.FOLLOWS_MARGIN / 2
+    skew = CREATED_AFTER_MARGIN / 2
     failed = timeout(1, decision="retry")
     make_run(source="news_api", retry_of=failed, attempt=2, created_at=failed.created_at - skew)
     switched = timeout(2, decision="switch_source")
     make_run(source="news_wire", switched_from=switched, created_at=switched.created_at - skew)
     stray = timeout(3, decision="retry")  # a "retry" stamped long before it: not its follower
-    stray_at = stray.created_at - 3 * groups.FOLLOWS_MARGIN
+    stray_at = stray.created_at - 3 * CREATED_AFTER_MARGIN
     make_run(source="news_api", retry_of=stray, attempt=2, created_at=stray_at)
 
     endings = dict(

@@ -90,7 +90,7 @@ def test_filters_narrow_the_queue_and_each_facet_counts_with_the_others_applied(
         assert response.context["matching"] == len(expected)
 
 
-def test_the_one_statement_facet_counts_equal_a_group_by_per_facet(queue, operator, db):
+def test_the_one_statement_facet_counts_equal_a_group_by_per_facet(queue, operator, postgres):
     """PostgreSQL counts every facet in one GROUPING SETS statement; each count must equal the
     plain GROUP BY of that facet with every other filter applied (what SQLite runs)."""
     from django.db.models import Count
