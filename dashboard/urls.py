@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("runs/", views.runs, name="runs"),
     path("runs/export/", views.runs_export, name="runs_export"),
+    path("runs/total/", views.runs_total, name="runs_total"),
     path("runs/retrying/", views.retrying, name="retrying"),
     path("runs/in-flight/", views.in_flight, name="in_flight"),
     path("runs/actions/", views.run_actions, name="run_actions"),

@@ -19,7 +19,15 @@ from dashboard.views.policies import (
     policy_row,
 )
 from dashboard.views.review_queue import review_claim, review_item, review_queue, review_resolve
-from dashboard.views.runs import in_flight, retrying, run_actions, run_detail, runs, runs_export
+from dashboard.views.runs import (
+    in_flight,
+    retrying,
+    run_actions,
+    run_detail,
+    runs,
+    runs_export,
+    runs_total,
+)
 from dashboard.views.workflows import (
     workflow_abort,
     workflow_coverage_export,
@@ -50,6 +58,7 @@ __all__ = [
     "run_detail",
     "runs",
     "runs_export",
+    "runs_total",
     "slos",
     "switch_efficacy",
     "workflow_abort",

@@ -17,6 +17,7 @@ from dashboard.filters import (
     PAGE_SIZE,
     RANGES,
     RunFilter,
+    Total,
     known_names,
     total,
 )
@@ -84,6 +85,18 @@ def runs_export(request: HttpRequest) -> HttpResponse:
     return download(export.runs_export(matching, fmt), fmt, "runs")
 
 
+@requires(VIEW)
+@require_GET
+def runs_total(request: HttpRequest) -> HttpResponse:
+    """How many runs the list's filters match: the runs page asks once it is shown (htmx), so
+    a count that reads many rows never holds the list back."""
+    filters = RunFilter.from_query(request.GET)
+    if filters.errors:  # the list shows them; a total of nothing would add nothing
+        return HttpResponse("")
+    matching = filters.apply(visible(request.user, Run))
+    return render(request, "dashboard/_runs_total.html", {"total": total(matching)})
+
+
 def _runs_results(request: HttpRequest, filters: RunFilter) -> dict[str, Any]:
     matching = filters.apply(visible(request.user, Run))
     qs = matching.select_related("workflow").defer(*LIST_DEFER)
@@ -91,10 +104,13 @@ def _runs_results(request: HttpRequest, filters: RunFilter) -> dict[str, Any]:
     for run in page.rows:
         run.actions = actions.applicable(run)
     offered = {a for run in page.rows for a in run.actions}
+    # Every match on this one page: the total is its length. Otherwise `runs_total` counts,
+    # after the list is shown (None here: the page asks for it).
+    alone = page.previous is None and page.next is None
     return {
         "page": page,
         "runs": page.rows,
-        "total": total(matching),
+        "total": Total(len(page.rows), True) if alone else None,
         "bulk_actions": [a for a in actions.RunAction if a in offered],
         "unmatched": [] if page.rows else filters.unmatched(),
         "any_runs": bool(page.rows) or visible(request.user, Run).exists(),

@@ -34,6 +34,7 @@ PAGES = [
     ("dashboard:overview", None),
     ("dashboard:runs", None),
     ("dashboard:runs_export", None),
+    ("dashboard:runs_total", None),
     ("dashboard:retrying", None),
     ("dashboard:in_flight", None),
     ("dashboard:run_detail", "run"),

@@ -196,6 +196,22 @@ def test_filtering_the_runs_updates_the_table_and_the_url(page, operator):
     page.watcher.assert_clean()
 
 
+def test_a_full_page_of_runs_fills_in_its_total_once_shown(page, operator):
+    from playwright.sync_api import expect
+
+    from dashboard.filters import PAGE_SIZE
+
+    for i in range(PAGE_SIZE + 3):
+        make_run(source="web_search" if i % 2 else "news_api")
+    login(page, "olga", "operator-pass-123", then="/runs/")
+    total = page.locator("#runs-total")
+    expect(total).to_contain_text(f"{PAGE_SIZE + 3} runs match")  # asked for after the list
+    page.fill("input[name=source]", "news")
+    page.press("input[name=source]", "Enter")
+    expect(total).to_contain_text(f"{(PAGE_SIZE + 3) // 2 + 1} runs match")  # on one page
+    page.watcher.assert_clean()
+
+
 def test_resolving_a_review_item(page, operator):
     from playwright.sync_api import expect
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from orchestrator.models import Run
 from .conftest import ago, make_failure, make_run, make_workflow, signed_in
 
 RUNS = reverse("dashboard:runs")
+TOTAL = reverse("dashboard:runs_total")
 
 
 def ids(response) -> list[int]:
@@ -283,11 +285,11 @@ def test_the_total_is_exact_up_to_a_cap_and_labelled_above_it(operator_client, m
     for _ in range(8):
         make_failure("timeout")
     make_run()
-    response = operator_client.get(RUNS + "?failure_type=timeout")
+    response = operator_client.get(TOTAL + "?failure_type=timeout")
     assert str(response.context["total"]) == "8" and response.context["total"].exact
     assert "<strong>8</strong> runs match" in response.content.decode()
     monkeypatch.setattr(filters, "EXACT_TOTAL", 5)
-    over = operator_client.get(RUNS + "?failure_type=timeout")
+    over = operator_client.get(TOTAL + "?failure_type=timeout")
     capped = over.context["total"]
     assert not capped.exact
     assert "Counted exactly up to 5;" in over.content.decode()  # the cap in force, not a constant
@@ -295,6 +297,58 @@ def test_the_total_is_exact_up_to_a_cap_and_labelled_above_it(operator_client, m
         assert str(capped) == f"about {capped.count:,}" and capped.count > 5  # the planner's
     else:
         assert str(capped) == "over 5"
+
+
+def test_a_page_holding_every_match_is_its_own_total_and_a_full_one_asks_for_it(
+    operator_client, monkeypatch
+):
+    runs_view = importlib.import_module("dashboard.views.runs")  # the module, not the view
+
+    for _ in range(4):
+        make_failure("timeout")
+    make_run()
+    alone = operator_client.get(RUNS + "?failure_type=timeout")
+    assert alone.context["total"].exact and alone.context["total"].count == 4
+    assert "<strong>4</strong> runs match" in alone.content.decode()
+    assert TOTAL not in alone.content.decode()  # nothing left to count
+    monkeypatch.setattr(runs_view, "PAGE_SIZE", 3)
+    full = operator_client.get(RUNS + "?failure_type=timeout")
+    assert full.context["total"] is None and len(full.context["runs"]) == 3
+    html = full.content.decode()
+    asks = f'hx-get="{TOTAL}?failure_type=timeout" hx-trigger="load"'
+    assert asks in html and "counting the runs that match" in html
+    older = operator_client.get(RUNS + f"?failure_type=timeout&after={full.context['page'].next}")
+    assert older.context["total"] is None  # one run here, but more on the page before
+    assert f'hx-get="{TOTAL}?failure_type=timeout"' in older.content.decode()  # no cursor
+    answer = operator_client.get(TOTAL + "?failure_type=timeout", HTTP_HX_REQUEST="true")
+    text = answer.content.decode()
+    assert answer.status_code == 200 and text.lstrip().startswith('<p class="total')
+    assert "<strong>4</strong> runs match" in text and "<html" not in text
+    refused = operator_client.get(TOTAL + "?status=nonsense")
+    assert refused.status_code == 200 and refused.content == b""  # the list shows the error
+
+
+def test_a_count_over_its_time_budget_is_cancelled_for_the_estimate(postgres, monkeypatch):
+    """The exact count is cut at COUNT_BUDGET_MS (here a filter that sleeps on every row): the
+    total is the planner's estimate, said to be one and why, and the connection's own statement
+    timeout is as it was, inside the caller's transaction too."""
+    from django.db import connection, transaction
+
+    from dashboard import filters
+
+    for _ in range(3):
+        make_run()
+    slow = Run.objects.extra(where=["pg_sleep(0.05)::text = ''"])  # 50 ms a row
+    monkeypatch.setattr(filters, "COUNT_BUDGET_MS", 20)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = '7s'")
+        total = filters.total(slow)
+        cursor.execute("SHOW statement_timeout")
+        assert cursor.fetchone()[0] == "7s"
+        assert Run.objects.count() == 3  # the transaction is still usable
+    assert total.cut and total.estimated and not total.exact
+    assert str(total).startswith("about ") and "longer than 20 ms" in total.why
+    assert filters.total(Run.objects.all()) == filters.Total(3, True)  # quick: counted
 
 
 def test_source_and_agent_match_by_prefix_with_the_known_names_suggested(operator_client):
@@ -383,7 +437,7 @@ def test_above_the_cap_postgresql_gives_the_planners_estimate(
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE orchestrator_run")
     monkeypatch.setattr(filters, "EXACT_TOTAL", 50)
-    total = operator_client.get(RUNS).context["total"]
+    total = operator_client.get(TOTAL).context["total"]
     # The estimate of a partitioned table sums its partitions', and the planner guesses a few
     # rows for each empty one: close to the truth, not exact.
     assert total.estimated and str(total).startswith("about ")
