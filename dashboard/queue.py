@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db import connection
 from django.db.models import (
@@ -291,9 +292,10 @@ def _options(
     if chosen and chosen not in counts:
         counts = {**counts, chosen: 0}
     ordered = _ordered(name, counts)
+    kept = _kept(params, name)
     return [
         FacetOption(
-            value, _label(name, value), n, value == chosen, _toggle(params, name, value, chosen)
+            value, _label(name, value), n, value == chosen, _toggle(kept, name, value, chosen)
         )
         for value, n in ordered
     ]
@@ -318,14 +320,17 @@ def _label(name: str, value: str) -> str:
     return value or "—"
 
 
-def _toggle(params: QueryDict, name: str, value: str, chosen: str) -> str:
+def _kept(params: QueryDict, name: str) -> list[tuple[str, str]]:
+    """The query's parameters that a click on facet `name` keeps: all but its own and the
+    page's position (a new filter starts at the first page)."""
+    dropped = (name, "after", "before")
+    return [(k, v) for k, values in params.lists() if k not in dropped for v in values]
+
+
+def _toggle(kept: list[tuple[str, str]], name: str, value: str, chosen: str) -> str:
     """The query string that picks `value` for facet `name` (or drops it when already chosen)."""
-    query = params.copy()
-    for key in ("after", "before", name):
-        query.pop(key, None)
-    if value != chosen:
-        query[name] = value
-    return "?" + query.urlencode() if query else "?"
+    pairs = [*kept, (name, value)] if value != chosen else kept
+    return "?" + urlencode(pairs)
 
 
 def _workflow_options(
@@ -343,13 +348,14 @@ def _workflow_options(
     if chosen and chosen not in counts:
         counts[chosen] = 0
     names = dict(Workflow.objects.filter(pk__in=[int(k) for k in counts]).values_list("pk", "name"))
+    kept = _kept(params, "workflow")
     return [
         FacetOption(
             value,
             f"{names.get(int(value), '?')} #{value}",
             n,
             value == chosen,
-            _toggle(params, "workflow", value, chosen),
+            _toggle(kept, "workflow", value, chosen),
         )
         for value, n in counts.items()
     ]
@@ -425,7 +431,8 @@ def signature_groups(filtered: QuerySet, user: Any) -> tuple[list[SignatureGroup
         groups.append(group)
         if row["first"]:
             firsts[row["first"]] = group
-    items = ReviewItem.objects.filter(pk__in=firsts).select_related("run", "workflow")
+    # The page shows each group's reason and links its item; the rest loads when opened.
+    items = ReviewItem.objects.filter(pk__in=firsts).only("id", "reason")
     for item in items:
         firsts[item.pk].item = item
     return groups, total_groups

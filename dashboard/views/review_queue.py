@@ -4,6 +4,7 @@ card, claiming and resolving."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -99,18 +100,15 @@ def _queue_results(
         "matching": filtered.count() if f.active else None,
     }
     if f.view == "groups":
+        # Each group's resolve form (and the resolutions it offers) loads when opened:
+        # `review_item` with part=group.
         groups, total = queue.signature_groups(filtered, user)
-        reps = [g.item for g in groups if g.item is not None]
-        tried = review.tried_sources(reps)
-        for group in groups:
-            if group.item is not None:
-                key = (group.item.workflow_id, group.item.run.topic)
-                group.options = review.group_options(group.item, group.count, tried.get(key))
         folded = FailureGroup.objects.filter(signature__in=[g.signature for g in groups])
         folded_ids = dict(folded.values_list("signature", "pk"))
         for group in groups:
             group.failure_group = folded_ids.get(group.signature)
-        return out | {"groups": groups, "group_total": total}
+        here = quote(request.get_full_path(), safe="")
+        return out | {"groups": groups, "group_total": total, "group_next": here}
     page = queue.list_page(filtered.select_related("workflow", "assignee"), f)
     _decorate(page.rows, user)
     return out | {"page": page}
@@ -142,11 +140,34 @@ def _card_context(
 def review_item(request: HttpRequest, pk: int) -> HttpResponse:
     """One item's page: the link every other page gives (run, workflow, tiles, alerts)."""
     item = get_visible(request.user, ReviewItem, related=REVIEW_RELATED, pk=pk)
+    if wants_fragment(request) and request.GET.get("part") == "group":
+        return _group_form(request, item)
     context = _card_context(request, item)
     if wants_fragment(request) and request.GET.get("part") == "card":
         return render(request, "dashboard/_review_card.html", context)
     context |= _neighbours(request, item) | {"expanded": True}
     return render(request, "dashboard/review_item.html", context)
+
+
+def _group_form(request: HttpRequest, item: ReviewItem) -> HttpResponse:
+    """The grouped view's "resolve all like this" form for the group of `item` (its oldest item
+    this operator may resolve): the items it would resolve now, and the resolutions that can
+    work, judged on `item`. Without the permission to review, or for an item this operator may
+    no longer resolve (resolved meanwhile, claimed by another), a note instead of a form."""
+    user = request.user
+    held = item.state == ReviewItem.State.CLAIMED and item.assignee_id != user.pk
+    if not user.has_perm(REVIEW) or not item.is_pending or held or not item.signature:
+        message = "This group can no longer be resolved from here: reload the queue."
+        return HttpResponse(f'<p class="muted small">{message}</p>')
+    count = ReviewItem.objects.with_signature(item.signature).resolvable_by(user).count()
+    tried = review.tried_sources([item]).get((item.workflow_id, item.run.topic))
+    context = {
+        "item": item,
+        "count": count,
+        "options": review.group_options(item, count, tried),
+        "next": safe_next(request, reverse("dashboard:review_queue") + "?view=groups"),
+    }
+    return render(request, "dashboard/_group_resolve.html", context)
 
 
 def _neighbours(request: HttpRequest, item: ReviewItem) -> dict[str, Any]:

@@ -114,6 +114,8 @@ def test_resolving_a_whole_group_like_this(page, operator):  # noqa: F811
     login(page, "olga", "operator-pass-123", then="/review/?view=groups")
     group = page.locator('li.sig-group[data-signature="news_api|timeout"]')
     expect(group).to_contain_text("15")
+    group.locator("summary", has_text="Resolve all like this").click()  # loads the form
+    expect(group.locator("legend")).to_have_text("Resolution for all 15")
     group.locator('input[value="abort"]').check()
     group.locator("textarea[name=note]").fill("the news API retired this index")
     group.locator("button", has_text="Resolve all 15 like this").click()

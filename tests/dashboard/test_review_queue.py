@@ -225,7 +225,16 @@ def test_the_grouped_view_resolves_all_like_this_but_not_another_operators(
     response = operator_client.get(QUEUE + "?view=groups")
     group = next(g for g in response.context["groups"] if g.signature == "same")
     assert (group.count, group.held_by_others, group.item) == (4, 1, items[0])
-    assert "Resolve all 4 like this" in response.content.decode()
+    # The group's form loads when its disclosure opens, from the item's page (htmx).
+    form_url = f"{item_url(items[0])}?part=group&amp;next=%2Freview%2F%3Fview%3Dgroups"
+    assert f'hx-get="{form_url}" hx-trigger="toggle once"' in response.content.decode()
+    form = operator_client.get(form_url.replace("&amp;", "&"), HTTP_HX_REQUEST="true")
+    html = form.content.decode()
+    assert "Resolve all 4 like this" in html and "<html" not in html
+    assert 'name="next" value="/review/?view=groups"' in html
+    assert 'value="abort"' in html and 'name="apply_to_group" value="on"' in html
+    viewer = operator_client.get(item_url(items[4]) + "?part=group", HTTP_HX_REQUEST="true")
+    assert "<form" not in viewer.content.decode()  # held by another operator: not for this one
     done = operator_client.post(
         reverse("dashboard:review_resolve", args=[items[0].pk]),
         {
