@@ -174,12 +174,21 @@ def _fold_query(data: dict[str, Any]) -> tuple[dict[str, Any], list[InitErrorDet
     return folded, []
 
 
+@functools.cache
+def _other_keys(model: type[BaseModel]) -> frozenset[str]:
+    """The names `model` reads besides its fields' own (aliases, camelCase forms, a bare
+    attempted_query): a body using none of them has nothing to fold and no field twice."""
+    return frozenset(_name_groups(model)) - frozenset(model.model_fields)
+
+
 def fold_other_names(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
     """Return `data` ready for `model`: a bare attempted_query folded into `attempted`.
 
     Raise a ValidationError when one field is given under two of its names, or when the query
     differs from attempted's own.
     """
+    if data.keys().isdisjoint(_other_keys(model)):  # the usual body: every field by its name
+        return data
     errors = _duplicates(model, data)
     if not errors:
         data, errors = _fold_query(data)
