@@ -594,17 +594,21 @@ def measure(repeat: int) -> bool:
     print(f"\nload average before timing: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     select_1 = round_trip_ms(repeat)
     trivial = time_page(client, "/favicon.ico", repeat, {})["p50"]
+    first_probe = cpu_probe_ms()
     print(
         f"baselines: SELECT 1 round trip {select_1:.2f} ms, a trivial page (the favicon's "
-        f"redirect) {trivial:.2f} ms (medians)"
+        f"redirect) {trivial:.2f} ms (medians), a fixed pure-Python loop {first_probe:.1f} ms"
     )
     header = (
         f"\n{'page':38} {'p50':>7} {'p95':>7} {'p99':>7} {'SQL':>7} {'py %':>5} {'q':>3}"
-        f" {'p95/page':>8} {'p95/SELECT 1':>12}   (ms; {repeat} requests)"
+        f" {'p95/page':>8} {'p95/SELECT 1':>12} {'cpu':>5}   (ms; {repeat} requests)"
     )
     print(header)
     ok = True
     for label, path, headers in targets:
+        # The same loop again beside each page: this machine's speed drifts within a run, and
+        # "cpu" (the loop's time now over its time at the start) says how slow it was here.
+        drift = cpu_probe_ms() / first_probe
         t = time_page(client, path, repeat, headers)
         python = max(0.0, 1 - t["sql"] / t["p50"]) if t["p50"] else 0.0
         flag = "" if t["p95"] <= TARGET_MS else f"  ← p95 over {TARGET_MS:.0f} ms"
@@ -612,9 +616,21 @@ def measure(repeat: int) -> bool:
         print(
             f"{label:38} {t['p50']:7.1f} {t['p95']:7.1f} {t['p99']:7.1f} {t['sql']:7.1f}"
             f" {100 * python:4.0f}% {t['queries']:3} {t['p95'] / trivial:7.1f}x"
-            f" {t['p95'] / select_1:11.0f}x{flag}"
+            f" {t['p95'] / select_1:11.0f}x {drift:5.2f}{flag}"
         )
     return ok
+
+
+def cpu_probe_ms(rounds: int = 5) -> float:
+    """The median time of a fixed pure-Python loop: this machine's speed at this moment."""
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        total = 0
+        for i in range(200_000):
+            total += i
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
 
 
 def drop_database(url: str) -> None:
