@@ -251,18 +251,21 @@ def send_all(base: str, secret: str, bodies: list[bytes], clients: int) -> float
     return elapsed
 
 
+def first_column(url: str, query: str) -> list:
+    """The first column of `query`'s rows."""
+    with psycopg.connect(url) as conn:
+        return [row[0] for row in conn.execute(query)]
+
+
 def export_rows(url: str) -> tuple[list[str], bytes]:
     """The stored runs' columns (all but id) and rows in COPY's text format; then empty the
     table and its unique claims, so that the same rows can be written back."""
+    columns = first_column(
+        url,
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_name = 'orchestrator_run' AND column_name <> 'id' ORDER BY ordinal_position",
+    )
     with psycopg.connect(url) as conn:
-        columns = [
-            row[0]
-            for row in conn.execute(
-                "SELECT column_name FROM information_schema.columns "
-                "WHERE table_name = 'orchestrator_run' AND column_name <> 'id' "
-                "ORDER BY ordinal_position"
-            )
-        ]
         exported = bytearray()
         select = sql.SQL("COPY (SELECT {} FROM orchestrator_run) TO STDOUT").format(
             sql.SQL(", ").join(map(sql.Identifier, columns))
@@ -364,14 +367,11 @@ def run_indexes(url: str) -> list[tuple[str, str]]:
 def insert_triggers(url: str) -> dict[str, list[str]]:
     """The run table's INSERT triggers: the unique claims, and the count triggers (each
     workflow's counts and each minute's, `orchestrator.counters`)."""
-    with psycopg.connect(url) as conn:
-        names = [
-            row[0]
-            for row in conn.execute(
-                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'orchestrator_run'::regclass "
-                "AND NOT tgisinternal AND tgname LIKE '%\\_ins' ORDER BY tgname"
-            )
-        ]
+    names = first_column(
+        url,
+        "SELECT tgname FROM pg_trigger WHERE tgrelid = 'orchestrator_run'::regclass "
+        "AND NOT tgisinternal AND tgname LIKE '%\\_ins' ORDER BY tgname",
+    )
     return {"the claims trigger": ["run_claim_keys"], "the count triggers": names}
 
 

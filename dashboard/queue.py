@@ -386,7 +386,6 @@ class SignatureGroup:
     held_by_others: int
     item: ReviewItem | None = None
     failure_group: int | None = None
-    options: list[Any] = field(default_factory=list)
 
 
 class _CountRows(Func):
