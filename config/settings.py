@@ -319,6 +319,11 @@ INGEST_FAST_PATH = env_bool("INGEST_FAST_PATH", True)
 # from the moment the server saw the request, which `config.server`'s gunicorn worker records;
 # `config.wsgi` sheds (orchestrator.api.overload), before Django's handler.
 WEB_SHED_AFTER_MS = env_int("WEB_SHED_AFTER_MS", 200)
+# Once a web process has shed a request it is overloaded, and until it has shed none for a
+# second it sheds any request that waited longer than this (0: always WEB_SHED_AFTER_MS): the
+# queue then drains to a short wait instead of standing at WEB_SHED_AFTER_MS, holding every
+# refused client's connection that long.
+WEB_SHED_UNDER_LOAD_MS = env_int("WEB_SHED_UNDER_LOAD_MS", 20)
 # The Prometheus /metrics endpoint answers a bearer METRICS_TOKEN, or a client address inside
 # METRICS_ALLOWED_IPS when that is set explicitly (none by default: a same-host proxy would
 # otherwise make every visitor look local).

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from config import server
+from orchestrator.api import overload
 from orchestrator.api.overload import QUEUED_AT
 
 
@@ -54,3 +55,23 @@ def test_without_a_tcp_socket_the_queue_time_stands():
     left, right = socket.socketpair()  # a Unix socket: no TCP_INFO
     with left, right:
         assert server.arrived_at(left, time.monotonic()) is None
+
+
+def test_the_short_bar_lasts_one_quiet_second_after_the_last_shed(settings):
+    """Overloaded (a request shed at WEB_SHED_AFTER_MS), a process sheds at the short bar; once
+    OVERLOAD_SECONDS passed without a shed, the long bar is back."""
+    settings.WEB_SHED_AFTER_MS, settings.WEB_SHED_UNDER_LOAD_MS = 200, 20
+    shedding = overload.Shedding(lambda environ, start_response: [b"served"])
+
+    def waited(ms: float) -> bytes:
+        statuses = []
+        environ = {QUEUED_AT: time.monotonic() - ms / 1000, "PATH_INFO": "/api/v1/runs"}
+        body = b"".join(shedding(environ, lambda status, headers: statuses.append(status)))
+        return body if not statuses else statuses[0].encode()
+
+    assert waited(100) == b"served"  # not overloaded: 100 ms is within the bar
+    assert waited(300).startswith(b"503")
+    assert waited(100).startswith(b"503")  # overloaded: the short bar
+    assert waited(5) == b"served"
+    shedding.overloaded_until = time.monotonic() - 0.001  # a second passed without a shed
+    assert waited(100) == b"served"

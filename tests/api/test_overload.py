@@ -34,7 +34,7 @@ pytestmark = [
 
 
 @contextlib.contextmanager
-def one_thread_server(tmp_path: Path, shed_after_ms: int) -> Iterator[str]:
+def one_thread_server(tmp_path: Path, shed_after_ms: int, under_load_ms: int = 0) -> Iterator[str]:
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "DATABASE_URL": database_url(),
@@ -44,6 +44,7 @@ def one_thread_server(tmp_path: Path, shed_after_ms: int) -> Iterator[str]:
         "FAILSIGHT_VAR_DIR": str(tmp_path),
         "API_RATE_LIMIT_PER_MINUTE": "0",
         "WEB_SHED_AFTER_MS": str(shed_after_ms),
+        "WEB_SHED_UNDER_LOAD_MS": str(under_load_ms),
     }
     command = (
         "gunicorn config.wsgi --worker-class config.server.ThreadWorker"
@@ -121,6 +122,34 @@ def test_a_request_that_waited_too_long_gets_a_fast_503_and_is_not_processed(pos
     assert body["retry_after"] == 1.0 and "overloaded" in body["detail"]
     assert answered_after < 2.0  # at once, once a thread was free: not after a timeout
     assert set(Run.objects.values_list("topic", flat=True)) == {"first"}
+
+
+@pytest.mark.parametrize(("under_load_ms", "short_wait_answer"), [(60, 503), (0, 201)])
+def test_once_overloaded_a_shorter_wait_is_shed_too(
+    postgres, tmp_path, under_load_ms, short_wait_answer
+):
+    """A request shed at the long bar (400 ms) makes the process overloaded: the next one, which
+    waited ~200 ms, is shed at the short bar (WEB_SHED_UNDER_LOAD_MS); without a short bar it is
+    served. A request that did not wait is served either way."""
+    _, secret = ApiToken.issue("crowded-agent")
+    with one_thread_server(tmp_path, shed_after_ms=400, under_load_ms=under_load_ms) as url:
+        with run_table_locked() as lock:
+            first, first_answers = report_in_background(url, secret, "first")
+            wait_until(lambda: waiting_on_the_lock(lock), 20, "the first report to wait")
+            late, late_answers = report_in_background(url, secret, "late")
+            time.sleep(0.45)
+            short, short_answers = report_in_background(url, secret, "short")
+            time.sleep(0.2)  # the late one has waited ~650 ms, the short one ~200 ms
+        for thread in (first, late, short):
+            thread.join(10)
+        fresh = post(url, secret, "fresh")  # nothing queued ahead of it
+
+    assert first_answers[0].status_code == 201
+    assert late_answers[0].status_code == 503
+    assert short_answers[0].status_code == short_wait_answer, short_answers[0].text
+    assert fresh.status_code == 201
+    served = {"first", "fresh"} | ({"short"} if short_wait_answer == 201 else set())
+    assert set(Run.objects.values_list("topic", flat=True)) == served
 
 
 def test_a_request_whose_client_left_is_not_processed(postgres, tmp_path):
