@@ -441,7 +441,7 @@ def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
     """The Run row `insert_rows` wrote for `p`, as an instance (the model's defaults elsewhere).
 
     Built as Django builds a row it read (`Model.from_db`: every column's value in field order),
-    which is four times faster than by keyword, a tenth of a single report's Python."""
+    in about half the time of building it by keyword (14 µs instead of 26)."""
     given = dict(zip(_ROW_ATTNAMES, _row(p), strict=True))
     given |= {"id": pk, "token_id": p.token_id, "created_at": created_at}
     values = [
