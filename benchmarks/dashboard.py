@@ -473,7 +473,7 @@ def percentile(samples: list[float], share: float) -> float:
 
 def time_page(client, path: str, repeat: int, headers: dict[str, str]) -> dict[str, float]:
     """p50/p95/p99 page ms, median bare-SQL ms and the number of queries of one page."""
-    from django.db import OperationalError, connection, transaction
+    from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     response = client.get(path, headers=headers)  # warm-up (and a sanity check)
@@ -486,23 +486,7 @@ def time_page(client, path: str, repeat: int, headers: dict[str, str]) -> dict[s
     with CaptureQueriesContext(connection) as captured:
         client.get(path, headers=headers)
     statements = [q["sql"] for q in captured.captured_queries]
-    sql_ms = []
-    for _ in range(max(3, repeat // 4)):
-        # Replayed as the page ran them, savepoints and a statement's own timeout included (the
-        # runs total's count), in one transaction rolled back: nothing the page wrote stays.
-        with transaction.atomic(), connection.cursor() as cursor:
-            started = time.perf_counter()
-            for statement in statements:
-                try:
-                    cursor.execute(statement)
-                except OperationalError as exc:  # cancelled at its budget, as in the page
-                    if getattr(exc.__cause__, "sqlstate", None) != "57014":
-                        raise
-                    continue
-                if cursor.description:
-                    cursor.fetchall()
-            sql_ms.append((time.perf_counter() - started) * 1000)
-            transaction.set_rollback(True)
+    sql_ms = [replay_ms(statements) for _ in range(max(3, repeat // 4))]
     return {
         "p50": percentile(page_ms, 0.5),
         "p95": percentile(page_ms, 0.95),
@@ -510,6 +494,36 @@ def time_page(client, path: str, repeat: int, headers: dict[str, str]) -> dict[s
         "sql": statistics.median(sql_ms),
         "queries": len(statements),
     }
+
+
+def replay_ms(statements: list[str]) -> float:
+    """Milliseconds to run a page's captured statements again as the page ran them, savepoints
+    and a statement's own timeout included (the runs total's count), in one transaction rolled
+    back: nothing the page wrote stays. A statement cancelled at its timeout (SQLSTATE 57014) is
+    rolled back to its savepoint, as the page's does, and the replay goes on (the page's
+    recorded RELEASE follows)."""
+    from django.db import OperationalError, connection, transaction
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        started = time.perf_counter()
+        savepoints: list[str] = []
+        for statement in statements:
+            if statement.startswith("SAVEPOINT "):
+                savepoints.append(statement.removeprefix("SAVEPOINT "))
+            elif statement.startswith("RELEASE SAVEPOINT ") and savepoints:
+                savepoints.pop()
+            try:
+                cursor.execute(statement)
+            except OperationalError as exc:
+                if getattr(exc.__cause__, "sqlstate", None) != "57014" or not savepoints:
+                    raise
+                cursor.execute(f"ROLLBACK TO SAVEPOINT {savepoints[-1]}")
+                continue
+            if cursor.description:
+                cursor.fetchall()
+        elapsed = (time.perf_counter() - started) * 1000
+        transaction.set_rollback(True)
+    return elapsed
 
 
 def round_trip_ms(repeat: int) -> float:

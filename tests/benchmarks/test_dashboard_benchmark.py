@@ -7,6 +7,7 @@ the server of DATABASE_URL.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -147,3 +148,22 @@ def test_the_loaded_six_hour_rollups_equal_the_hourly_ones(benchmark_run):
         assert last_hour - timedelta(hours=5) <= newest <= now_hour - timedelta(hours=6)
         assert conn.execute(BLOCKS_AGAINST_HOURS).fetchone()[0] == 0
         assert conn.execute(WASTED_AGAINST_HOURS).fetchone()[0] == 0
+
+
+def test_the_sql_replay_goes_on_past_a_count_cancelled_at_its_budget(postgres, monkeypatch):
+    """A page's runs total counts inside a savepoint under a statement timeout, and falls back
+    to an estimate when PostgreSQL cancels it. Its replay must do the same: roll back to the
+    savepoint and go on, not fail on the page's recorded RELEASE in an aborted transaction."""
+    path = ROOT / "benchmarks" / "dashboard.py"
+    spec = importlib.util.spec_from_file_location("dashboard_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look themselves up
+    spec.loader.exec_module(bench)
+    statements = [
+        'SAVEPOINT "bench_s1"',
+        "SELECT set_config('statement_timeout', '20ms', true)",
+        "SELECT pg_sleep(2)",  # cancelled after 20 ms
+        'RELEASE SAVEPOINT "bench_s1"',
+        "SELECT 1",
+    ]
+    assert bench.replay_ms(statements) < 1500
