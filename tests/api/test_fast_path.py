@@ -188,3 +188,22 @@ def test_a_key_claimed_meanwhile_falls_back_to_the_stored_run(secret, fast):
     assert inserts.insert_rows(token.pk, [row]) == []  # skipped as stored
     stored = Run.objects.filter(idempotency_key="claimed").values_list("pk", flat=True)
     assert list(stored) == [first]
+
+
+def test_the_one_statement_insert_is_prepared_on_its_connection(postgres, secret):
+    """The single report's INSERT is planned once per connection, then executed as prepared:
+    Django's default (prepare_threshold None) would make `prepare=True` a no-op and plan it on
+    every report."""
+    from orchestrator.api import ingest, inserts
+
+    token = ApiToken.objects.get(name="fast-path")
+    for key in ("prepared-1", "prepared-2"):
+        run = ingest.RunIn.model_validate(ok_run())
+        assert inserts.insert_rows(token.pk, [ingest._row(ingest.Pending(0, run, 1, key, "x"))])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements "
+            "WHERE statement LIKE 'INSERT INTO \"orchestrator_run\"%%json_populate_recordset%%'"
+        )
+        assert cursor.fetchone()[0] == 1
+    assert Run.objects.filter(idempotency_key__startswith="prepared-").count() == 2
