@@ -275,7 +275,9 @@ def _insert_one_statement(rows: Sequence[tuple], batch: list[tuple[Field, Any]])
 
     The rows travel as one JSON array (orjson) that `json_populate_recordset` reads as run rows,
     so the statement's text is the same for any number of rows and is prepared once per
-    connection: no per-row placeholders to parse on either side. Optimistic on purpose: a
+    connection (DATABASE_PREPARED_STATEMENTS: without a prepare threshold on the connection,
+    psycopg ignores `prepare=True`): no per-row placeholders to parse on either side, no plan
+    made per report. Optimistic on purpose: a
     repeated key is the rare case (a retry whose answer was lost), so it pays the failed
     statement and the slow path, and every other report pays one round trip.
     """
