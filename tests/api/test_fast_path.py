@@ -191,19 +191,25 @@ def test_a_key_claimed_meanwhile_falls_back_to_the_stored_run(secret, fast):
 
 
 def test_the_one_statement_insert_is_prepared_on_its_connection(postgres, secret):
-    """The single report's INSERT is planned once per connection, then executed as prepared:
-    Django's default (prepare_threshold None) would make `prepare=True` a no-op and plan it on
-    every report."""
+    """The single report's INSERT runs as a prepared statement on its connection (planned once,
+    then executed): Django's default (prepare_threshold None) would make `prepare=True` a no-op
+    and plan it on every report."""
     from orchestrator.api import ingest, inserts
 
+    def prepared_runs() -> int:
+        """Executions of the prepared INSERT on this connection (its plans, custom or generic)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT coalesce(sum(generic_plans + custom_plans), 0) "
+                "FROM pg_prepared_statements WHERE statement LIKE "
+                "'INSERT INTO \"orchestrator_run\"%%json_populate_recordset%%'"
+            )
+            return cursor.fetchone()[0]
+
     token = ApiToken.objects.get(name="fast-path")
+    before = prepared_runs()
     for key in ("prepared-1", "prepared-2"):
         run = ingest.RunIn.model_validate(ok_run())
         assert inserts.insert_rows(token.pk, [ingest._row(ingest.Pending(0, run, 1, key, "x"))])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_prepared_statements "
-            "WHERE statement LIKE 'INSERT INTO \"orchestrator_run\"%%json_populate_recordset%%'"
-        )
-        assert cursor.fetchone()[0] == 1
+    assert prepared_runs() - before == 2
     assert Run.objects.filter(idempotency_key__startswith="prepared-").count() == 2
