@@ -280,11 +280,17 @@ def export_rows(url: str) -> tuple[list[str], bytes]:
     return columns, bytes(exported)
 
 
-def empty_table(url: str, table: str = "orchestrator_run") -> None:
+def execute(url: str, *statements: str | sql.Composable) -> None:
+    """Run `statements` in turn on a connection of their own, each committed on its own."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("TRUNCATE {} CASCADE").format(sql.Identifier(table)))
-        if table == "orchestrator_run":
-            conn.execute("TRUNCATE orchestrator_runkey")
+        for statement in statements:
+            conn.execute(statement)
+
+
+def empty_table(url: str, table: str = "orchestrator_run") -> None:
+    execute(url, sql.SQL("TRUNCATE {} CASCADE").format(sql.Identifier(table)))
+    if table == "orchestrator_run":
+        execute(url, "TRUNCATE orchestrator_runkey")
 
 
 def split_lines(data: bytes, parts: int) -> list[bytes]:
@@ -393,25 +399,20 @@ def index_costs(url: str, columns: list[str], data: bytes, connections: int) -> 
             best = min(best, copy_rows(url, columns, data, connections, table))
         return Rate(label, rows, best)
 
-    def ddl(*statements: str | sql.Composable) -> None:
-        with psycopg.connect(url, autocommit=True) as conn:
-            for statement in statements:
-                conn.execute(statement)
-
     rates = [timed("all indexes and triggers")]
     for name, definition in run_indexes(url):
-        ddl(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+        execute(url, sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
         try:
             rates.append(timed(f"without {name}"))
         finally:
-            ddl(definition)
+            execute(url, definition)
     for label, names in insert_triggers(url).items():
-        switch = "ALTER TABLE orchestrator_run {} TRIGGER {}"
-        ddl(*(sql.SQL(switch).format(sql.SQL("DISABLE"), sql.Identifier(n)) for n in names))
+        switch = sql.SQL("ALTER TABLE orchestrator_run {} TRIGGER {}")
+        execute(url, *(switch.format(sql.SQL("DISABLE"), sql.Identifier(n)) for n in names))
         try:
             rates.append(timed(f"without {label}"))
         finally:
-            ddl(*(sql.SQL(switch).format(sql.SQL("ENABLE"), sql.Identifier(n)) for n in names))
+            execute(url, *(switch.format(sql.SQL("ENABLE"), sql.Identifier(n)) for n in names))
     rates.append(timed("all indexes and triggers, again"))
     rates.append(plain_rate(url, columns, data, connections, tries=2))
     return rates
@@ -421,16 +422,14 @@ def plain_rate(url: str, columns: list[str], data: bytes, connections: int, trie
     """COPY the same rows over as many connections into a plain table of the same columns (no
     index, no trigger, not partitioned): the machine's own baseline for a write, the best of
     `tries`. The table is dropped after."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE bench_plain (LIKE orchestrator_run INCLUDING DEFAULTS)")
+    execute(url, "CREATE TABLE bench_plain (LIKE orchestrator_run INCLUDING DEFAULTS)")
     try:
         seconds = float("inf")
         for _ in range(tries):
             empty_table(url, "bench_plain")
             seconds = min(seconds, copy_rows(url, columns, data, connections, "bench_plain"))
     finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("DROP TABLE bench_plain")
+        execute(url, "DROP TABLE bench_plain")
     return Rate(f"COPY plain table x{connections}", data.count(b"\n"), seconds)
 
 
@@ -868,8 +867,7 @@ def checkpoint(url: str) -> None:
     during the open loop and doubled its p99). Needs a superuser (or pg_checkpoint); skipped,
     with a note, without one."""
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CHECKPOINT")
+        execute(url, "CHECKPOINT")
     except psycopg.Error as exc:
         print(f"(no CHECKPOINT before the single reports: {exc})", file=sys.stderr)
 
