@@ -9,16 +9,17 @@ creates the database if missing, migrates it, loads the runs with COPY (30 days 
 successes, valid empties, failures of every type with partial results, retries, switches,
 escalations; each failure with its signature, as the ingest path writes it) with the run table's
 secondary indexes set aside and its triggers and foreign key checks off, rebuilds the indexes and
-recounts the counts the triggers keep (as their migration does), opens --reviews review items on
-the latest escalations, folds the hourly and six-hour rollups and --groups-days of failure groups
-(timing the groups' periodic fold of the last hours), and then writes --current-hour more runs
-created since the start of the current clock hour with one COPY through the count triggers, as
-an agent's batches are written. It then times each page through Django's test client: p50, p95
-and p99 of --repeat requests after one warm-up, the median of the page's bare SQL (the queries
-captured with CaptureQueriesContext, re-executed on their own) and so the share of Python and
-templates, and the p95 as a ratio of two baselines measured in the same run (a `SELECT 1` round
-trip and a trivial page, the favicon's redirect). The target is a p95 of at most 50 ms per page.
-It prints the load average first and before timing (the machines are shared), and drops its
+recounts the counts the triggers keep (as their migration does), fills the runs search's table and
+builds its trigram indexes (as its migration does), opens --reviews review items on the latest
+escalations, folds the hourly and six-hour rollups and --groups-days of failure groups (timing the
+groups' periodic fold of the last hours), and then writes --current-hour more runs created since the
+start of the current clock hour with one COPY through the count triggers, as an agent's batches are
+written, and fills their search entries as beat would. It then times each page through Django's test
+client: p50, p95 and p99 of --repeat requests after one warm-up, the median of the page's bare SQL
+(the queries captured with CaptureQueriesContext, re-executed on their own) and so the share of
+Python and templates, and the p95 as a ratio of two baselines measured in the same run (a `SELECT 1`
+round trip and a trivial page, the favicon's redirect). The target is a p95 of at most 50 ms per
+page. It prints the load average first and before timing (the machines are shared), and drops its
 database at the end (unless --keep-database).
 """
 
@@ -250,7 +251,7 @@ def load(rows: int, reviews: int, current: int) -> None:
     from django.db import connection
 
     from dashboard import minutes
-    from orchestrator import counters
+    from orchestrator import counters, search
     from orchestrator.models import Run, Workflow
 
     now = datetime.now(UTC)
@@ -283,6 +284,13 @@ def load(rows: int, reviews: int, current: int) -> None:
         f"  {len(indexes)} secondary indexes rebuilt in {indexed:.1f} s; minute rollups, running "
         f"totals and workflow counters recounted in {time.perf_counter() - started:.1f} s"
     )
+    if search.in_use():
+        started = time.perf_counter()
+        entered = search.rebuild()
+        print(
+            f"  the search table filled with {entered:,} runs and indexed in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
     print(
         f"  a signature at insert: {signature_cost():.1f} µs per failure, beside "
         f"{1e6 * seconds / n:.1f} µs per row of this load (making the row and its COPY)"
@@ -301,7 +309,7 @@ def add_current_hour(rows: int, current: int) -> None:
     """COPY `current` runs created since the start of the current hour, with the triggers on (as
     an agent's batches are written), then fold their deltas as beat does."""
     from dashboard import minutes
-    from orchestrator import partitions
+    from orchestrator import partitions, search
     from orchestrator.models import Run
 
     now = datetime.now(UTC)
@@ -314,9 +322,19 @@ def add_current_hour(rows: int, current: int) -> None:
     seconds = time.perf_counter() - started
     started = time.perf_counter()
     folded = minutes.fold()
+    fold_ms = 1000 * (time.perf_counter() - started)
+    entered, fill_ms = 0, 0.0
+    if search.in_use():
+        # Written with creation times spread over the hour, as if they had come in during it:
+        # the fill is told to read from the hour's start, then does what beat would.
+        started = time.perf_counter()
+        search.rewind(anchor)
+        entered = search.catch_up(seconds=3600)
+        fill_ms = 1000 * (time.perf_counter() - started)
     print(
         f"current hour: COPY {current:,} runs through the count triggers in {seconds:.1f} s; "
-        f"their {folded:,} delta rows folded in {1000 * (time.perf_counter() - started):.0f} ms"
+        f"their {folded:,} delta rows folded in {fold_ms:.0f} ms; {entered:,} search entries "
+        f"filled in {fill_ms:.0f} ms"
     )
     with connection_cursor() as cursor:
         cursor.execute(
@@ -329,6 +347,8 @@ def add_current_hour(rows: int, current: int) -> None:
         for name, (start, end) in partitions.ranges().items():
             if start <= now < end:
                 cursor.execute(f'VACUUM (ANALYZE) "{name}"')
+                if search.in_use():
+                    cursor.execute(f'VACUUM (ANALYZE) "{search.partition_name(name)}"')
 
 
 def runs_this_hour() -> int:
@@ -688,7 +708,9 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     try:
+        started = time.perf_counter()
         call_command("migrate", interactive=False, verbosity=0)
+        print(f"migrate: {time.perf_counter() - started:.1f} s")
         if not args.skip_load:
             load(args.runs, args.reviews, min(args.current_hour, args.runs // 10))
         fold(args.groups_days)

@@ -475,12 +475,28 @@ if ROLLUP_RETENTION_DAYS and ROLLUP_RETENTION_DAYS < _RUNS_KEPT:
         f"count (RUNS_RETENTION_DAYS={RUNS_RETENTION_DAYS}); keep rollups at least as long"
     )
 RUN_PARTITIONS_AHEAD = env_int("RUN_PARTITIONS_AHEAD", 2, minimum=1)
+# The runs search's trigram indexes live in their own table on PostgreSQL, off the ingest path
+# (orchestrator/search.py): beat adds the new runs' entries every RUN_SEARCH_FILL_SECONDS,
+# re-reading RUN_SEARCH_OVERLAP_SECONDS before where it stopped (a run whose transaction commits
+# later than that after its creation is found only by its next edit). Searches read the runs of
+# those last seconds from the run table, so a search finds a run as soon as it is committed.
+RUN_SEARCH_FILL_SECONDS = env_int("RUN_SEARCH_FILL_SECONDS", 5, minimum=1)
+RUN_SEARCH_OVERLAP_SECONDS = env_int("RUN_SEARCH_OVERLAP_SECONDS", 10, minimum=1)
+# A search whose text the planner expects in more entries of the window than this walks the runs
+# newest first (the first page comes after a few hundred); below, it starts from the trigram
+# indexes (docs/run-indexes.md has the measurements behind the default).
+RUN_SEARCH_WALK_ABOVE = env_int("RUN_SEARCH_WALK_ABOVE", 2000, minimum=0)
 RUN_PARTITION_DAYS = env_int("RUN_PARTITION_DAYS", 7, minimum=1)
 CELERY_BEAT_SCHEDULE |= {
     "run-partitions-ahead": {
         "task": "orchestrator.tasks.create_run_partitions",
         "schedule": 3600.0,
         "options": {"expires": 3600},
+    },
+    "run-search-fill": {
+        "task": "orchestrator.tasks.fill_run_search",
+        "schedule": float(RUN_SEARCH_FILL_SECONDS),
+        "options": {"expires": 2 * RUN_SEARCH_FILL_SECONDS},
     },
     "retention": {
         "task": "dashboard.tasks.apply_retention",

@@ -30,6 +30,7 @@ from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from dashboard.models import FailureGroup
 from dashboard.stats import WINDOWS
 from orchestrator import keyset
+from orchestrator import search as run_search
 from orchestrator.models import Run, RunQuerySet
 
 PAGE_SIZE = 50
@@ -228,7 +229,7 @@ class RunFilter:
         for flag in self.flags:
             qs = FLAGS[flag][1](qs)
         if self.q:
-            qs = search(qs, self.q)
+            qs = search(qs, self.q, self.since, self.until)
         return qs
 
     @property
@@ -413,12 +414,20 @@ def _round(n: int) -> int:
     return round(n, -digits) if digits > 0 else n
 
 
-def search(qs: RunQuerySet, text: str) -> RunQuerySet:
-    """Runs whose detail or attempted call contains `text`, case-insensitively.
+def search(
+    qs: RunQuerySet, text: str, since: datetime | None = None, until: datetime | None = None
+) -> RunQuerySet:
+    """Runs whose detail or attempted call contains `text`, case-insensitively (within the
+    window `since`..`until` the caller also filters by, which narrows the index search).
 
-    On PostgreSQL, trigram GIN indexes on exactly these expressions (UPPER(detail),
-    UPPER(attempted::text), migration orchestrator 0013) serve the match; SQLite scans.
+    The test is always the run's own columns (UPPER(column::text) LIKE, as icontains
+    compiles). On PostgreSQL a text that few runs of the window contain starts from the search
+    table's trigram indexes; one that many contain is found by walking the runs newest first
+    (`orchestrator.search.walks`). SQLite scans.
     """
-    return qs.annotate(attempted_text=Cast("attempted", TextField())).filter(
+    found = qs.annotate(attempted_text=Cast("attempted", TextField())).filter(
         Q(detail__icontains=text) | Q(attempted_text__icontains=text)
     )
+    if not run_search.in_use() or run_search.walks(text, since, until):
+        return found
+    return found.filter(run_search.matching_runs(text, since, until))

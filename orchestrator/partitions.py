@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
 
-from orchestrator import counters
+from orchestrator import counters, search
 from orchestrator.models import ReviewItem, Run
 
 PARENT = "orchestrator_run"
@@ -126,6 +126,9 @@ def create(start: datetime, end: datetime) -> str:
             "FOR VALUES FROM (%s) TO (%s)",
             [start, end],
         )
+        if search.in_use():
+            search.create_partition(name, start, end)
+            search.create_statistics(name)
     return name
 
 
@@ -180,8 +183,12 @@ def drop_before(cutoff: datetime) -> list[str]:
                 [start, end],
             )
             cursor.execute(f"DROP TABLE {quote(name)}")
+            if search.in_use():
+                search.drop_partition(name)
         dropped.append(name)
     _delete_rows(cutoff, table=DEFAULT)
+    if search.in_use():
+        search.delete_before(cutoff)
     return dropped
 
 

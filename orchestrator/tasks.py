@@ -13,7 +13,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from orchestrator import counters, partitions
+from orchestrator import counters, partitions, search
 from orchestrator.coordination import delivery, dispatch, efficacy, execution, review, workflow
 
 # A database that restarts or drops a connection fails the task with one of these: it is tried
@@ -76,3 +76,9 @@ def fold_workflow_counters() -> int:
 def create_run_partitions() -> list[str]:
     """Create the run table's partitions of the coming days that are missing (PostgreSQL)."""
     return partitions.ensure_ahead(settings.RUN_PARTITIONS_AHEAD)
+
+
+@shared_task(ignore_result=True)
+def fill_run_search() -> int:
+    """Add the new runs' entries to the runs search's table (PostgreSQL), a few seconds behind."""
+    return search.catch_up() if search.in_use() else 0

@@ -46,6 +46,10 @@ def test_the_ingest_benchmark_runs_and_reports_its_rates_and_single_reports():
     assert any(line.startswith("COPY plain table") for line in lines), done.stdout  # baseline
     assert any(line.startswith("ratio API / COPY") for line in lines), done.stdout
     assert any(line.startswith("ratio COPY / plain table") for line in lines), done.stdout
+    # beat's fill of the search table over the same runs, every one of them
+    assert any(line.startswith("search table fill (beat): 3,000 runs") for line in lines), (
+        done.stdout
+    )
     # the deletes at 2,000 runs (--index-costs recreates every index a dozen times: too slow
     # for the suite; docs/run-indexes.md has its figures)
     assert any("deleting one run" in line and "bare DELETE" in line for line in lines), done.stdout

@@ -1,6 +1,7 @@
 """Counts kept with the runs on PostgreSQL: minute rollups, running totals, per-workflow counters
-(the run table's triggers and their folds), the tile cache keyed by the rollup version, and the
-trigram search index. Each count is checked against a live count of the runs."""
+(the run table's triggers and their folds) and the tile cache keyed by the rollup version (the
+search's trigram indexes: tests/orchestrator/test_search_table.py). Each count is checked
+against a live count of the runs."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from dashboard import minutes
-from dashboard.filters import search
 from dashboard.models import MinuteRollup, RunDelta
 from dashboard.stats import (
     KEYS,
@@ -235,25 +235,6 @@ def test_the_overview_tiles_come_from_the_cache_until_the_counts_change(postgres
     second = client.get("/?window=24h").content.decode()
     assert 'data-tile="ft-rate_limited"' in second
     assert ">2<" in second.split('data-tile="runs"', 1)[1][:600]
-
-
-def test_search_has_trigram_indexes_on_the_expressions_it_filters(postgres):
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'orchestrator_run'"
-            " AND indexdef LIKE '%gin_trgm_ops%'"
-        )
-        indexes = dict(cursor.fetchall())
-        assert set(indexes) == {"run_detail_trgm", "run_attempted_trgm"}
-        qs = search(Run.objects.all(), "needle").only("id").order_by()
-        sql, params = qs.query.sql_with_params()
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    # On a partitioned table each day's partition has its own copy of the indexes (named after
-    # the partition): what matters is that both expressions are read through an index.
-    assert "Index Cond: (upper(detail) ~~" in plan, plan
-    assert "Index Cond: (upper((attempted)::text) ~~" in plan, plan
 
 
 def test_the_fold_keeps_a_few_hours_of_minutes_and_every_run_in_the_totals(postgres):
