@@ -127,18 +127,17 @@ def _execute(sql: str, params: list | None = None) -> None:
         cursor.execute(sql, params)
 
 
-def install() -> None:
-    """Create the table (with a partition per run partition), its state row and its trigger,
-    fill it from the runs there are, then build its trigram indexes (PostgreSQL)."""
-    from orchestrator import partitions
-
+def install(run_partitions: dict[str, tuple[datetime, datetime]]) -> None:
+    """Create the table (with a partition per run partition: {name: (start, end)}, as
+    `partitions.ranges` reads them), its state row and its triggers, fill it from the runs there
+    are, then build its trigram indexes (PostgreSQL)."""
     with transaction.atomic():
         _execute(_TABLES)
         _execute(_FOLLOW)
         _execute(_BACKDATED)
-        for name, (start, end) in partitions.ranges().items():
+        for name, (start, end) in run_partitions.items():
             create_partition(name, start, end)
-        for name in [*partitions.ranges(), partitions.DEFAULT]:
+        for name in [*run_partitions, f"{RUNS}_default"]:
             create_statistics(name)
     rebuild()
 

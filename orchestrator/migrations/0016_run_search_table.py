@@ -19,9 +19,9 @@ RUN_TRIGRAM_INDEXES = {
 def move(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    from orchestrator import search
+    from orchestrator import partitions, search
 
-    search.install()
+    search.install(partitions.ranges())
     for name in RUN_TRIGRAM_INDEXES:
         schema_editor.execute(f"DROP INDEX IF EXISTS {name}")
 
