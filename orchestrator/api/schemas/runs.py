@@ -124,7 +124,10 @@ class EnvelopeIn(BaseModel):
     @property
     def reported_failure_type(self) -> str | None:
         """The failure type as the agent wrote it, when that differs from the canonical name."""
-        return self._sent_failure_type
+        # Read from pydantic's private store: `self._sent_failure_type` goes through
+        # BaseModel.__getattr__, which probes the attribute for a descriptor by catching an
+        # AttributeError: 1.5 µs a read against 0.05, on every run ingested.
+        return self.__pydantic_private__.get("_sent_failure_type")
 
     _finished_in_utc = field_validator("finished_at")(in_utc)
 
