@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -71,6 +71,7 @@ class Pending:
     token_id: int
     key: str
     digest: str
+    row: tuple = ()  # its `_row`, once `store` has made it (the answer is built from it too)
 
 
 @dataclass(slots=True)
@@ -294,7 +295,9 @@ def store(
     # Inserting in key order makes concurrent batches take index locks in the same order, so two
     # batches sharing keys wait for each other instead of deadlocking.
     to_insert.sort(key=lambda p: p.key)
-    inserted = insert_rows(token_id, [_row(p) for p in to_insert], created_at)
+    for p in to_insert:
+        p.row = _row(p)
+    inserted = insert_rows(token_id, [p.row for p in to_insert], created_at)
 
     stored = {key: Stored(pk, first[key].digest, created_at) for pk, key in inserted if key}
     keyless = iter(pk for pk, key in inserted if not key)
@@ -391,7 +394,9 @@ def store_group(items: Sequence[Pending]) -> list[tuple[Outcome, datetime]]:
     fail on a value validation let through, each report is stored again alone, so that the
     others are not refused with it.
     """
-    group = [replace(p, index=i) for i, p in enumerate(items)]
+    group = list(items)
+    for i, p in enumerate(group):
+        p.index = i  # each report's caller made its Pending for this one store and reads no index
     outcomes: dict[int, Outcome] = {}
     for index, errors in reference_errors(group, lambda i: "").items():
         refusal = invalid("Invalid reference to a workflow or run.", errors)
@@ -441,19 +446,33 @@ def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
     """The Run row `insert_rows` wrote for `p`, as an instance (the model's defaults elsewhere).
 
     Built as Django builds a row it read (`Model.from_db`: every column's value in field order),
-    in about half the time of building it by keyword (14 µs instead of 26)."""
-    given = dict(zip(_ROW_ATTNAMES, _row(p), strict=True))
-    given |= {"id": pk, "token_id": p.token_id, "created_at": created_at}
-    values = [
-        given[attname] if attname in given else default() for attname, default in _column_defaults()
-    ]
+    from a template of the constant defaults with the row's values put in their places: a third
+    of the time of looking each column up by name and calling its default."""
+    template, callables = _column_template()
+    values = list(template)
+    for position, make in callables:
+        values[position] = make()
+    for position, value in zip(_ROW_POSITIONS, p.row or _row(p), strict=True):
+        values[position] = value
+    values[_ID], values[_TOKEN], values[_CREATED_AT] = pk, p.token_id, created_at
     return Run.from_db(connection.alias, None, values)
 
 
-_ROW_ATTNAMES = tuple(Run._meta.get_field(name).attname for name in ROW_FIELDS)
+_ATTNAMES = [f.attname for f in Run._meta.concrete_fields]
+_ROW_POSITIONS = tuple(_ATTNAMES.index(Run._meta.get_field(name).attname) for name in ROW_FIELDS)
+_ID, _TOKEN, _CREATED_AT = (_ATTNAMES.index(name) for name in ("id", "token_id", "created_at"))
 
 
 @cache
-def _column_defaults() -> tuple[tuple[str, Callable[[], Any]], ...]:
-    """Each column's attribute name, in field order, with what makes its model default."""
-    return tuple((f.attname, f.get_default) for f in Run._meta.concrete_fields)
+def _column_template() -> tuple[tuple[Any, ...], tuple[tuple[int, Callable[[], Any]], ...]]:
+    """Every column's model default in field order (None where `inserted_run` puts a value),
+    and the positions whose default is made afresh for each run (a callable: `dict`, `now` …)."""
+    given = {*_ROW_POSITIONS, _ID, _TOKEN, _CREATED_AT}
+    template: list[Any] = []
+    callables = []
+    for position, field in enumerate(Run._meta.concrete_fields):
+        fresh = position not in given and field.has_default() and callable(field.default)
+        if fresh:
+            callables.append((position, field.get_default))
+        template.append(None if position in given or fresh else field.get_default())
+    return tuple(template), tuple(callables)
