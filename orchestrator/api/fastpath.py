@@ -42,7 +42,9 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.wsgi import WSGIRequest
 from django.core.serializers.json import DjangoJSONEncoder
+from django.core.signals import setting_changed
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection
+from django.dispatch import receiver
 from django.http import HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
@@ -170,14 +172,15 @@ class FastReports:
             detail = "Internal error; it has been logged."
             return self.error(request, ApiError(500, FailureCategory.SERVER_FAULT, detail))
         body = render(stored)
-        response = HttpResponse(body, status=201, content_type=_JSON)
+        headers = [("Content-Type", _JSON)]
         if replayed:
-            response[REPLAYED_HEADER] = "true"
+            headers.append((REPLAYED_HEADER, "true"))
         try:
-            response[VERSION_HEADER] = str(PolicyState.announced_version())
+            headers.append((VERSION_HEADER, str(PolicyState.announced_version())))
         except DatabaseError:  # stored; the version is what cannot be told
             connection.close()
-        return self.finish(request, response)
+        headers += created_headers(request.is_secure())
+        return "201 Created", [*headers, ("Content-Length", str(len(body)))], body
 
     def unavailable(self, request: WSGIRequest, exc: Exception) -> Answer:
         """The database is down: a 503 at once (handing over would wait for it a second time)."""
@@ -239,6 +242,19 @@ def _read_body(environ: Environ) -> bytes:
 
 
 @cache
+def created_headers(secure: bool) -> tuple[tuple[str, str], ...]:
+    """The headers `FastReports.finish` adds to a stored report's answer (201, JSON): they depend
+    on the settings and on whether the request came over HTTPS only, so they are made once each
+    way, by `finish` itself, rather than through the middleware for every report."""
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": REPORT_PATH, "wsgi.input": io.BytesIO()}
+    if secure:
+        environ["wsgi.url_scheme"] = "https"
+    probe = HttpResponse(status=201, content_type=_JSON)
+    _, headers, _ = FastReports(_unused).finish(WSGIRequest(environ), probe)
+    return tuple((n, v) for n, v in headers if n not in ("Content-Type", "Content-Length"))
+
+
+@cache
 def content_security_headers() -> tuple[tuple[str, str], ...]:
     """The Content-Security-Policy headers django-csp sets on an answer with no nonce: they
     depend on the settings only, so they are built once per process."""
@@ -251,6 +267,13 @@ def content_security_headers() -> tuple[tuple[str, str], ...]:
     return tuple(
         (name, value) for name, value in response.items() if name.startswith("Content-Security")
     )
+
+
+@receiver(setting_changed)
+def _forget_headers(**kwargs: Any) -> None:
+    """Settings changed at run time (tests do): the headers made once are made again."""
+    created_headers.cache_clear()
+    content_security_headers.cache_clear()
 
 
 def _unused(request: Any) -> HttpResponse:  # the middleware here only process responses

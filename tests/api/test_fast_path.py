@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
+from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
@@ -172,6 +173,27 @@ def test_what_the_fast_path_does_not_serve_reaches_django_with_its_body(case, se
     assert answer == expected[2]  # the same answer, so the body reached Django whole
     assert set(answer) == ENVELOPE_KEYS  # an unknown host too: never Django's HTML 400 page
     assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+def test_a_report_over_https_gets_the_headers_django_gives_it(scheme, secret, spy):
+    """The fast path's answer headers are made once per process and settings, for HTTPS and for
+    plain HTTP apart: HSTS goes on the HTTPS answer only, as Django's middleware sets it."""
+    https = {"HTTP_X_FORWARDED_PROTO": scheme}
+    with override_settings(
+        SECURE_HSTS_SECONDS=3600, SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO", "https")
+    ):
+        status, headers, _ = post(FastReports(spy), ok_run(), secret, key="fast-tls", **https)
+        assert spy.calls == 0
+        # Django's middleware reads its settings when it is made: a handler made under them.
+        with override_settings(INGEST_FAST_PATH=False):
+            django = FastReports(WSGIHandler())
+            _, django_headers, _ = post(django, ok_run(), secret, key="django-tls", **https)
+    assert status == 201
+    assert ("Strict-Transport-Security" in headers) == (scheme == "https")
+    assert {k: v for k, v in headers.items() if k != "Content-Length"} == {
+        k: v for k, v in django_headers.items() if k != "Content-Length"
+    }
 
 
 def test_a_key_claimed_meanwhile_falls_back_to_the_stored_run(secret, fast):
