@@ -65,6 +65,12 @@ class TokenRateThrottle(BaseThrottle):
         counted = _incr_in_redis(key, self.WINDOW * 2)
         if counted is not None:
             return counted
+        # The window's key exists for every request but its first: count up first, and create
+        # it only when missing (one cache call a request instead of two).
+        try:
+            return cache.incr(key)
+        except ValueError:  # the window's first request
+            pass
         cache.add(key, 0, timeout=self.WINDOW * 2)
         try:
             return cache.incr(key)
