@@ -22,6 +22,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -449,34 +450,33 @@ GROUP: GroupCommit[Pending, tuple[Outcome, datetime]] = GroupCommit(
 def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
     """The Run row `insert_rows` wrote for `p`, as an instance (the model's defaults elsewhere).
 
-    Built as Django builds a row it read (`Model.from_db`: every column's value in field order),
-    from a template of the constant defaults with the row's values put in their places: a third
-    of the time of looking each column up by name and calling its default."""
-    template, callables = _column_template()
-    values = list(template)
-    for position, make in callables:
-        values[position] = make()
-    for position, value in zip(_ROW_POSITIONS, p.row or _row(p), strict=True):
-        values[position] = value
-    values[_ID], values[_TOKEN], values[_CREATED_AT] = pk, p.token_id, created_at
-    return Run.from_db(connection.alias, None, values)
-
-
-_ATTNAMES = [f.attname for f in Run._meta.concrete_fields]
-_ROW_POSITIONS = tuple(_ATTNAMES.index(Run._meta.get_field(name).attname) for name in ROW_FIELDS)
-_ID, _TOKEN, _CREATED_AT = (_ATTNAMES.index(name) for name in ("id", "token_id", "created_at"))
+    Built as Django builds a row it read (`Model.from_db`: every column's value in field order):
+    the row's values, its id, token and time, the constant defaults and the defaults made afresh
+    are put in field order by one precomputed `itemgetter` (one C call, where looking each column
+    up by name and calling its default took three times as long)."""
+    constants, fresh, gather = _column_plan()
+    given = (*(p.row or _row(p)), pk, p.token_id, created_at, *constants)
+    return Run.from_db(connection.alias, None, gather((*given, *(make() for make in fresh))))
 
 
 @cache
-def _column_template() -> tuple[tuple[Any, ...], tuple[tuple[int, Callable[[], Any]], ...]]:
-    """Every column's model default in field order (None where `inserted_run` puts a value),
-    and the positions whose default is made afresh for each run (a callable: `dict`, `now` …)."""
-    given = {*_ROW_POSITIONS, _ID, _TOKEN, _CREATED_AT}
-    template: list[Any] = []
-    callables = []
-    for position, field in enumerate(Run._meta.concrete_fields):
-        fresh = position not in given and field.has_default() and callable(field.default)
-        if fresh:
-            callables.append((position, field.get_default))
-        template.append(None if position in given or fresh else field.get_default())
-    return tuple(template), tuple(callables)
+def _column_plan() -> tuple[tuple[Any, ...], tuple[Callable[[], Any], ...], itemgetter]:
+    """What `inserted_run` gathers: the constant defaults (in field order of the columns that
+    take one), the default makers of the columns whose default is made afresh for each run (a
+    callable: `dict`, `now` …), and the `itemgetter` that picks every column's value, in field
+    order, from (row values, id, token, created_at, constants, fresh defaults)."""
+    attnames = [f.attname for f in Run._meta.concrete_fields]
+    sources = [Run._meta.get_field(name).attname for name in ROW_FIELDS]
+    sources += ["id", "token_id", "created_at"]
+    constants, fresh = [], []
+    for field in Run._meta.concrete_fields:
+        if field.attname in sources:
+            continue
+        if field.has_default() and callable(field.default):
+            fresh.append(field)
+        else:
+            constants.append(field)
+    sources += [f.attname for f in constants] + [f.attname for f in fresh]
+    gather = itemgetter(*(sources.index(name) for name in attnames))
+    defaults = tuple(f.get_default() for f in constants)
+    return defaults, tuple(f.get_default for f in fresh), gather
