@@ -1,12 +1,8 @@
 """Group commit: concurrent single reports of one process share one INSERT and one commit.
 
 Each report waits in a queue; the first to find nobody storing becomes the leader, takes the whole
-queue (up to a limit), stores it with one call of the store function on its own connection and
-hands every waiter its outcome; while reports are waiting it stores the next group too, up to
-`turns` groups in all, then passes the lead to the next waiter, if any (a leader that already runs
-starts the next commit at once, where a new one would first have to be scheduled and take the
-interpreter from the threads answering the last group; the bound keeps its own answer from
-waiting behind a sustained stream). Nobody waits for a timer:
+queue (up to a limit), stores it with one call of the store function on its own connection, hands
+every waiter its outcome and passes the lead to the next waiter, if any. Nobody waits for a timer:
 a report arriving alone is stored at once, and reports arriving while a commit is in flight form
 the next group. A waiter gets its outcome only after the leader's commit returned, so every
 answer describes a durable row.
@@ -42,14 +38,10 @@ class GroupCommit(Generic[Item, Result]):
     """Run `store(items) -> results` (one result per item, in order) for groups of callers."""
 
     def __init__(
-        self,
-        store: Callable[[Sequence[Item]], Sequence[Result]],
-        limit: Callable[[], int],
-        turns: int = 1,
+        self, store: Callable[[Sequence[Item]], Sequence[Result]], limit: Callable[[], int]
     ):
         self._store = store
         self._limit = limit
-        self._turns = turns
         self._lock = threading.Lock()
         self._queue: list[_Slot[Item, Result]] = []
         self._leading = False
@@ -71,29 +63,26 @@ class GroupCommit(Generic[Item, Result]):
         return slot.result  # type: ignore[return-value]
 
     def _lead(self, own: _Slot[Item, Result]) -> None:
-        """Store groups while reports are waiting, `turns` groups at the most, then hand the
-        lead to the next waiter (if any). `own` is the leader's report: it waits on nothing."""
-        for turn in range(max(1, self._turns)):
+        """Store the waiting group, then hand the lead to the next waiter (if any). `own` is the
+        leader's report: it waits on nothing."""
+        with self._lock:
+            limit = max(1, self._limit())
+            group, self._queue = self._queue[:limit], self._queue[limit:]
+            self.groups += 1
+        try:
+            results = self._store([slot.item for slot in group])
+            for slot, result in zip(group, results, strict=True):
+                slot.result = result
+        except BaseException as exc:  # every waiter must wake up, with the reason
+            for slot in group:
+                slot.error = exc
+        finally:
             with self._lock:
-                limit = max(1, self._limit())
-                group, self._queue = self._queue[:limit], self._queue[limit:]
-                self.groups += 1
-            try:
-                results = self._store([slot.item for slot in group])
-                for slot, result in zip(group, results, strict=True):
-                    slot.result = result
-            except BaseException as exc:  # every waiter must wake up, with the reason
-                for slot in group:
-                    slot.error = exc
-            finally:
-                for slot in group:
-                    if slot is not own:
-                        slot.wake.release()
-            with self._lock:
-                if not self._queue:
-                    self._leading = False
-                    return
-                if turn == self._turns - 1:
+                if self._queue:
                     self._queue[0].lead = True
                     self._queue[0].wake.release()
-                    return
+                else:
+                    self._leading = False
+            for slot in group:
+                if slot is not own:
+                    slot.wake.release()

@@ -438,12 +438,8 @@ def _refusal(exc: Exception) -> ApiError:
 
 
 # Single reports of this process, grouped (INGEST_GROUP_MAX reports at most per group).
-# A leader stores up to 8 groups in a row while reports wait (its own answer a few commits later,
-# ~0.5 ms each): from 8 threads in one process, 0.42-0.46 ms a report against 0.47-0.52 when each
-# group found a new leader (6 runs each, alternating), which first had to get the interpreter back
-# from the answering threads while the database sat idle.
 GROUP: GroupCommit[Pending, tuple[Outcome, datetime]] = GroupCommit(
-    store_group, lambda: settings.INGEST_GROUP_MAX, turns=8
+    store_group, lambda: settings.INGEST_GROUP_MAX
 )
 
 

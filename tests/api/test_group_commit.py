@@ -45,13 +45,11 @@ class BlockingStore:
 
     def __init__(self, fail_on: int | None = None) -> None:
         self.groups: list[list[int]] = []
-        self.threads: list[int] = []  # which thread stored each group
         self.release = threading.Event()
         self.fail_on = fail_on
 
     def __call__(self, items: Sequence[int]) -> list[str]:
         self.groups.append(list(items))
-        self.threads.append(threading.get_ident())
         if len(self.groups) == 1:
             self.release.wait(10)
         if self.fail_on in items:
@@ -95,30 +93,6 @@ def test_a_group_holds_at_most_the_limit_and_the_rest_follow():
 
     assert [len(g) for g in store.groups] == [1, 4, 4, 2]
     assert sorted(i for g in store.groups for i in g) == list(range(11))
-
-
-@pytest.mark.parametrize("turns", [1, 2, 3])
-def test_a_leader_stores_the_groups_waiting_behind_its_own_for_its_turns(turns):
-    """Its group committed, the leader stores the next waiting group itself (it holds the
-    interpreter: no hand-over to wait for) until it has stored `turns` groups or nobody waits;
-    then the lead passes on, so that no report waits behind one leader for ever."""
-    store = BlockingStore()
-    group = GroupCommit(store, lambda: 4, turns=turns)
-    first = threading.Thread(target=group.submit, args=(0,))
-    first.start()
-    wait_until(lambda: store.groups, 5, "the first commit to start")
-    later = threading.Thread(target=run_together, args=(10, lambda i: group.submit(i + 1)))
-    later.start()
-    wait_until(lambda: len(group._queue) == 10, 5, "ten reports to wait")
-    store.release.set()
-    later.join(10)
-    first.join(10)
-
-    assert [len(g) for g in store.groups] == [1, 4, 4, 2]
-    leaders = [store.threads.index(t) for t in store.threads]  # each group's leader, by its first
-    assert leaders == [[0, 1, 2, 3][i // turns * turns] for i in range(4)]
-    assert sorted(i for g in store.groups for i in g) == list(range(11))
-    assert not group._leading and not group._queue  # the last leader let go
 
 
 def test_a_failed_group_fails_each_of_its_reports_and_the_next_group_commits():
