@@ -70,18 +70,13 @@ ROW_FIELDS = (
 
 def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]]:
     """The columns with one value for the whole batch, and that value ready for the database."""
-    values = list(_batch_defaults())
-    for name, value in (("created_at", created_at), ("token", token_id)):
-        position = _batch_position(name)
-        field = values[position][0]
-        values[position] = (field, field.get_db_prep_save(value, connection))
-    return values
-
-
-@cache
-def _batch_position(name: str) -> int:
-    """Where the column `name` stands among `_batch_fields`."""
-    return [field.name for field in _batch_fields()].index(name)
+    given = {"created_at": created_at, "token": token_id}
+    return [
+        (field, field.get_db_prep_save(given[field.name], connection))
+        if field.name in given
+        else (field, default)
+        for field, default in _batch_defaults()
+    ]
 
 
 @cache
