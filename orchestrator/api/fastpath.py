@@ -22,7 +22,10 @@ its Idempotency-Key settles which.
 A thread keeps its database connection between fast reports (Django's handler would return it
 to the pool after each request, and take it back with a health check before the next); any
 error on it closes it, and a request of Django's on the same thread closes it at its start as
-usual. `INGEST_FAST_PATH = False` sends every report through Django.
+usual. A thread that ends with its connection kept gives it back when the next thread keeps
+one (`keep_connection`): under a server that starts a thread per request, as `runserver` does,
+every report would otherwise hold a pool slot for good, and the eleventh report waited for a
+connection in vain. `INGEST_FAST_PATH = False` sends every report through Django.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import cache
@@ -43,7 +47,16 @@ from django.core.exceptions import DisallowedHost
 from django.core.handlers.wsgi import WSGIRequest
 from django.core.serializers.json import DjangoJSONEncoder
 from django.core.signals import setting_changed
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    connections,
+)
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.dispatch import receiver
 from django.http import HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
@@ -120,7 +133,9 @@ class FastReports:
         except Exception:
             logger.debug("single report handed to Django", exc_info=True)
             raise Handover from None
-        return self.store(request, token, run, raw, request.META.get("HTTP_IDEMPOTENCY_KEY"))
+        answer = self.store(request, token, run, raw, request.META.get("HTTP_IDEMPOTENCY_KEY"))
+        keep_connection()
+        return answer
 
     def admit(self, request: WSGIRequest, body: bytes) -> tuple[ApiToken, RunIn, Any]:
         """The token, the run and the parsed body of an ordinary report."""
@@ -203,6 +218,39 @@ class FastReports:
 
 
 _JSON = "application/json; charset=utf-8"
+
+# The threads whose database connection a fast report kept: ident -> (thread, its connection).
+_kept: dict[int, tuple[threading.Thread, BaseDatabaseWrapper]] = {}
+_kept_lock = threading.Lock()
+
+
+def keep_connection() -> None:
+    """Note that this thread keeps its connection for its next report, and give back the
+    connections of the threads that ended since they kept theirs.
+
+    Only a thread seen for the first time takes the lock: under gunicorn, whose threads live as
+    long as the worker, that is once per thread. An ended thread is never scheduled again, so
+    its connection is closed here, from this thread (the pool takes it back)."""
+    thread = threading.current_thread()
+    kept = _kept.get(thread.ident)  # type: ignore[arg-type]  # a running thread has an ident
+    if kept is not None and kept[0] is thread:
+        return
+    with _kept_lock:
+        for ident, (other, wrapper) in list(_kept.items()):
+            if not other.is_alive():
+                del _kept[ident]
+                _give_back(wrapper)
+        _kept[thread.ident] = (thread, connections[DEFAULT_DB_ALIAS])  # type: ignore[index]
+
+
+def _give_back(wrapper: BaseDatabaseWrapper) -> None:
+    """Close an ended thread's connection (to the pool, with one). `close()` itself refuses a
+    connection of another thread; its thread has ended, so nobody else can be using it."""
+    try:
+        wrapper._close()  # close() minus its same-thread check
+    except DatabaseError:  # a broken connection: the pool counts it out either way
+        logger.debug("an ended thread's connection failed to close", exc_info=True)
+    wrapper.connection = None
 
 
 def render(stored: Run) -> bytes:

@@ -235,3 +235,40 @@ def test_the_one_statement_insert_is_prepared_on_its_connection(postgres, secret
         assert inserts.insert_rows(token.pk, [ingest._row(ingest.Pending(0, run, 1, key, "x"))])
     assert prepared_runs() - before == 2
     assert Run.objects.filter(idempotency_key__startswith="prepared-").count() == 2
+
+
+def test_threads_that_end_give_their_connection_back(postgres, secret):
+    """A server that starts a thread per request (`runserver`) sends each report from a new
+    thread that then ends. Each one's connection is kept for a next report that never comes
+    on that thread; were it never given back, the pool (10 connections) would be dry after ten
+    reports and the eleventh would wait for a connection and get a 503."""
+    import threading
+
+    app = FastReports(django_application)
+    pool_size = connection.pool.max_size
+    statuses: list[int] = []
+
+    def report(i: int) -> None:
+        data = json.dumps(ok_run()).encode()
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": "/api/v1/runs",
+            "SERVER_NAME": "testserver",
+            "SERVER_PORT": "80",
+            "HTTP_HOST": "testserver",
+            "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(data)),
+            "HTTP_AUTHORIZATION": f"Bearer {secret}",
+            "HTTP_IDEMPOTENCY_KEY": f"thread-{i}",
+            "wsgi.input": io.BytesIO(data),
+            "wsgi.url_scheme": "http",
+        }
+        # Sent from this thread alone, which ends without closing its connection.
+        b"".join(app(environ, lambda status, headers: statuses.append(int(status[:3]))))
+
+    for i in range(pool_size + 5):
+        thread = threading.Thread(target=report, args=(i,))
+        thread.start()
+        thread.join()
+    assert statuses == [201] * (pool_size + 5)
+    assert Run.objects.filter(idempotency_key__startswith="thread-").count() == pool_size + 5
