@@ -272,3 +272,28 @@ def test_threads_that_end_give_their_connection_back(postgres, secret):
         thread.join()
     assert statuses == [201] * (pool_size + 5)
     assert Run.objects.filter(idempotency_key__startswith="thread-").count() == pool_size + 5
+
+
+@pytest.mark.parametrize(
+    "body",
+    [ok_run(), failed_run(failure_type="auth_error", detail="quota for key 42 exceeded")],
+    ids=["ok", "failed"],
+)
+def test_a_stored_report_is_answered_with_the_row_as_the_database_holds_it(body, secret):
+    """The answer's Run is made from what was inserted, not read back: every column of it must
+    equal the row's as the database returns it, and it must be a stored instance of this
+    database (as a read one is), so that saving it updates rather than inserts."""
+    from orchestrator.api import ingest
+
+    token = ApiToken.objects.get(name="fast-path")
+    run, replayed = ingest.ingest_one(token.pk, ingest.RunIn.model_validate(body), body, "row-1")
+    stored = Run.objects.get(pk=run.pk)
+    columns = [f.attname for f in Run._meta.concrete_fields]
+    assert not replayed
+    assert {c: getattr(run, c) for c in columns} == {c: getattr(stored, c) for c in columns}
+    assert (run._state.adding, run._state.db) == (False, stored._state.db)
+    run.detail = "edited"
+    run.save(update_fields=["detail"])  # an UPDATE of the stored row: no second row
+    assert Run.objects.filter(idempotency_key="row-1").values_list("detail", flat=True)[0] == (
+        "edited"
+    )
