@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import orjson
 import psycopg
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
 from psycopg.types.json import Jsonb
@@ -71,8 +71,11 @@ ROW_FIELDS = (
 def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]]:
     """The columns with one value for the whole batch, and that value ready for the database."""
     given = {"created_at": created_at, "token": token_id}
+    # `connection` itself, looked up once: each use of the proxy finds this thread's
+    # connection again (a few µs each, on a single report's path).
+    db = connections[DEFAULT_DB_ALIAS]
     return [
-        (field, field.get_db_prep_save(given[field.name], connection))
+        (field, field.get_db_prep_save(given[field.name], db))
         if field.name in given
         else (field, default)
         for field, default in _batch_defaults()
@@ -256,10 +259,11 @@ def insert_rows(
     if not rows:
         return []
     batch = _batch_values(token_id, created_at or timezone.now())
-    if connection.vendor != "postgresql":
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql":
         with transaction.atomic():
             return _insert_values(rows, batch, token_id)
-    if len(rows) <= ONE_STATEMENT_ROWS and not connection.in_atomic_block:
+    if len(rows) <= ONE_STATEMENT_ROWS and not db.in_atomic_block:
         inserted = _insert_one_statement(rows, batch)
         if inserted is not None:
             return inserted
@@ -290,9 +294,10 @@ def _insert_one_statement(rows: Sequence[tuple], batch: list[tuple[Field, Any]])
     """
     constants = {f.column: _json_value(value) for f, value in batch if value is not None}
     data = orjson.dumps([dict(zip(_ROW_COLUMNS, row, strict=True), **constants) for row in rows])
-    connection.ensure_connection()
+    db = connections[DEFAULT_DB_ALIAS]
+    db.ensure_connection()
     try:
-        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
             cursor.execute(_one_statement_sql(), [data.decode()], prepare=True)
             return [tuple(found) for found in cursor.fetchall()]
     except IntegrityError:
