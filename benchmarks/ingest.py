@@ -23,7 +23,8 @@ Single reports (`POST /api/v1/runs`, one run per request) are measured twice, af
 (the batch phases' writes are flushed before, not during, their timing). In process: the
 WSGI application called directly (what gunicorn calls), one report at a time (p50) and from 8
 threads at once (wall time per report: concurrent reports share a commit), each beside the share
-of one run in a batch of 1,000 measured in the same process; prints the ratios. Over HTTP: the
+of one run in a batch of 1,000 measured in the same process, in alternating rounds; prints the
+median of the rounds' ratios and their range. Over HTTP: the
 Procfile's web server (gunicorn with `config.server.ThreadWorker`, 2 processes of 8 threads) fed
 by `benchmarks/openloop.py` in its own process at fixed offered rates, whatever the answers:
 p50/p95/p99 (a timeout counts as the client's timeout), goodput (2xx per second), shed (503),
@@ -630,8 +631,20 @@ def wsgi_environ(path: str, body: bytes, secret: str, key: str = "") -> dict:
     return environ
 
 
+# In process, the three figures are measured in rounds, each round one after the other: a batch
+# of 1,000, reports one at a time, reports from 8 threads. Each ratio is taken within its round
+# and the median over the rounds is printed: these machines' speed drifts by half within a
+# minute, which a ratio of figures measured minutes apart would take for the code's.
+IN_PROCESS_ROUNDS = 8
+IN_PROCESS_THREADS = 8
+
+
 def in_process_child(count: int) -> None:
-    """Measure in this process (DATABASE_URL set by the parent); print the figures as JSON."""
+    """Measure in this process (DATABASE_URL set by the parent); print the figures as JSON.
+
+    `count` reports one at a time and `count` from the threads in all, over the rounds. The
+    threads are made once and wait between rounds, as a server's threads do between requests
+    (gunicorn's live as long as their worker)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.path.insert(0, str(ROOT))
     from config.wsgi import application as app  # what gunicorn calls
@@ -652,35 +665,51 @@ def in_process_child(count: int) -> None:
         key = run.pop("idempotency_key") + "-single"
         return wsgi_environ("/api/v1/runs", json.dumps(run).encode(), secret, key)
 
-    warm, serial, threaded = 100, count, count
-    environs = [single(i) for i in range(warm + serial + threaded)]
-    for environ in environs[:warm]:
-        call(environ, "201")
-    times = []
-    for environ in environs[warm : warm + serial]:
-        started = time.perf_counter()
-        call(environ, "201")
-        times.append(time.perf_counter() - started)
-    rest = environs[warm + serial :]
-    threads = [
-        threading.Thread(target=lambda part=rest[t::8]: [call(e, "201") for e in part])
-        for t in range(8)
+    rounds, workers = IN_PROCESS_ROUNDS, IN_PROCESS_THREADS
+    per_round = max(workers, count // rounds)
+    serial = [[single(i + r * per_round) for i in range(per_round)] for r in range(rounds)]
+    offset = rounds * per_round
+    threaded = [
+        [single(offset + i + r * per_round) for i in range(per_round)] for r in range(rounds)
     ]
-    started = time.perf_counter()
+    for environ in [single(2 * offset + i) for i in range(100)]:  # warm up
+        call(environ, "201")
+    warm = [make_run(rng, 20_000_000 + i, []) for i in range(1000)]
+    call(wsgi_environ("/api/v1/runs/batch", json.dumps({"runs": warm}).encode(), secret), "200")
+    start, done = threading.Barrier(workers + 1), threading.Barrier(workers + 1)
+
+    def worker(t: int) -> None:
+        for r in range(rounds):
+            start.wait()
+            for environ in threaded[r][t::workers]:
+                call(environ, "201")
+            done.wait()
+
+    threads = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(workers)]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
-    concurrent = (time.perf_counter() - started) / len(rest)
-    shares = []
-    for b in range(3):
-        runs = [make_run(rng, 10_000_000 + b * 1000 + i, []) for i in range(1000)]
+    figures: dict[str, list[float]] = {"single_p50": [], "single_concurrent": [], "batch_share": []}
+    for r in range(rounds):
+        runs = [make_run(rng, 10_000_000 + r * 1000 + i, []) for i in range(1000)]
         body = json.dumps({"runs": runs}).encode()
         started = time.perf_counter()
         call(wsgi_environ("/api/v1/runs/batch", body, secret), "200")
-        shares.append((time.perf_counter() - started) / 1000)
-    figures = {"single_p50": statistics.median(times), "single_concurrent": concurrent}
-    print(json.dumps(figures | {"batch_share": statistics.median(shares)}))
+        figures["batch_share"].append((time.perf_counter() - started) / 1000)
+        times = []
+        for environ in serial[r]:
+            started = time.perf_counter()
+            call(environ, "201")
+            times.append(time.perf_counter() - started)
+        figures["single_p50"].append(statistics.median(times))
+        start.wait()
+        started = time.perf_counter()
+        done.wait()
+        figures["single_concurrent"].append((time.perf_counter() - started) / per_round)
+    shares = figures["batch_share"]
+    answer: dict[str, object] = {name: statistics.median(v) for name, v in figures.items()}
+    for name in ("single_p50", "single_concurrent"):
+        answer[f"{name}_ratios"] = [v / b for v, b in zip(figures[name], shares, strict=True)]
+    print(json.dumps(answer))
 
 
 def in_process(env: dict[str, str], count: int) -> dict:
@@ -760,14 +789,20 @@ def one_row(base: str, secret: str, master: int, rate: float, seconds: float, ta
     return row
 
 
+def ratio(values: list[float]) -> str:
+    """The median of per-round ratios, with their range."""
+    return f"{statistics.median(values):5.1f} (rounds {min(values):.1f}-{max(values):.1f})"
+
+
 def single_report(figures: dict, rows: list, shape: tuple[int, int]) -> list[str]:
     share = figures["batch_share"] * 1000
     lines = [
-        "single reports in process (WSGI app called directly; ms per run):",
+        f"single reports in process (WSGI app called directly; ms per run, medians of"
+        f" {len(figures['single_p50_ratios'])} rounds; each ratio taken within its round):",
         f"  one at a time, p50        {figures['single_p50'] * 1000:8.3f}"
-        f"   = {figures['single_p50'] * 1000 / share:5.1f} x a batched run's share",
-        f"  8 threads at once         {figures['single_concurrent'] * 1000:8.3f}"
-        f"   = {figures['single_concurrent'] * 1000 / share:5.1f} x a batched run's share",
+        f"   = {ratio(figures['single_p50_ratios'])} x a batched run's share",
+        f"  {IN_PROCESS_THREADS} threads at once         {figures['single_concurrent'] * 1000:8.3f}"
+        f"   = {ratio(figures['single_concurrent_ratios'])} x a batched run's share",
         f"  batch of 1,000, per run   {share:8.3f}",
         f"single reports over HTTP, open loop ({shape[0]} gunicorn processes x {shape[1]} threads;"
         " latency from each request's scheduled time, a timeout counted as 2 s):",
