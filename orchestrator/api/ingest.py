@@ -32,7 +32,7 @@ from django.db import DEFAULT_DB_ALIAS, DataError, IntegrityError, connection, t
 from django.db.models.base import ModelState
 from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 from django.db.models.query_utils import DeferredAttribute
-from django.db.models.signals import post_init, pre_init
+from django.db.models.signals import ModelSignal, post_init, pre_init
 from django.utils import timezone
 
 from classifier import FailureCategory
@@ -460,7 +460,7 @@ def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
     constants, fresh, gather, attnames = _column_plan()
     given = (*(p.row or _row(p)), pk, p.token_id, created_at, *constants)
     values = gather((*given, *(make() for make in fresh)))
-    if not attnames or pre_init.has_listeners(Run) or post_init.has_listeners(Run):
+    if not attnames or _init_listened(pre_init) or _init_listened(post_init):
         return Run.from_db(DEFAULT_DB_ALIAS, None, values)
     run = Run.__new__(Run)
     run.__dict__.update(zip(attnames, values, strict=True))
@@ -495,6 +495,12 @@ def _column_plan() -> tuple[tuple[Any, ...], tuple[Callable[[], Any], ...], item
         type(Run.__dict__.get(f.attname)) in _PLAIN_ATTRIBUTES for f in Run._meta.concrete_fields
     )
     return defaults, tuple(f.get_default for f in fresh), gather, tuple(attnames) if plain else ()
+
+
+def _init_listened(signal: ModelSignal) -> bool:
+    """Whether a receiver waits for `signal` from Run (no receiver at all, the usual case, is
+    told without `has_listeners`' cache lookup)."""
+    return bool(signal.receivers) and signal.has_listeners(Run)
 
 
 # The attributes Django puts on a model class for its columns that store what they are set to

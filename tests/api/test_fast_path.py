@@ -297,3 +297,24 @@ def test_a_stored_report_is_answered_with_the_row_as_the_database_holds_it(body,
     assert Run.objects.filter(idempotency_key="row-1").values_list("detail", flat=True)[0] == (
         "edited"
     )
+
+
+def test_a_receiver_of_the_init_signals_sees_the_answered_run(secret):
+    """The answer's instance skips Model.__init__ only while nothing listens to its signals:
+    a receiver connected for Run is called for it, as for any instance Django makes."""
+    from django.db.models.signals import post_init
+
+    from orchestrator.api import ingest
+
+    seen: list[Run] = []
+
+    def receiver(sender: type, instance: Run, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    token = ApiToken.objects.get(name="fast-path")
+    post_init.connect(receiver, sender=Run)
+    try:
+        run, _ = ingest.ingest_one(token.pk, ingest.RunIn.model_validate(ok_run()), {}, "heard")
+    finally:
+        post_init.disconnect(receiver, sender=Run)
+    assert seen == [run] and seen[0] is run
