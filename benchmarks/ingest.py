@@ -639,7 +639,7 @@ IN_PROCESS_ROUNDS = 8
 IN_PROCESS_THREADS = 8
 
 
-def in_process_child(count: int) -> None:
+def in_process_child(count: int, rounds: int = IN_PROCESS_ROUNDS) -> None:
     """Measure in this process (DATABASE_URL set by the parent); print the figures as JSON.
 
     `count` reports one at a time and `count` from the threads in all, over the rounds. The
@@ -665,7 +665,7 @@ def in_process_child(count: int) -> None:
         key = run.pop("idempotency_key") + "-single"
         return wsgi_environ("/api/v1/runs", json.dumps(run).encode(), secret, key)
 
-    rounds, workers = IN_PROCESS_ROUNDS, IN_PROCESS_THREADS
+    workers = IN_PROCESS_THREADS
     per_round = max(workers, count // rounds)
     serial = [[single(i + r * per_round) for i in range(per_round)] for r in range(rounds)]
     offset = rounds * per_round
@@ -712,9 +712,16 @@ def in_process_child(count: int) -> None:
     print(json.dumps(answer))
 
 
-def in_process(env: dict[str, str], count: int) -> dict:
+def in_process(env: dict[str, str], count: int, rounds: int) -> dict:
     done = subprocess.run(
-        [sys.executable, __file__, "--in-process-child", str(count)],
+        [
+            sys.executable,
+            __file__,
+            "--in-process-child",
+            str(count),
+            "--in-process-rounds",
+            str(rounds),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -872,13 +879,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--skip-single", action="store_true", help="batch and COPY only")
     parser.add_argument("--single-only", action="store_true", help="single reports only")
     parser.add_argument("--in-process-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--in-process-rounds", type=int, default=IN_PROCESS_ROUNDS, help=argparse.SUPPRESS
+    )
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
     if args.in_process_child:
-        in_process_child(args.in_process_child)
+        in_process_child(args.in_process_child, args.in_process_rounds)
         return
     n = 3000 if args.quick else args.n
     url = args.database_url
@@ -956,7 +966,8 @@ def checkpoint(url: str) -> None:
 def single_reports(env: dict[str, str], secret: str, args: argparse.Namespace) -> list[str]:
     """Both single-report measurements (the quick run: a few seconds at small rates)."""
     checkpoint(args.database_url)
-    figures = in_process(env, 50 if args.quick else 1000)
+    # The smoke run: 2 rounds, each with its batch of 1,000.
+    figures = in_process(env, 50, 2) if args.quick else in_process(env, 1000, IN_PROCESS_ROUNDS)
     rates = [100.0] if args.quick else [float(r) for r in args.rates.split(",")]
     shape = (args.web_processes, args.web_threads)
     rows = open_loop_rows(env, secret, rates, 1.0 if args.quick else args.open_seconds, shape)
