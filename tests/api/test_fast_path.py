@@ -46,7 +46,7 @@ class Spy:
 
 
 def post(
-    app: Callable, body: Any, secret: str, key: str | None = None, **extra: str
+    app: Callable, body: Any, secret: str, key: str | None = None, close: bool = True, **extra: str
 ) -> tuple[int, dict[str, str], Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     environ = {
@@ -71,7 +71,8 @@ def post(
         answer["status"], answer["headers"] = int(status.split()[0]), dict(headers)
 
     content = b"".join(app(environ, start_response))
-    connection.close()  # as a request's end would: the thread's connection back to the pool
+    if close:
+        connection.close()  # as a request's end would: the thread's connection back to the pool
     is_json = answer["headers"].get("Content-Type", "").startswith("application/json")
     return answer["status"], answer["headers"], json.loads(content) if is_json else content
 
@@ -249,22 +250,8 @@ def test_threads_that_end_give_their_connection_back(postgres, secret):
     statuses: list[int] = []
 
     def report(i: int) -> None:
-        data = json.dumps(ok_run()).encode()
-        environ = {
-            "REQUEST_METHOD": "POST",
-            "PATH_INFO": "/api/v1/runs",
-            "SERVER_NAME": "testserver",
-            "SERVER_PORT": "80",
-            "HTTP_HOST": "testserver",
-            "CONTENT_TYPE": "application/json",
-            "CONTENT_LENGTH": str(len(data)),
-            "HTTP_AUTHORIZATION": f"Bearer {secret}",
-            "HTTP_IDEMPOTENCY_KEY": f"thread-{i}",
-            "wsgi.input": io.BytesIO(data),
-            "wsgi.url_scheme": "http",
-        }
         # Sent from this thread alone, which ends without closing its connection.
-        b"".join(app(environ, lambda status, headers: statuses.append(int(status[:3]))))
+        statuses.append(post(app, ok_run(), secret, key=f"thread-{i}", close=False)[0])
 
     for i in range(pool_size + 5):
         thread = threading.Thread(target=report, args=(i,))
