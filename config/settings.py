@@ -193,11 +193,11 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
     # Our queries are short; compiling them never pays. DATABASE_JIT=1 restores the default.
     if not env_bool("DATABASE_JIT", False):
         _db["OPTIONS"]["options"] = "-c jit=off"
-    # Django turns psycopg's prepared statements off (prepare_threshold None); on, the single
-    # report's INSERT is prepared once per connection instead of parsed and planned on every
-    # report (100 µs of its ~450), and the batch path's server-binding cursor prepares its
-    # lookups. Django's own cursors bind on the client and never prepare. Off for a pooler
-    # that cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
+    # Django turns psycopg's prepared statements off (prepare_threshold None), which also made
+    # the single report's `prepare=True` a no-op: its INSERT was parsed and planned on every
+    # report, 100 µs of its ~450. Django's own cursors bind on the client and never prepare;
+    # only the ingest path's explicit server-binding cursor does. Off for a pooler that cannot
+    # keep prepared statements (PgBouncer in transaction mode before 1.21).
     if env_bool("DATABASE_PREPARED_STATEMENTS", True):
         _db["OPTIONS"]["prepare_threshold"] = 5
     if env_bool("DATABASE_POOL", True):

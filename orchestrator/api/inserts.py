@@ -13,7 +13,6 @@ CONFLICT DO NOTHING RETURNING`. `stored_keys` finds the stored runs of repeated 
 from __future__ import annotations
 
 import sqlite3
-import weakref
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import cache
@@ -24,7 +23,6 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
-from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus
 from psycopg.types.json import Jsonb
 
 from orchestrator.models import Run
@@ -288,76 +286,24 @@ def _insert_one_statement(rows: Sequence[tuple], batch: list[tuple[Field, Any]])
 
     The rows travel as one JSON array (orjson) that `json_populate_recordset` reads as run rows,
     so the statement's text is the same for any number of rows and is prepared once per
-    connection (`_execute_prepared`; DATABASE_PREPARED_STATEMENTS=0 parses it every time): no
-    per-row placeholders to parse on either side, no plan made per report. Optimistic on
-    purpose: a repeated key is the rare case (a retry whose answer was lost), so it pays the
-    failed statement and the slow path, and every other report pays one round trip.
+    connection (DATABASE_PREPARED_STATEMENTS: without a prepare threshold on the connection,
+    psycopg ignores `prepare=True`): no per-row placeholders to parse on either side, no plan
+    made per report. Optimistic on purpose: a
+    repeated key is the rare case (a retry whose answer was lost), so it pays the failed
+    statement and the slow path, and every other report pays one round trip.
     """
     constants = {f.column: _json_value(value) for f, value in batch if value is not None}
     data = orjson.dumps([dict(zip(_ROW_COLUMNS, row, strict=True), **constants) for row in rows])
     db = connections[DEFAULT_DB_ALIAS]
     db.ensure_connection()
     try:
-        with db.wrap_database_errors:
-            return _execute_prepared(db.connection, data)
+        with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
+            cursor.execute(_one_statement_sql(), [data.decode()], prepare=True)
+            return [tuple(found) for found in cursor.fetchall()]
     except IntegrityError:
         if not any(row[KEY] for row in rows):
             raise  # no key to skip: another constraint refused a row; the caller judges it
         return None
-
-
-# The one-statement INSERT's name on each connection that prepared it.
-_PREPARED_NAME = b"failsight_insert_runs"
-_prepared_on: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
-
-
-def _execute_prepared(conn: psycopg.Connection, data: bytes) -> list[tuple[int, str]]:
-    """Execute the one-statement INSERT on `conn`, prepared under its own name the first time;
-    return (id, key) per row inserted.
-
-    Straight through libpq (psycopg's `pq` layer): one blocking call, which lets go of the
-    interpreter while it waits, as psycopg's cursor does, but without the cursor's bookkeeping
-    around it (its prepared-statement cache, result adaptation, the generator that drives the
-    socket): 8 % of a single report's instructions went there. psycopg drops every prepared
-    statement of its connection after a ROLLBACK or a DEALLOCATE ALL, ours with them: the
-    statement is then prepared again and executed once more (it had not run)."""
-    pgconn = conn.pgconn
-    if conn.prepare_threshold is None:  # DATABASE_PREPARED_STATEMENTS=0: parsed every time
-        result = pgconn.exec_params(_one_statement_sql().encode(), [data])
-        _check(pgconn, result)
-        return _inserted(result)
-    for attempt in (1, 2):
-        if conn not in _prepared_on:
-            _check(pgconn, pgconn.prepare(_PREPARED_NAME, _one_statement_sql().encode()))
-            _prepared_on.add(conn)
-        result = pgconn.exec_prepared(_PREPARED_NAME, [data])
-        if result.status == ExecStatus.TUPLES_OK:
-            return _inserted(result)
-        if attempt == 1 and result.error_field(DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT:
-            _prepared_on.discard(conn)
-            continue
-        _check(pgconn, result)
-    raise AssertionError("unreachable")
-
-
-def _inserted(result: Any) -> list[tuple[int, str]]:
-    """The (id, key) rows of the INSERT's RETURNING, from their text form."""
-    return [
-        (int(result.get_value(i, 0)), result.get_value(i, 1).decode())
-        for i in range(result.ntuples)
-    ]
-
-
-_NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: our statement was deallocated
-
-
-def _check(pgconn: Any, result: Any) -> None:
-    """Raise what psycopg raises for a failed result (a lost connection as OperationalError)."""
-    if result.status in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
-        return
-    if pgconn.status != ConnStatus.OK:
-        raise psycopg.OperationalError(result.get_error_message() or "connection lost")
-    raise psycopg.errors.error_from_result(result)  # the class of its SQLSTATE, as psycopg's
 
 
 def _json_value(value: Any) -> Any:
@@ -366,13 +312,12 @@ def _json_value(value: Any) -> Any:
 
 @cache
 def _one_statement_sql() -> str:
-    """The one-statement INSERT, with libpq's placeholder for its one parameter."""
     quote = connection.ops.quote_name
     table = quote(Run._meta.db_table)
     columns = ", ".join(map(quote, [*_ROW_COLUMNS, *(f.column for f in _batch_fields())]))
     return (
         f"INSERT INTO {table} ({columns}) SELECT {columns} "
-        f"FROM json_populate_recordset(NULL::{table}, $1::json) "
+        f"FROM json_populate_recordset(NULL::{table}, %s::json) "
         f"RETURNING {quote('id')}, {quote('idempotency_key')}"
     )
 
