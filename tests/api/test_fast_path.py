@@ -238,6 +238,91 @@ def test_the_one_statement_insert_is_prepared_on_its_connection(postgres, secret
     assert Run.objects.filter(idempotency_key__startswith="prepared-").count() == 2
 
 
+def test_a_report_is_stored_after_the_server_forgot_the_prepared_statements(postgres, secret):
+    """A DEALLOCATE ALL (or a ROLLBACK, after which psycopg drops them) empties the server's
+    prepared statements under the single report's prepared INSERT: the next report must still
+    be stored, once."""
+    from orchestrator.api import ingest, inserts
+
+    token = ApiToken.objects.get(name="fast-path")
+
+    def report(key: str) -> list:
+        run = ingest.RunIn.model_validate(ok_run())
+        return inserts.insert_rows(token.pk, [ingest._row(ingest.Pending(0, run, 1, key, "x"))])
+
+    def prepared() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+            return cursor.fetchone()[0]
+
+    for n in range(6):  # past psycopg's prepare threshold: the INSERT is prepared
+        assert report(f"forgot-{n}")
+    assert prepared() > 0
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    assert prepared() == 0
+    assert report("forgot-after")
+    keys = Run.objects.filter(idempotency_key__startswith="forgot-").values_list(
+        "idempotency_key", flat=True
+    )
+    assert sorted(keys) == sorted([f"forgot-{n}" for n in range(6)] + ["forgot-after"])
+
+
+def test_without_prepared_statements_the_insert_is_parsed_each_time(postgres, secret):
+    """DATABASE_PREPARED_STATEMENTS=0 (a pooler that cannot keep them: psycopg's
+    prepare_threshold None): the single report's INSERT prepares nothing on the server."""
+    from orchestrator.api import ingest, inserts
+
+    token = ApiToken.objects.get(name="fast-path")
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")  # what earlier tests prepared on this connection
+    raw = connection.connection
+    kept, raw.prepare_threshold = raw.prepare_threshold, None
+    try:
+        for key in ("unprepared-1", "unprepared-2"):
+            run = ingest.RunIn.model_validate(ok_run())
+            assert inserts.insert_rows(token.pk, [ingest._row(ingest.Pending(0, run, 1, key, "x"))])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+            assert cursor.fetchone()[0] == 0
+    finally:
+        raw.prepare_threshold = kept
+    assert Run.objects.filter(idempotency_key__startswith="unprepared-").count() == 2
+
+
+def test_a_connection_lost_under_the_insert_is_an_operational_error(postgres, secret):
+    """The server ends the connection (a crash, a restart, an administrator): the INSERT
+    raises Django's OperationalError, what the fast path answers with a 503, and the next
+    report is stored on a new connection."""
+    import psycopg
+    from django.db import OperationalError
+
+    from orchestrator.api import ingest, inserts
+
+    token = ApiToken.objects.get(name="fast-path")
+
+    def row(key: str) -> tuple:
+        return ingest._row(ingest.Pending(0, ingest.RunIn.model_validate(ok_run()), 1, key, "x"))
+
+    assert inserts.insert_rows(token.pk, [row("lost-1")])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    given = connection.settings_dict
+    params = {"dbname": given["NAME"], "user": given["USER"], "host": given["HOST"]}
+    params |= {"port": given["PORT"] or 5432, "password": given["PASSWORD"]}
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with pytest.raises(OperationalError):
+        inserts.insert_rows(token.pk, [row("lost-2")])
+    connection.close()  # as the request's end does with a connection that failed
+    assert inserts.insert_rows(token.pk, [row("lost-3")])
+    keys = Run.objects.filter(idempotency_key__startswith="lost-").values_list(
+        "idempotency_key", flat=True
+    )
+    assert sorted(keys) == ["lost-1", "lost-3"]
+
+
 def test_threads_that_end_give_their_connection_back(postgres, secret):
     """A server that starts a thread per request (`runserver`) sends each report from a new
     thread that then ends. Each one's connection is kept for a next report that never comes
