@@ -40,6 +40,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
+from machine import cpu_probe_ms
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -653,18 +654,6 @@ def measure(repeat: int) -> bool:
             f" {t['p95'] / select_1:11.0f}x {drift:5.2f}{flag}"
         )
     return ok
-
-
-def cpu_probe_ms(rounds: int = 5) -> float:
-    """The median time of a fixed pure-Python loop: this machine's speed at this moment."""
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        total = 0
-        for i in range(200_000):
-            total += i
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
 
 
 def drop_database(url: str) -> None:

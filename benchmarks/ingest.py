@@ -59,6 +59,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
+from machine import cpu_probe_ms, cpu_ticks, percent, steal_since
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -713,7 +714,7 @@ def in_process_child(count: int, rounds: int = IN_PROCESS_ROUNDS) -> None:
 
 
 def in_process(env: dict[str, str], count: int, rounds: int) -> dict:
-    ticks = cpu_ticks()
+    probe, ticks = cpu_probe_ms(), cpu_ticks()
     done = subprocess.run(
         [
             sys.executable,
@@ -732,7 +733,8 @@ def in_process(env: dict[str, str], count: int, rounds: int) -> dict:
     )
     if done.returncode:
         raise SystemExit(f"the in-process measurement failed:\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1]) | {"steal": steal_since(ticks)}
+    machine = {"probe": (probe, cpu_probe_ms()), "steal": steal_since(ticks)}
+    return json.loads(done.stdout.strip().splitlines()[-1]) | machine
 
 
 def worker_cpu_seconds(master: int) -> float:
@@ -787,39 +789,17 @@ def measured_capacity(rows: list[dict]) -> float:
     return max(kept_up or [r["goodput"] for r in rows] or [0.0])
 
 
-def cpu_ticks() -> tuple[int, int] | None:
-    """(all CPU ticks, ticks stolen by the hypervisor) of this machine so far (Linux's
-    /proc/stat), or None elsewhere."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return sum(fields[:8]), fields[7] if len(fields) > 7 else 0  # user … softirq, steal
-
-
-def steal_since(before: tuple[int, int] | None) -> float | None:
-    """The share of the machine's CPU time the hypervisor gave to others since `before`: on a
-    shared virtual machine the same code runs slower by about that much."""
-    after = cpu_ticks()
-    if before is None or after is None or after[0] == before[0]:
-        return None
-    return (after[1] - before[1]) / (after[0] - before[0])
-
-
 def one_row(base: str, secret: str, master: int, rate: float, seconds: float, tag: str) -> dict:
-    load = os.getloadavg()[0]
+    load, probe = os.getloadavg()[0], cpu_probe_ms()
     cpu = worker_cpu_seconds(master)
     ticks = cpu_ticks()
     row = open_loop(base, secret, rate, seconds, tag)
     row["server_cpu"] = (worker_cpu_seconds(master) - cpu) / row["wall_seconds"]
     row["steal"] = steal_since(ticks)
+    row["probe"] = probe
     row["load"] = load
     row["label"] = f"{rate:,.0f}/s"
     return row
-
-
-def percent(share: float | None) -> str:
-    return "-" if share is None else f"{share:.0%}"
 
 
 def ratio(values: list[float]) -> str:
@@ -831,18 +811,21 @@ def single_report(figures: dict, rows: list, shape: tuple[int, int]) -> list[str
     share = figures["batch_share"] * 1000
     lines = [
         f"single reports in process (WSGI app called directly; ms per run, medians of"
-        f" {len(figures['single_p50_ratios'])} rounds; each ratio taken within its round;"
-        f" CPU stolen by the hypervisor meanwhile: {percent(figures.get('steal'))}):",
+        f" {len(figures['single_p50_ratios'])} rounds; each ratio taken within its round):",
+        f"  this machine meanwhile: a fixed pure-Python loop {figures['probe'][0]:.1f} ms before"
+        f" and {figures['probe'][1]:.1f} ms after, CPU stolen by the hypervisor"
+        f" {percent(figures['steal'])}",
         f"  one at a time, p50        {figures['single_p50'] * 1000:8.3f}"
         f"   = {ratio(figures['single_p50_ratios'])} x a batched run's share",
         f"  {IN_PROCESS_THREADS} threads at once         {figures['single_concurrent'] * 1000:8.3f}"
         f"   = {ratio(figures['single_concurrent_ratios'])} x a batched run's share",
         f"  batch of 1,000, per run   {share:8.3f}",
         f"single reports over HTTP, open loop ({shape[0]} gunicorn processes x {shape[1]} threads;"
-        " latency from each request's scheduled time, a timeout counted as 2 s):",
+        " latency from each request's scheduled time, a timeout counted as 2 s; load, steal and"
+        " the pure-Python loop's time are the machine's as each rate began):",
         f"  {'offered':<26}{'p50':>7}{'p95':>8}{'p99':>8}{'goodput':>9}{'shed':>7}"
         f"{'other':>6}{'broken':>7}{'timeouts':>9}{'late':>6}{'server cpu':>11}{'gen cpu':>8}"
-        f"{'load':>6}{'steal':>7}",
+        f"{'load':>6}{'steal':>7}{'loop ms':>8}",
     ]
 
     def ms(value: float | None) -> str:
@@ -854,7 +837,7 @@ def single_report(figures: dict, rows: list, shape: tuple[int, int]) -> list[str
             f"{r['goodput']:>9,.0f}{r['shed']:>7}{sum(r['other'].values()):>6}{r['broken']:>7}"
             f"{r['timeouts']:>9}{r['late']:>6}"
             f"{r['server_cpu']:>10.0%}{r['cpu_seconds'] / r['wall_seconds']:>8.0%}"
-            f"{r['load']:>6.1f}{percent(r.get('steal')):>7}"
+            f"{r['load']:>6.1f}{percent(r['steal']):>7}{r['probe']:>8.1f}"
         )
     fits = [r for r in rows if "of_capacity" not in r and (r["p99"] or 1e9) <= P99_GOAL_MS]
     best = max(fits, key=lambda r: r["goodput"], default=None)
