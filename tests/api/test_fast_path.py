@@ -28,6 +28,7 @@ from config.wsgi import django_application
 from orchestrator.api.fastpath import FastReports
 from orchestrator.models import ApiToken, Run
 from tests.api.helpers import ENVELOPE_KEYS, failed_run, ok_run
+from tests.orchestrator.test_worker import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -90,6 +91,23 @@ def spy() -> Spy:
 @pytest.fixture
 def fast(spy: Spy) -> FastReports:
     return FastReports(spy)
+
+
+def insert_one(key: str) -> list:
+    """One ordinary report stored straight through `inserts.insert_rows` (no request around
+    it); the (id, key) it returns, empty when the key was stored already."""
+    from orchestrator.api import ingest, inserts
+
+    token = ApiToken.objects.get(name="fast-path")
+    run = ingest.RunIn.model_validate(ok_run())
+    return inserts.insert_rows(token.pk, [ingest._row(ingest.Pending(0, run, 1, key, "x"))])
+
+
+def prepared_statements() -> int:
+    """How many statements this connection has prepared on the server."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        return cursor.fetchone()[0]
 
 
 def through_django(body: Any, secret: str, key: str | None = None, **extra: str) -> tuple:
@@ -217,7 +235,6 @@ def test_the_one_statement_insert_is_prepared_on_its_connection(postgres, secret
     """The single report's INSERT runs as a prepared statement on its connection (planned once,
     then executed): Django's default (prepare_threshold None) would make `prepare=True` a no-op
     and plan it on every report."""
-    from orchestrator.api import ingest, inserts
 
     def prepared_runs() -> int:
         """Executions of the prepared INSERT on this connection (its plans, custom or generic)."""
@@ -229,11 +246,9 @@ def test_the_one_statement_insert_is_prepared_on_its_connection(postgres, secret
             )
             return cursor.fetchone()[0]
 
-    token = ApiToken.objects.get(name="fast-path")
     before = prepared_runs()
     for key in ("prepared-1", "prepared-2"):
-        run = ingest.RunIn.model_validate(ok_run())
-        assert inserts.insert_rows(token.pk, [ingest._row(ingest.Pending(0, run, 1, key, "x"))])
+        assert insert_one(key)
     assert prepared_runs() - before == 2
     assert Run.objects.filter(idempotency_key__startswith="prepared-").count() == 2
 
@@ -242,26 +257,13 @@ def test_a_report_is_stored_after_the_server_forgot_the_prepared_statements(post
     """A DEALLOCATE ALL (or a ROLLBACK, after which psycopg drops them) empties the server's
     prepared statements under the single report's prepared INSERT: the next report must still
     be stored, once."""
-    from orchestrator.api import ingest, inserts
-
-    token = ApiToken.objects.get(name="fast-path")
-
-    def report(key: str) -> list:
-        run = ingest.RunIn.model_validate(ok_run())
-        return inserts.insert_rows(token.pk, [ingest._row(ingest.Pending(0, run, 1, key, "x"))])
-
-    def prepared() -> int:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
-            return cursor.fetchone()[0]
-
     for n in range(6):  # past psycopg's prepare threshold: the INSERT is prepared
-        assert report(f"forgot-{n}")
-    assert prepared() > 0
+        assert insert_one(f"forgot-{n}")
+    assert prepared_statements() > 0
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
-    assert prepared() == 0
-    assert report("forgot-after")
+    assert prepared_statements() == 0
+    assert insert_one("forgot-after")
     keys = Run.objects.filter(idempotency_key__startswith="forgot-").values_list(
         "idempotency_key", flat=True
     )
@@ -271,20 +273,14 @@ def test_a_report_is_stored_after_the_server_forgot_the_prepared_statements(post
 def test_without_prepared_statements_the_insert_is_parsed_each_time(postgres, secret):
     """DATABASE_PREPARED_STATEMENTS=0 (a pooler that cannot keep them: psycopg's
     prepare_threshold None): the single report's INSERT prepares nothing on the server."""
-    from orchestrator.api import ingest, inserts
-
-    token = ApiToken.objects.get(name="fast-path")
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")  # what earlier tests prepared on this connection
     raw = connection.connection
     kept, raw.prepare_threshold = raw.prepare_threshold, None
     try:
         for key in ("unprepared-1", "unprepared-2"):
-            run = ingest.RunIn.model_validate(ok_run())
-            assert inserts.insert_rows(token.pk, [ingest._row(ingest.Pending(0, run, 1, key, "x"))])
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
-            assert cursor.fetchone()[0] == 0
+            assert insert_one(key)
+        assert prepared_statements() == 0
     finally:
         raw.prepare_threshold = kept
     assert Run.objects.filter(idempotency_key__startswith="unprepared-").count() == 2
@@ -297,26 +293,16 @@ def test_a_connection_lost_under_the_insert_is_an_operational_error(postgres, se
     import psycopg
     from django.db import OperationalError
 
-    from orchestrator.api import ingest, inserts
-
-    token = ApiToken.objects.get(name="fast-path")
-
-    def row(key: str) -> tuple:
-        return ingest._row(ingest.Pending(0, ingest.RunIn.model_validate(ok_run()), 1, key, "x"))
-
-    assert inserts.insert_rows(token.pk, [row("lost-1")])
+    assert insert_one("lost-1")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
-    given = connection.settings_dict
-    params = {"dbname": given["NAME"], "user": given["USER"], "host": given["HOST"]}
-    params |= {"port": given["PORT"] or 5432, "password": given["PASSWORD"]}
-    with psycopg.connect(**params, autocommit=True) as other:
+    with psycopg.connect(database_url(), autocommit=True) as other:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
     with pytest.raises(OperationalError):
-        inserts.insert_rows(token.pk, [row("lost-2")])
+        insert_one("lost-2")
     connection.close()  # as the request's end does with a connection that failed
-    assert inserts.insert_rows(token.pk, [row("lost-3")])
+    assert insert_one("lost-3")
     keys = Run.objects.filter(idempotency_key__startswith="lost-").values_list(
         "idempotency_key", flat=True
     )

@@ -161,7 +161,6 @@ def test_the_sql_replay_goes_on_past_a_count_cancelled_at_its_budget(postgres, m
     # As a script it imports its sibling `machine` from its own folder (for the time of this
     # test only: the folder also holds a dashboard.py, which must not stand for the app's).
     monkeypatch.syspath_prepend(str(path.parent))
-    monkeypatch.delitem(sys.modules, "machine", raising=False)
     spec.loader.exec_module(bench)
     statements = [
         'SAVEPOINT "bench_s1"',

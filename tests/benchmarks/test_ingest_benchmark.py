@@ -55,8 +55,8 @@ def test_the_ingest_benchmark_runs_and_reports_its_rates_and_single_reports():
     # for the suite; docs/run-indexes.md has its figures)
     assert any("deleting one run" in line and "bare DELETE" in line for line in lines), done.stdout
     assert sum("x a batched run's share" in line for line in lines) == 2, done.stdout
-    # the hypervisor's share of the machine meanwhile, on Linux's /proc/stat (figures drift
-    # with it on a shared virtual machine)
+    # the machine's speed meanwhile (a shared VM's drifts): the probe loop's time before and
+    # after, and the CPU the hypervisor took (Linux's /proc/stat)
     assert re.search(
         r"this machine meanwhile: a fixed pure-Python loop [\d.]+ ms before and [\d.]+ ms after,"
         r" CPU stolen by the hypervisor \d+%",
