@@ -32,6 +32,8 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Iterable
+from email.utils import formatdate
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -65,19 +67,65 @@ class Shedding:
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         waited = queue_time_ms(environ)
-        limit = settings.WEB_SHED_AFTER_MS
-        if limit and waited is not None:
+        if waited is not None:
             now = time.monotonic()
-            if now < self.overloaded_until and settings.WEB_SHED_UNDER_LOAD_MS:
-                limit = min(limit, settings.WEB_SHED_UNDER_LOAD_MS)
-            if waited > limit:
-                self.overloaded_until = now + OVERLOAD_SECONDS
+            limit = self.bar_ms(now)
+            if limit and waited > limit:
+                self.note_shed(now)
                 return _answer(start_response, *shed(environ, waited))
         if client_gone(environ):
             method, path = environ.get("REQUEST_METHOD"), environ.get("PATH_INFO")
             logger.info("%s %s: the client left before it was served", method, path)
             return _answer(start_response, "499 Client Closed Request", {}, b"")
         return self.app(environ, start_response)
+
+    def bar_ms(self, now: float) -> int:
+        """How long a request may have waited at `now` (monotonic) before it is shed; 0: never.
+        The short bar while overloaded (a shed in the last OVERLOAD_SECONDS), else the long one.
+        The web worker (`config.server`) asks it too, to refuse before a request is parsed."""
+        limit = settings.WEB_SHED_AFTER_MS
+        if limit and self.overloaded(now) and settings.WEB_SHED_UNDER_LOAD_MS:
+            return min(limit, settings.WEB_SHED_UNDER_LOAD_MS)
+        return limit
+
+    def door_bar_ms(self, now: float) -> int:
+        """The bar for the oldest request still waiting for a thread, past which the web worker
+        refuses a newcomer at once (`config.server`): the short bar while overloaded; 0 (no
+        refusal at the door) otherwise, or when there is no short bar."""
+        if settings.WEB_SHED_UNDER_LOAD_MS and self.overloaded(now):
+            return self.bar_ms(now)
+        return 0
+
+    def overloaded(self, now: float) -> bool:
+        """Whether this process shed a request in the last OVERLOAD_SECONDS."""
+        return now < self.overloaded_until
+
+    def note_shed(self, now: float) -> None:
+        """A request was shed at `now`: the process is overloaded for OVERLOAD_SECONDS more."""
+        self.overloaded_until = now + OVERLOAD_SECONDS
+
+    def refusal(self, method: str, path: str, reason: str, *, keep_alive: bool) -> bytes:
+        """A whole HTTP/1.1 503 response, status line to body, for a request the web worker
+        refuses before parsing it (`reason` says what it waited for): the same envelope, status
+        and Retry-After as a request shed here, written straight to its socket."""
+        status, headers, body = shed({"REQUEST_METHOD": method, "PATH_INFO": path}, reason)
+        headers |= {
+            "Content-Length": str(len(body)),
+            "Connection": "keep-alive" if keep_alive else "close",
+            "Date": http_date(),
+        }
+        lines = [f"HTTP/1.1 {status}", *(f"{name}: {value}" for name, value in headers.items())]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def http_date() -> str:
+    """The current time as an HTTP Date header, formatted at most once a second."""
+    return _http_date(int(time.time()))
+
+
+@lru_cache(maxsize=1)
+def _http_date(second: int) -> str:
+    return formatdate(second, usegmt=True)
 
 
 def _answer(
@@ -93,9 +141,12 @@ def queue_time_ms(environ: Environ) -> float | None:
     return None if queued_at is None else (time.monotonic() - queued_at) * 1000
 
 
-def shed(environ: Environ, waited: float) -> tuple[str, dict[str, str], bytes]:
-    """The 503 of a request shed after waiting `waited` ms: status, headers, body."""
-    detail = f"The server is overloaded (this request waited {waited:.0f} ms); nothing was done."
+def shed(environ: Environ, waited: float | str) -> tuple[str, dict[str, str], bytes]:
+    """The 503 of a request shed after waiting `waited` ms (or for the reason given): status,
+    headers, body."""
+    if not isinstance(waited, str):
+        waited = f"this request waited {waited:.0f} ms"
+    detail = f"The server is overloaded ({waited}); nothing was done."
     path = environ.get("PATH_INFO", "")
     alternatives = ["retry after Retry-After seconds (with the same Idempotency-Key)"]
     if not path.startswith("/api/"):

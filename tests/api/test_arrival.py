@@ -33,21 +33,28 @@ def test_the_kernel_says_when_the_request_bytes_came(connection):
     assert arrived is not None and 0.25 <= now - arrived <= 0.6
 
 
-def test_the_app_is_told_the_earlier_of_queued_and_arrived(connection):
+def test_a_request_arrived_at_the_earlier_of_queued_and_received(connection):
     time.sleep(0.3)
+    now = time.monotonic()
+    # Queued just now, but its bytes came 0.3 s ago: it is 0.3 s old.
+    assert 0.25 <= now - server.since(now, connection, now) <= 0.6
+    # Queued earlier than its bytes were last seen (a slow body): the queueing counts.
+    assert server.since(now - 5, connection, now) == now - 5
+
+
+def test_the_app_is_told_when_the_request_arrived():
     seen = {}
 
     def app(environ, start_response):
         seen.update(environ)
         return [b""]
 
-    server._handling.queued_at, server._handling.sock = time.monotonic(), connection
+    server._handling.queued_at = 123.5
     try:
         server._with_queue_time(app)({}, lambda *a: None)
     finally:
-        server._handling.queued_at = server._handling.sock = None
-    # Queued just now, but its bytes came 0.3 s ago: it is 0.3 s old.
-    assert 0.25 <= time.monotonic() - seen[QUEUED_AT] <= 0.6
+        server._handling.queued_at = None
+    assert seen[QUEUED_AT] == 123.5
 
 
 def test_without_a_tcp_socket_the_queue_time_stands():

@@ -88,15 +88,58 @@ def post(url: str, secret: str, key: str) -> httpx.Response:
     return httpx.post(f"{url}/api/v1/runs", json=ok_run(topic=key), headers=headers, timeout=30)
 
 
-def raw_request(url: str, secret: str, key: str) -> bytes:
+def raw_request(url: str, secret: str, key: str, *, close: bool = False) -> bytes:
     parts = urlsplit(url)
     body = json.dumps(ok_run(topic=key)).encode()
     head = (
         f"POST /api/v1/runs HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\n"
         f"Authorization: Bearer {secret}\r\nIdempotency-Key: {key}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        + ("Connection: close\r\n" if close else "")
+        + "\r\n"
     )
     return head.encode() + body
+
+
+class RawConnection:
+    """One keep-alive connection, requests written and answers read by hand: what a client sees
+    of the connection itself (kept or closed) after a refusal."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=10)
+        self.buffer = b""
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+    def _fill(self, size: int) -> None:
+        while len(self.buffer) < size:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            self.buffer += chunk
+
+    def answer(self) -> tuple[int, dict[str, str], bytes]:
+        """The next response: status, headers (lower-cased names), body."""
+        while b"\r\n\r\n" not in self.buffer:
+            self._fill(len(self.buffer) + 1)
+        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        self._fill(length)
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return int(status_line.split()[1]), headers, body
+
+    def closed_by_server(self) -> bool:
+        return self.sock.recv(1) == b""
 
 
 def test_a_request_that_waited_too_long_gets_a_fast_503_and_is_not_processed(postgres, tmp_path):
@@ -169,3 +212,86 @@ def test_a_request_whose_client_left_is_not_processed(postgres, tmp_path):
     assert first_answers[0].status_code == 201
     assert after.status_code == 201
     assert set(Run.objects.values_list("topic", flat=True)) == {"first", "after"}
+
+
+def test_a_refused_request_is_answered_before_parsing_and_its_connection_kept(postgres, tmp_path):
+    """A request that waited past the bar is read off its socket and refused by the web worker
+    itself (it says so in its log); the 503 is the one Shedding writes, and the connection goes
+    on: the client's next request on it is served."""
+    _, secret = ApiToken.issue("patient-agent")
+    with one_thread_server(tmp_path, shed_after_ms=150) as url, RawConnection(url) as late:
+        with run_table_locked() as lock:
+            first, first_answers = report_in_background(url, secret, "first")
+            wait_until(lambda: waiting_on_the_lock(lock), 20, "the first report to wait")
+            late.sock.sendall(raw_request(url, secret, "late"))
+            time.sleep(0.5)
+        status, headers, body = late.answer()
+        late.sock.sendall(raw_request(url, secret, "again"))
+        again = late.answer()
+        first.join(10)
+        log = (tmp_path / "web.log").read_text()
+
+    assert first_answers[0].status_code == 201
+    assert status == 503, body
+    assert headers["retry-after"] == "1" and headers["connection"] == "keep-alive"
+    assert headers["content-type"] == "application/json" and "date" in headers
+    envelope = json.loads(body)
+    assert set(envelope) == ENVELOPE_KEYS and envelope["failure_type"] == "server_fault"
+    assert "this request waited" in envelope["detail"]
+    assert envelope["attempted"] == {"operation": "POST /api/v1/runs"}
+    assert "refused 1 requests before parsing" in log and "1 waiting for a thread" in log
+    assert again[0] == 201, again
+    assert set(Run.objects.values_list("topic", flat=True)) == {"first", "again"}
+
+
+def test_a_refused_client_that_asked_to_close_is_closed(postgres, tmp_path):
+    _, secret = ApiToken.issue("closing-agent")
+    with one_thread_server(tmp_path, shed_after_ms=150) as url, RawConnection(url) as late:
+        with run_table_locked() as lock:
+            first, _ = report_in_background(url, secret, "first")
+            wait_until(lambda: waiting_on_the_lock(lock), 20, "the first report to wait")
+            late.sock.sendall(raw_request(url, secret, "late", close=True))
+            time.sleep(0.5)
+        status, headers, _ = late.answer()
+        first.join(10)
+        assert status == 503 and headers["connection"] == "close"
+        assert late.closed_by_server()
+
+
+def test_while_overloaded_a_newcomer_behind_a_standing_queue_is_refused_at_the_door(
+    postgres, tmp_path
+):
+    """Overloaded (a request was just shed), with the oldest queued request past the short bar,
+    a new request is refused by the worker's loop at once: its 503 comes while the only thread
+    is still held, and its connection serves the next request once the queue has drained."""
+    _, secret = ApiToken.issue("crowded-agent")
+    with one_thread_server(tmp_path, shed_after_ms=400, under_load_ms=60) as url:
+        with run_table_locked() as lock:
+            first, first_answers = report_in_background(url, secret, "first")
+            wait_until(lambda: waiting_on_the_lock(lock), 20, "the first report to wait")
+            late, late_answers = report_in_background(url, secret, "late")
+            time.sleep(0.5)
+        first.join(10)
+        late.join(10)  # shed at the long bar: the process is now overloaded for a second
+        with run_table_locked() as lock, RawConnection(url) as newcomer:
+            second, second_answers = report_in_background(url, secret, "second")
+            wait_until(lambda: waiting_on_the_lock(lock), 20, "the second report to wait")
+            queued, queued_answers = report_in_background(url, secret, "queued")
+            time.sleep(0.15)  # the queued one is past the short bar
+            newcomer.sock.sendall(raw_request(url, secret, "newcomer"))
+            status, _, body = newcomer.answer()  # the thread is still held: only the door answers
+            assert waiting_on_the_lock(lock)
+            lock.commit()
+            second.join(10)
+            queued.join(10)
+            time.sleep(0.2)  # the queue has drained
+            newcomer.sock.sendall(raw_request(url, secret, "after"))
+            after = newcomer.answer()
+
+    assert [first_answers[0].status_code, late_answers[0].status_code] == [201, 503]
+    assert status == 503
+    assert "requests ahead of this one have waited" in json.loads(body)["detail"]
+    assert second_answers[0].status_code == 201
+    assert queued_answers[0].status_code == 503
+    assert after[0] == 201, after
+    assert set(Run.objects.values_list("topic", flat=True)) == {"first", "second", "after"}
