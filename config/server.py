@@ -1,5 +1,6 @@
-"""The web server's worker: gunicorn's threaded worker, telling the app how long a request waited
-and refusing, before it is parsed, a request that waited too long.
+"""The web server's worker: gunicorn's threaded worker, telling the app how long a request waited,
+refusing before it is parsed a request that waited too long, and serving single run reports
+without gunicorn's request parser.
 
 gunicorn's `gthread` worker hands each readable connection to a pool of threads; under overload
 the connections queue up in front of that pool, and a request served after its client gave up is
@@ -36,13 +37,26 @@ the usual way, and `Shedding` refuses it after gunicorn parsed it. A refused con
 open when the client asked to keep it (HTTP/1.1), so the client does not pay a new connection for
 each 503. A connection whose client already hung up is closed, nothing done.
 
+Single reports (`POST /api/v1/runs`, most of the API's traffic) are served the same way: a plain
+report read whole off the socket gets the environ gunicorn would build for it
+(`report_environ`), is answered by `FastReports.serve` (the same code that answers it behind
+gunicorn's parser), and its answer is written with one send and logged in the access log as
+gunicorn logs a request. Beside the report's own work, gunicorn's pure-Python parser, environ
+builder and response writer cost about a third of its time. Anything else (a header gunicorn
+reads for itself such as a forwarded scheme, an underscore in a header name, a repeated header,
+a report the fast path hands to Django) is put back and goes the usual way; a report the fast
+path declined goes straight to Django then, not through the fast path a second time. TLS, the
+PROXY protocol and a SCRIPT_NAME turn this off, and so does INGEST_FAST_PATH = False.
+
     gunicorn config.wsgi --worker-class config.server.ThreadWorker --threads 8
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
+import os
 import re
 import selectors
 import socket
@@ -52,22 +66,28 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 
 from gunicorn.http.body import LengthReader
+from gunicorn.http.wsgi import base_environ
+from gunicorn.util import unquote_to_wsgi_str
 from gunicorn.workers.gthread import ThreadWorker as GunicornThreadWorker
 
 logger = logging.getLogger(__name__)
 
 QUEUED_AT = "failsight.queued_at"  # the name orchestrator.api.overload reads
+# Set on the environ of a report the fast path declined when read here: Django answers it.
+HANDED_OVER = "failsight.handed_over"
 # struct tcp_info (linux/tcp.h): eight u8 fields, then u32 fields; tcpi_last_data_recv is the
 # twelfth u32 (after rto, ato, snd_mss, rcv_mss, unacked, sacked, lost, retrans, fackets,
 # last_data_sent, last_ack_sent).
 _TCP_INFO_SIZE = 104
 _LAST_DATA_RECV_OFFSET = 52
-# A request refused before parsing is read whole in one receive: larger ones go the usual way.
-_MAX_REFUSED_REQUEST = 65536
+# A request refused or served before parsing is read whole in one receive: larger ones go the
+# usual way.
+_MAX_REQUEST = 65536
 # How often at most the worker logs how many requests it refused before parsing.
 _LOG_EVERY_SECONDS = 1.0
 
@@ -96,12 +116,16 @@ def since(queued_at: float, sock: Any, now: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class RequestHead:
-    """What a refusal needs to know of a request: its method, its path, whether the client
-    keeps the connection."""
+    """A whole request read off its socket: its method, its path, whether the client keeps the
+    connection, and (for serving it) its target, version, headers and where the body starts."""
 
     method: str
     path: str
     keep_alive: bool
+    target: bytes = b""
+    version: bytes = b""
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    body_at: int = 0
 
 
 _TOKEN = re.compile(rb"[A-Z]+")
@@ -124,7 +148,8 @@ def complete_request(data: bytes) -> RequestHead | None:
     if not _TOKEN.fullmatch(method) or not target.startswith(b"/"):
         return None
     length, keep_alive = None, version == b"HTTP/1.1"
-    for name, value in _HEADER.findall(data, line_end, end + 2):
+    headers = _HEADER.findall(data, line_end, end + 2)
+    for name, value in headers:
         if name != name.strip():
             return None  # a folded or malformed header line: gunicorn's parser refuses it
         name = name.lower()
@@ -140,7 +165,73 @@ def complete_request(data: bytes) -> RequestHead | None:
     if len(data) != end + 4 + (length or 0):
         return None
     path = target.split(b"?", 1)[0].decode("latin-1")
-    return RequestHead(method.decode("ascii"), path, keep_alive)
+    return RequestHead(
+        method.decode("ascii"), path, keep_alive, target, version, tuple(headers), end + 4
+    )
+
+
+# Header names gunicorn reads for itself (scheme and path forwarded by a proxy): a request that
+# carries one goes through gunicorn's parser, which applies its forwarded_allow_ips rules.
+_SERVER_HEADERS = {b"forwarded", b"x-forwarded-proto", b"x-forwarded-protocol", b"x-forwarded-ssl"}
+_HEADER_NAME = re.compile(rb"[!#$%&'*+.^`|~0-9A-Za-z-]+")
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def report_environ(
+    data: bytes, head: RequestHead, conn: Any, cfg: Any, base: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The WSGI environ gunicorn would build for this plain request (as `gunicorn.http.wsgi`
+    does, for the simple case only), or None when it is not that simple: a header gunicorn
+    treats itself (forwarded scheme, SCRIPT_NAME), a name with an underscore (gunicorn drops
+    those, ambiguous with a hyphen), a repeated header, a control character, no Host, or
+    anything over gunicorn's request limits. Such a request goes through gunicorn's parser."""
+    if len(head.target) + len(head.method) + 10 > cfg.limit_request_line:
+        return None
+    if len(head.headers) > cfg.limit_request_fields:
+        return None
+    environ = base | {
+        "wsgi.input": io.BytesIO(data[head.body_at :]),
+        "gunicorn.socket": conn.sock,
+        "REQUEST_METHOD": head.method,
+        "QUERY_STRING": head.target.partition(b"?")[2].decode("latin-1"),
+        "RAW_URI": head.target.decode("latin-1"),
+        "SERVER_PROTOCOL": head.version.decode("ascii"),
+        "wsgi.url_scheme": "http",
+        "REMOTE_ADDR": conn.client[0],
+        "REMOTE_PORT": str(conn.client[1]),
+        "SERVER_NAME": conn.server[0],
+        "SERVER_PORT": str(conn.server[1]),
+        "PATH_INFO": unquote_to_wsgi_str(head.path),
+        "SCRIPT_NAME": "",
+    }
+    for raw_name, raw_value in head.headers:
+        name = raw_name.lower()
+        if (
+            not _HEADER_NAME.fullmatch(raw_name)
+            or b"_" in raw_name
+            or name in _SERVER_HEADERS
+            or _CONTROL.search(raw_value)
+            or len(raw_name) + len(raw_value) + 2 > cfg.limit_request_field_size
+        ):
+            return None
+        value = raw_value.strip(b" \t").decode("latin-1")
+        if name == b"content-type":
+            key = "CONTENT_TYPE"
+        elif name == b"content-length":
+            key = "CONTENT_LENGTH"
+        else:
+            key = "HTTP_" + name.decode("ascii").upper().replace("-", "_")
+        if key in environ:
+            return None
+        environ[key] = value
+    return environ if "HTTP_HOST" in environ else None
+
+
+def _read_ahead(parser: Any) -> bool:
+    """Whether gunicorn's parser holds bytes it read past the request it parsed last."""
+    buffer = parser.unreader.buf
+    buffer.seek(0, 2)
+    return buffer.tell() > 0
 
 
 def nothing_buffered(parser: Any) -> bool:
@@ -149,9 +240,7 @@ def nothing_buffered(parser: Any) -> bool:
     socket holds next the start of a request."""
     if parser is None:
         return True
-    unreader = parser.unreader.buf
-    unreader.seek(0, 2)
-    if unreader.tell():
+    if _read_ahead(parser):
         return False
     previous = parser.mesg
     if previous is None:
@@ -166,17 +255,29 @@ class ThreadWorker(GunicornThreadWorker):
         # Connections queued for a thread, oldest first (the pool takes them in this order).
         self._waiting: deque[Any] = deque()
         self.shedding: Any = None
+        self.reports: Any = None  # FastReports, when single reports are served here
+        self.report_path = ""
         self._refused = {"door": 0, "thread": 0}
         self._logged_at = time.monotonic()
         super().init_process()
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
-        from orchestrator.api.overload import Shedding  # the app (and Django) are loaded now
+        # The app (and Django) are loaded now.
+        from orchestrator.api import fastpath, overload
 
-        if isinstance(self.wsgi, Shedding):
+        self.app_parts = fastpath, overload
+        if isinstance(self.wsgi, overload.Shedding):
             self.shedding = self.wsgi
+            if isinstance(self.wsgi.app, fastpath.FastReports) and self._can_serve_reports():
+                self.reports, self.report_path = self.wsgi.app, fastpath.REPORT_PATH
         self.wsgi = _with_queue_time(self.wsgi)
+        self.base_environ = base_environ(self.cfg) | {"wsgi.multithread": True}
+
+    def _can_serve_reports(self) -> bool:
+        """Whether single reports may be read and answered here: not over TLS or the PROXY
+        protocol, and with no SCRIPT_NAME (gunicorn's parser handles those)."""
+        return not (self.cfg.is_ssl or self.cfg.proxy_protocol or os.environ.get("SCRIPT_NAME"))
 
     def enqueue_req(self, conn: Any) -> None:
         now = time.monotonic()
@@ -207,34 +308,103 @@ class ThreadWorker(GunicornThreadWorker):
                 outcome = self.refuse(conn, reason, now, "thread")
                 if outcome is not None:
                     return outcome
+        if self.reports is not None:
+            try:
+                outcome = self.serve_report(conn)
+            except Exception:  # what gunicorn's handle does with an error of the app's
+                logger.exception("Error handling a single report")
+                return False, conn
+            if outcome is not None:
+                return outcome
         _handling.queued_at = queued_at
-        return super().handle(conn)
+        outcome = super().handle(conn)
+        # A pipelined request already read off the socket would wait in the parser for the
+        # socket to become readable again, which it never does: gunicorn's threaded worker
+        # closed such a connection at the keep-alive timeout, the request unanswered.
+        while outcome[0] and _read_ahead(conn.parser):
+            _handling.queued_at = None
+            outcome = super().handle(conn)
+        return outcome
 
-    def refuse(self, conn: Any, reason: str, now: float, where: str) -> tuple[bool, Any] | None:
-        """Answer the request on `conn` with the shedding 503 without parsing it; return
-        (keep the connection, conn) as `handle` does, or None when it must go the usual way
-        (anything read is put back for gunicorn's parser)."""
-        if self.cfg.is_ssl or not nothing_buffered(conn.parser):
-            return None  # TLS: the bytes on the socket are not the request's
-        try:
-            data = conn.sock.recv(_MAX_REFUSED_REQUEST, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return None  # nothing there yet: the usual way waits for it
-        except OSError:
-            return False, conn  # reset: the client is gone
-        if not data:
-            return False, conn  # the client hung up: nothing to do
-        head = complete_request(data)
-        if head is None:
-            conn.init()  # makes the parser if this connection had none yet
-            conn.parser.unreader.unread(data)
+    def serve_report(self, conn: Any) -> tuple[bool, Any] | None:
+        """Serve an ordinary single report (`FastReports`) read whole off the socket, without
+        gunicorn's parser, environ builder and response writer; return (keep the connection,
+        conn) as `handle` does, or None for any other request (put back for gunicorn's parser,
+        and marked to go straight to Django when the fast path declined it)."""
+        if not self.reports.enabled():
             return None
-        keep = (
+        data = self._receive(conn)
+        if not data:
+            return None if data is None else (False, conn)
+        head = complete_request(data)
+        environ = None
+        if head is not None and head.method == "POST" and head.path == self.report_path:
+            environ = report_environ(data, head, conn, self.cfg, self.base_environ)
+        if environ is None:
+            _put_back(conn, data)
+            return None
+        started = datetime.now()
+        fastpath, overload = self.app_parts
+        if overload.client_gone(environ):
+            logger.info("POST %s: the client left before it was served", self.report_path)
+            return False, conn
+        try:
+            status, headers, body = self.reports.serve(environ)
+        except fastpath.Handover:
+            _put_back(conn, data)
+            _handling.handed_over = True
+            return None
+        keep = self._keeps(head)
+        lines = [f"HTTP/1.1 {status}", *(f"{name}: {value}" for name, value in headers)]
+        lines += [f"Date: {overload.http_date()}", _CONNECTION[keep]]
+        try:
+            conn.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        except OSError:  # the client left meanwhile: as gunicorn, nothing more to do
+            return False, conn
+        sent = _Sent(status, len(body), headers)
+        self.log.access(sent, head_headers(head), environ, datetime.now() - started)
+        return keep, conn
+
+    def _keeps(self, head: RequestHead) -> bool:
+        """Whether the connection stays open after answering `head`, as gunicorn's
+        `handle_request` decides (the client's wish, keep-alive on, room for one more, and the
+        worker not restarting after max_requests)."""
+        self.nr += 1
+        if self.nr >= self.max_requests and self.alive:
+            self.log.info("Autorestarting worker after current request.")
+            self.alive = False
+        return (
             head.keep_alive
             and self.alive
             and bool(self.cfg.keepalive)
             and len(self._keep) < self.max_keepalived
         )
+
+    def _receive(self, conn: Any) -> bytes | None:
+        """What the connection's socket holds, read at once: b"" when its client is gone (hung
+        up or reset), None when nothing has come yet, over TLS, or when gunicorn's parser
+        holds part of a request already (then it is gunicorn's to read)."""
+        if self.cfg.is_ssl or not nothing_buffered(conn.parser):
+            return None
+        try:
+            return conn.sock.recv(_MAX_REQUEST, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return None
+        except OSError:
+            return b""
+
+    def refuse(self, conn: Any, reason: str, now: float, where: str) -> tuple[bool, Any] | None:
+        """Answer the request on `conn` with the shedding 503 without parsing it; return
+        (keep the connection, conn) as `handle` does, or None when it must go the usual way
+        (anything read is put back for gunicorn's parser)."""
+        data = self._receive(conn)
+        if not data:
+            return None if data is None else (False, conn)  # gone: nothing to do
+        head = complete_request(data)
+        if head is None:
+            _put_back(conn, data)
+            return None
+        keep = self._keeps(head)
         answer = self.shedding.refusal(head.method, head.path, reason, keep_alive=keep)
         self.shedding.note_shed(now)
         self._note_refusal(where, now)
@@ -278,11 +448,40 @@ class ThreadWorker(GunicornThreadWorker):
             self._logged_at = now
 
 
+@dataclass(slots=True)
+class _Sent:
+    """A served report's answer as gunicorn's access log reads a response."""
+
+    status: str
+    sent: int
+    headers: list[tuple[str, str]]
+
+
+def head_headers(head: RequestHead) -> list[tuple[str, str]]:
+    """The request's headers as gunicorn's access log reads them (upper-cased names)."""
+    return [(n.decode("latin-1").upper(), v.decode("latin-1")) for n, v in head.headers]
+
+
+_CONNECTION = {True: "Connection: keep-alive", False: "Connection: close"}
+
+
+def _put_back(conn: Any, data: bytes) -> None:
+    """Give bytes read off a connection back to gunicorn's parser, which reads them first."""
+    conn.init()  # makes the parser if this connection had none yet
+    conn.parser.unreader.unread(data)
+
+
 def _with_queue_time(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
     def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        queued_at = getattr(_handling, "queued_at", None)
-        if queued_at is not None:
-            environ[QUEUED_AT] = queued_at
+        if getattr(_handling, "handed_over", False):
+            # Admitted once already (its wait was judged then): not shed for the time it spent
+            # in the fast path since.
+            _handling.handed_over = False
+            environ[HANDED_OVER] = True
+        else:
+            queued_at = getattr(_handling, "queued_at", None)
+            if queued_at is not None:
+                environ[QUEUED_AT] = queued_at
         return app(environ, start_response)
 
     return wrapped

@@ -82,6 +82,8 @@ Answer = tuple[str, list[tuple[str, str]], bytes]
 
 # The operation served here, as the API is mounted (config.urls: "api/v1/").
 REPORT_PATH = "/api/v1/runs"
+# Set by config.server.ThreadWorker on a report this path declined once already: Django answers.
+HANDED_OVER = "failsight.handed_over"
 MAX_KEY_LENGTH = 255  # the Idempotency-Key header's limit (`Str255` on the view)
 
 
@@ -103,6 +105,7 @@ class FastReports:
             environ.get("PATH_INFO") != REPORT_PATH
             or environ.get("REQUEST_METHOD") != "POST"
             or not settings.INGEST_FAST_PATH
+            or HANDED_OVER in environ
         ):
             return self.app(environ, start_response)
         try:
@@ -111,6 +114,10 @@ class FastReports:
             return self.app(environ, start_response)
         start_response(status, headers)
         return [body]
+
+    def enabled(self) -> bool:
+        """Whether single reports are served here at all (INGEST_FAST_PATH)."""
+        return settings.INGEST_FAST_PATH
 
     def serve(self, environ: Environ) -> Answer:
         """Answer an ordinary report; raise Handover for anything else.

@@ -6,12 +6,14 @@ over a real socket pair."""
 from __future__ import annotations
 
 import socket
+from types import SimpleNamespace
 
 import pytest
 from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
+from gunicorn.http.wsgi import base_environ, create
 
-from config.server import RequestHead, complete_request, nothing_buffered
+from config.server import complete_request, nothing_buffered, report_environ
 
 BODY = b'{"status": "ok", "agent": "a", "source": "s"}'
 
@@ -25,11 +27,20 @@ def request(
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
+def read(data: bytes) -> tuple[str, str, bool] | None:
+    head = complete_request(data)
+    return None if head is None else (head.method, head.path, head.keep_alive)
+
+
 def test_a_whole_request_is_read_with_its_method_path_and_keep_alive():
-    head = complete_request(request("Authorization: Bearer x"))
-    assert head == RequestHead("POST", "/api/v1/runs", keep_alive=True)
-    query = complete_request(request(line="GET /runs/?status=failed HTTP/1.1", body=b""))
-    assert query == RequestHead("GET", "/runs/", keep_alive=True)
+    data = request("Authorization: Bearer x")
+    head = complete_request(data)
+    assert (head.method, head.path, head.keep_alive) == ("POST", "/api/v1/runs", True)
+    assert (head.target, head.version) == (b"/api/v1/runs", b"HTTP/1.1")
+    assert dict(head.headers)[b"Authorization"] == b"Bearer x"
+    assert data[head.body_at :] == BODY
+    query = request(line="GET /runs/?status=failed HTTP/1.1", body=b"")
+    assert read(query) == ("GET", "/runs/", True)
 
 
 @pytest.mark.parametrize(
@@ -84,8 +95,8 @@ def test_anything_but_one_whole_ordinary_request_goes_the_usual_way(data):
 
 
 def test_a_request_without_a_body_needs_no_length():
-    head = complete_request(request(line="GET /api/v1/runs HTTP/1.1", body=b"", length=False))
-    assert head == RequestHead("GET", "/api/v1/runs", keep_alive=True)
+    no_body = request(line="GET /api/v1/runs HTTP/1.1", body=b"", length=False)
+    assert read(no_body) == ("GET", "/api/v1/runs", True)
 
 
 @pytest.fixture
@@ -119,3 +130,95 @@ def test_bytes_read_ahead_of_the_next_request_count(sockets):
     message = next(parser)
     message.body.read()
     assert not nothing_buffered(parser)  # the parser read the start of the next one
+
+
+# ---------------------------------------------------------------------------------------------
+# The environ of a report served before parsing: the one gunicorn builds for the same bytes
+
+
+def environs(data: bytes, sockets) -> tuple[dict | None, dict]:
+    """(ours, gunicorn's) for the request `data`, read over a real socket pair."""
+    client, server = sockets
+    cfg = Config()
+    conn = SimpleNamespace(sock=server, client=("127.0.0.9", 5555), server=("127.0.0.1", "8000"))
+    head = complete_request(data)
+    ours = report_environ(data, head, conn, cfg, base_environ(cfg)) if head else None
+    client.sendall(data)
+    request = next(RequestParser(cfg, server, conn.client))
+    _, theirs = create(request, server, conn.client, conn.server, cfg)
+    return ours, theirs
+
+
+def comparable(environ: dict) -> dict:
+    objects = {"wsgi.input", "wsgi.errors", "gunicorn.socket", "wsgi.file_wrapper"}
+    return {key: value for key, value in environ.items() if key not in objects}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        request("Authorization: Bearer fs_x", "Idempotency-Key: k-1", "Content-Type: text/json"),
+        request("User-Agent: agent/1.0", "Accept: */*", "traceparent: 00-ab-cd-01"),
+        request(line="POST /api/v1/runs?dry=1&x=%20y HTTP/1.1"),
+        request(line="POST /api/v1/%72uns HTTP/1.0", body=b""),
+        request("X-Empty:", "X-Spaced:   padded value  "),
+    ],
+    ids=["report", "more-headers", "query", "escaped-path", "blank-values"],
+)
+def test_a_plain_request_gets_the_environ_gunicorn_would_give_it(data, sockets):
+    ours, theirs = environs(data, sockets)
+    assert ours is not None
+    assert comparable(ours) == comparable(theirs)
+    assert ours["wsgi.input"].read() == theirs["wsgi.input"].read()
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "X_Token: sneaky",  # gunicorn drops it (an underscore reads as a hyphen to a WSGI app)
+        "X-Forwarded-Proto: https",  # gunicorn decides the scheme by forwarded_allow_ips
+        "Forwarded: proto=https",
+        "Host: elsewhere",  # a second Host
+        "X-Bell: ring\x07",
+        "X-Long: " + "v" * 9000,  # over limit_request_field_size
+    ],
+    ids=["underscore", "forwarded-proto", "forwarded", "two-hosts", "control-char", "long"],
+)
+def ours(data: bytes):
+    conn = SimpleNamespace(sock=None, client=("127.0.0.9", 5555), server=("127.0.0.1", "80"))
+    head = complete_request(data)
+    assert head is not None
+    return report_environ(data, head, conn, Config(), base_environ(Config()))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        request("X_Token: sneaky"),  # gunicorn drops it: an underscore reads as a hyphen to an app
+        request("X-Forwarded-Proto: https"),  # gunicorn sets the scheme by forwarded_allow_ips
+        request("Forwarded: proto=https"),
+        request("Host: elsewhere"),  # a second Host
+        request("X-Bell: ring\x07"),
+        request("X-Long: " + "v" * 9000),  # over limit_request_field_size
+        request(*(f"X-{i}: v" for i in range(101))),  # over limit_request_fields
+        request(line=f"POST /api/v1/runs?{'q' * 5000} HTTP/1.1"),  # over limit_request_line
+        b"POST /api/v1/runs HTTP/1.0\r\nContent-Length: 0\r\n\r\n",  # no Host
+    ],
+    ids=[
+        "underscore",
+        "forwarded-proto",
+        "forwarded",
+        "two-hosts",
+        "control-char",
+        "long-header",
+        "many-headers",
+        "long-line",
+        "no-host",
+    ],
+)
+def test_a_request_that_is_not_plain_is_left_to_gunicorn(data):
+    assert ours(data) is None
+
+
+def test_the_plain_request_those_are_made_from_is_served():
+    assert ours(request()) is not None
