@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from django.test import Client
+
+from tests.orchestrator.test_worker import database_url
 
 ENVELOPE_KEYS = {
     "status",
@@ -69,3 +73,18 @@ def assert_envelope(response: Any, status: int, failure_type: str) -> dict[str, 
 
 def error_paths(body: dict[str, Any]) -> set[str]:
     return {error["path"] for error in body["errors"]}
+
+
+def web_env(var: Path, **settings: str) -> dict[str, str]:
+    """The environment of a web server (gunicorn) an API test starts: the suite's database,
+    DEBUG off, no rate limit, `var` for its files; `settings` on top."""
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "DATABASE_URL": database_url(),
+        "DEBUG": "0",
+        "SECRET_KEY": "test-only-secret-" + "w" * 48,
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "FAILSIGHT_VAR_DIR": str(var),
+        "API_RATE_LIMIT_PER_MINUTE": "0",
+        **settings,
+    }

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 
 from orchestrator.models import ApiToken, Run
-from tests.api.helpers import ENVELOPE_KEYS, ok_run
-from tests.orchestrator.test_worker import database_url
+from tests.api.helpers import ENVELOPE_KEYS, ok_run, web_env
 from tests.services import Process, gunicorn_url
 
 pytestmark = [
@@ -83,15 +80,7 @@ def in_pieces(body: bytes, size: int = 1000) -> Iterator[bytes]:
 
 @pytest.fixture
 def gunicorn(postgres, tmp_path) -> Iterator[str]:
-    env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "DATABASE_URL": database_url(),
-        "DEBUG": "0",
-        "SECRET_KEY": "test-only-secret-" + "c" * 48,
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "FAILSIGHT_VAR_DIR": str(tmp_path),
-        "API_RATE_LIMIT_PER_MINUTE": "0",
-    }
+    env = web_env(tmp_path)
     server = Process(
         "web", "gunicorn config.wsgi --bind 127.0.0.1:0 --workers 1", env, tmp_path / "web.log"
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import psycopg
 import pytest
 
 from orchestrator.models import ApiToken, Run
-from tests.api.helpers import ENVELOPE_KEYS, ok_run
+from tests.api.helpers import ENVELOPE_KEYS, ok_run, web_env
 from tests.orchestrator.test_worker import database_url
 from tests.services import Process, gunicorn_url, wait_until
 
@@ -35,17 +34,11 @@ pytestmark = [
 
 @contextlib.contextmanager
 def one_thread_server(tmp_path: Path, shed_after_ms: int, under_load_ms: int = 0) -> Iterator[str]:
-    env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "DATABASE_URL": database_url(),
-        "DEBUG": "0",
-        "SECRET_KEY": "test-only-secret-" + "o" * 48,
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "FAILSIGHT_VAR_DIR": str(tmp_path),
-        "API_RATE_LIMIT_PER_MINUTE": "0",
-        "WEB_SHED_AFTER_MS": str(shed_after_ms),
-        "WEB_SHED_UNDER_LOAD_MS": str(under_load_ms),
-    }
+    env = web_env(
+        tmp_path,
+        WEB_SHED_AFTER_MS=str(shed_after_ms),
+        WEB_SHED_UNDER_LOAD_MS=str(under_load_ms),
+    )
     command = (
         "gunicorn config.wsgi --worker-class config.server.ThreadWorker"
         " --bind 127.0.0.1:0 --workers 1 --threads 1"

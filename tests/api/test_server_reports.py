@@ -11,16 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from orchestrator.models import ApiToken, Run
-from tests.api.helpers import ENVELOPE_KEYS, ok_run
+from tests.api.helpers import ENVELOPE_KEYS, ok_run, web_env
 from tests.api.test_overload import RawConnection
-from tests.orchestrator.test_worker import database_url
 from tests.services import Process, gunicorn_url
 
 pytestmark = [
@@ -35,15 +33,7 @@ VARYING_FIELDS = {"id", "created_at", "idempotency_key", "topic"}
 
 @contextlib.contextmanager
 def web(tmp_path: Path) -> Iterator[str]:
-    env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "DATABASE_URL": database_url(),
-        "DEBUG": "0",
-        "SECRET_KEY": "test-only-secret-" + "r" * 48,
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "FAILSIGHT_VAR_DIR": str(tmp_path),
-        "API_RATE_LIMIT_PER_MINUTE": "0",
-    }
+    env = web_env(tmp_path)
     command = (
         "gunicorn config.wsgi --worker-class config.server.ThreadWorker"
         " --bind 127.0.0.1:0 --workers 1 --threads 2"
