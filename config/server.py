@@ -42,11 +42,12 @@ report read whole off the socket gets the environ gunicorn would build for it
 (`report_environ`), is answered by `FastReports.serve` (the same code that answers it behind
 gunicorn's parser), and its answer is written with one send and logged in the access log as
 gunicorn logs a request. gunicorn's pure-Python parser, environ builder and response writer had
-been about a quarter of a served report's interpreter time (py-spy at 600 reports/s). Anything else (a header gunicorn
-reads for itself such as a forwarded scheme, an underscore in a header name, a repeated header,
-a report the fast path hands to Django) is put back and goes the usual way; a report the fast
-path declined goes straight to Django then, not through the fast path a second time. TLS, the
-PROXY protocol and a SCRIPT_NAME turn this off, and so does INGEST_FAST_PATH = False.
+been about a quarter of a served report's interpreter time (py-spy at 600 reports/s). Anything
+else (a header gunicorn reads for itself such as a forwarded scheme, an underscore in a header
+name, a repeated header, a report the fast path hands to Django) is put back and goes the usual
+way; a report the fast path declined goes straight to Django then, not through the fast path a
+second time. TLS, the PROXY protocol and a SCRIPT_NAME turn this off, and so does
+INGEST_FAST_PATH = False.
 
     gunicorn config.wsgi --worker-class config.server.ThreadWorker --threads 8
 """
