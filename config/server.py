@@ -437,7 +437,7 @@ class ThreadWorker(GunicornThreadWorker):
         self._refused[where] += 1
         if now - self._logged_at >= _LOG_EVERY_SECONDS:
             door, thread = self._refused["door"], self._refused["thread"]
-            logger.warning(
+            logger.info(  # shedding is the design under overload, not a fault
                 "overloaded: refused %d requests before parsing in %.1f s "
                 "(%d at the door, %d waiting for a thread)",
                 door + thread,
