@@ -68,7 +68,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from gunicorn.http.body import LengthReader
@@ -171,9 +171,6 @@ def complete_request(data: bytes) -> RequestHead | None:
     )
 
 
-# Header names gunicorn reads for itself (scheme and path forwarded by a proxy): a request that
-# carries one goes through gunicorn's parser, which applies its forwarded_allow_ips rules.
-_SERVER_HEADERS = {b"forwarded", b"x-forwarded-proto", b"x-forwarded-protocol", b"x-forwarded-ssl"}
 _HEADER_NAME = re.compile(rb"[!#$%&'*+.^`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
@@ -188,8 +185,11 @@ def report_environ(
     anything over gunicorn's request limits. Such a request goes through gunicorn's parser."""
     if len(head.target) + len(head.method) + 10 > cfg.limit_request_line:
         return None
-    if len(head.headers) > cfg.limit_request_fields:
+    if len(head.headers) > cfg.limit_request_fields or b"#" in head.target:
         return None
+    if not (isinstance(conn.client, tuple) and isinstance(conn.server, tuple)):
+        return None  # a Unix socket: gunicorn makes up the addresses its own way
+    own = server_headers(cfg)
     environ = base | {
         "wsgi.input": io.BytesIO(data[head.body_at :]),
         "gunicorn.socket": conn.sock,
@@ -210,7 +210,7 @@ def report_environ(
         if (
             not _HEADER_NAME.fullmatch(raw_name)
             or b"_" in raw_name
-            or name in _SERVER_HEADERS
+            or name in own
             or _CONTROL.search(raw_value)
             or len(raw_name) + len(raw_value) + 2 > cfg.limit_request_field_size
         ):
@@ -226,6 +226,20 @@ def report_environ(
             return None
         environ[key] = value
     return environ if "HTTP_HOST" in environ else None
+
+
+@cache
+def _server_headers(scheme_headers: frozenset[str], forwarders: frozenset[str]) -> frozenset:
+    return frozenset(n.lower().encode("latin-1") for n in scheme_headers | forwarders) | {
+        b"forwarded"
+    }
+
+
+def server_headers(cfg: Any) -> frozenset[bytes]:
+    """The header names (lower case) gunicorn reads for itself under `cfg`: the scheme and the
+    path a proxy forwards (secure_scheme_headers, forwarder_headers, Forwarded). A request that
+    carries one goes through gunicorn's parser, which applies forwarded_allow_ips to them."""
+    return _server_headers(frozenset(cfg.secure_scheme_headers), frozenset(cfg.forwarder_headers))
 
 
 def _read_ahead(parser: Any) -> bool:
@@ -288,7 +302,11 @@ class ThreadWorker(GunicornThreadWorker):
             bar = self.shedding.door_bar_ms(now)
             if bar and head_waited > bar:
                 reason = f"the requests ahead of this one have waited {head_waited:.0f} ms"
-                outcome = self.refuse(conn, reason, now, "door")
+                try:
+                    outcome = self.refuse(conn, reason, now, "door")
+                except Exception:  # the worker's loop itself must go on
+                    logger.exception("Error refusing a request at the door")
+                    outcome = False, conn
                 if outcome is not None:
                     self._back_to_loop(*outcome)
                     return
@@ -302,21 +320,13 @@ class ThreadWorker(GunicornThreadWorker):
         queued_at = getattr(conn, "queued_at", None)
         if queued_at is not None:
             queued_at = since(queued_at, conn.sock, now)
-            waited = (now - queued_at) * 1000
-            bar = self.shedding.bar_ms(now) if self.shedding is not None else 0
-            if bar and waited > bar:
-                reason = f"this request waited {waited:.0f} ms"
-                outcome = self.refuse(conn, reason, now, "thread")
-                if outcome is not None:
-                    return outcome
-        if self.reports is not None:
-            try:
-                outcome = self.serve_report(conn)
-            except Exception:  # what gunicorn's handle does with an error of the app's
-                logger.exception("Error handling a single report")
-                return False, conn
-            if outcome is not None:
-                return outcome
+        try:
+            outcome = self.before_parsing(conn, queued_at, now)
+        except Exception:  # what gunicorn's handle does with an error of the app's
+            logger.exception("Error handling a request before parsing it")
+            return False, conn
+        if outcome is not None:
+            return outcome
         _handling.queued_at = queued_at
         outcome = super().handle(conn)
         # A pipelined request already read off the socket would wait in the parser for the
@@ -326,6 +336,20 @@ class ThreadWorker(GunicornThreadWorker):
             _handling.queued_at = None
             outcome = super().handle(conn)
         return outcome
+
+    def before_parsing(
+        self, conn: Any, queued_at: float | None, now: float
+    ) -> tuple[bool, Any] | None:
+        """Refuse the request if it waited past the bar, or serve it if it is a plain single
+        report; None: neither, gunicorn's parser reads it."""
+        if queued_at is not None and self.shedding is not None:
+            waited = (now - queued_at) * 1000
+            bar = self.shedding.bar_ms(now)
+            if bar and waited > bar:
+                outcome = self.refuse(conn, f"this request waited {waited:.0f} ms", now, "thread")
+                if outcome is not None:
+                    return outcome
+        return self.serve_report(conn) if self.reports is not None else None
 
     def serve_report(self, conn: Any) -> tuple[bool, Any] | None:
         """Serve an ordinary single report (`FastReports`) read whole off the socket, without

@@ -184,11 +184,12 @@ def test_a_plain_request_gets_the_environ_gunicorn_would_give_it(data, sockets):
     ],
     ids=["underscore", "forwarded-proto", "forwarded", "two-hosts", "control-char", "long"],
 )
-def ours(data: bytes):
-    conn = SimpleNamespace(sock=None, client=("127.0.0.9", 5555), server=("127.0.0.1", "80"))
+def ours(data: bytes, cfg: Config | None = None, client: object = ("127.0.0.9", 5555)):
+    cfg = cfg or Config()
+    conn = SimpleNamespace(sock=None, client=client, server=("127.0.0.1", "80"))
     head = complete_request(data)
     assert head is not None
-    return report_environ(data, head, conn, Config(), base_environ(Config()))
+    return report_environ(data, head, conn, cfg, base_environ(cfg))
 
 
 @pytest.mark.parametrize(
@@ -202,6 +203,7 @@ def ours(data: bytes):
         request("X-Long: " + "v" * 9000),  # over limit_request_field_size
         request(*(f"X-{i}: v" for i in range(101))),  # over limit_request_fields
         request(line=f"POST /api/v1/runs?{'q' * 5000} HTTP/1.1"),  # over limit_request_line
+        request(line="POST /api/v1/runs#part HTTP/1.1"),
         b"POST /api/v1/runs HTTP/1.0\r\nContent-Length: 0\r\n\r\n",  # no Host
     ],
     ids=[
@@ -213,6 +215,7 @@ def ours(data: bytes):
         "long-header",
         "many-headers",
         "long-line",
+        "fragment",
         "no-host",
     ],
 )
@@ -222,3 +225,14 @@ def test_a_request_that_is_not_plain_is_left_to_gunicorn(data):
 
 def test_the_plain_request_those_are_made_from_is_served():
     assert ours(request()) is not None
+
+
+def test_a_scheme_header_the_operator_configured_is_left_to_gunicorn():
+    cfg = Config()
+    cfg.set("secure_scheme_headers", {"X-Scheme": "https"})
+    assert ours(request("X-Scheme: https"), cfg) is None
+    assert ours(request("X-Scheme: https")) is not None  # not one of gunicorn's by default
+
+
+def test_a_request_over_a_unix_socket_is_left_to_gunicorn():
+    assert ours(request(), client="") is None
