@@ -21,8 +21,10 @@ two kinds of request before Django sees them:
 
 Refusing costs a few dozen microseconds, not a pass through Django's handler and middleware: a
 refusal must stay much cheaper than serving, or an overloaded server spends its time refusing
-until it serves nobody. Without that worker (`runserver`, the test client) no queue time is
-known and nothing is shed.
+until it serves nobody. For the same reason the worker asks this class for its bar
+(`bar_ms`, `door_bar_ms`) and its answer (`refusal`) and refuses most late requests itself, before
+gunicorn parses them (`config.server`); this middleware refuses the rest. Without that worker
+(`runserver`, the test client) no queue time is known and nothing is shed.
 """
 
 from __future__ import annotations
