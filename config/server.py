@@ -20,7 +20,7 @@ A refusal must cost far less than serving, or an overloaded server spends its ti
 twice the capacity (single reports, 2 cores) each 503 that went through gunicorn's request parser,
 its WSGI environ and its response writer cost about a third of a served report, and goodput fell
 to half the capacity. So the worker refuses on its own, by the bar `Shedding` keeps
-(`Shedding.bar_ms`), with the response `Shedding.refusal` writes, in two places:
+(`Shedding.bar_ms`), with the 503 `Shedding` answers (`shed`), in two places:
 
 - at a thread, before parsing: a request whose wait is past the bar is read off the socket
   whole and answered with the 503 (`refuse`);
@@ -68,7 +68,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache, partial
+from email.utils import formatdate
+from functools import cache, lru_cache, partial
 from typing import Any
 
 from gunicorn.http.body import LengthReader
@@ -380,10 +381,8 @@ class ThreadWorker(GunicornThreadWorker):
             _handling.handed_over = True
             return None
         keep = self._keeps(head)
-        lines = [f"HTTP/1.1 {status}", *(f"{name}: {value}" for name, value in headers)]
-        lines += [f"Date: {overload.http_date()}", _CONNECTION[keep]]
         try:
-            conn.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+            conn.sock.sendall(http_response(status, headers, body, keep_alive=keep))
         except OSError:  # the client left meanwhile: as gunicorn, nothing more to do
             return False, conn
         sent = _Sent(status, len(body), headers)
@@ -430,7 +429,10 @@ class ThreadWorker(GunicornThreadWorker):
             _put_back(conn, data)
             return None
         keep = self._keeps(head)
-        answer = self.shedding.refusal(head.method, head.path, reason, keep_alive=keep)
+        environ = {"REQUEST_METHOD": head.method, "PATH_INFO": head.path}
+        status, headers, body = self.app_parts[1].shed(environ, reason)
+        headers["Content-Length"] = str(len(body))
+        answer = http_response(status, headers.items(), body, keep_alive=keep)
         self.shedding.note_shed(now)
         self._note_refusal(where, now)
         try:
@@ -488,6 +490,22 @@ def head_headers(head: RequestHead) -> list[tuple[str, str]]:
 
 
 _CONNECTION = {True: "Connection: keep-alive", False: "Connection: close"}
+
+
+def http_response(
+    status: str, headers: Iterable[tuple[str, str]], body: bytes, *, keep_alive: bool
+) -> bytes:
+    """A whole HTTP/1.1 response, status line to body, as the worker writes it itself (a served
+    report, a refusal): the headers given (Content-Length among them), Date and Connection."""
+    lines = [f"HTTP/1.1 {status}", *(f"{name}: {value}" for name, value in headers)]
+    lines += [f"Date: {_http_date(int(time.time()))}", _CONNECTION[keep_alive]]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+@lru_cache(maxsize=1)
+def _http_date(second: int) -> str:
+    """An HTTP Date header's value, formatted once a second."""
+    return formatdate(second, usegmt=True)
 
 
 def _put_back(conn: Any, data: bytes) -> None:

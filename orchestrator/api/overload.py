@@ -22,7 +22,7 @@ two kinds of request before Django sees them:
 Refusing costs a few dozen microseconds, not a pass through Django's handler and middleware: a
 refusal must stay much cheaper than serving, or an overloaded server spends its time refusing
 until it serves nobody. For the same reason the worker asks this class for its bar
-(`bar_ms`, `door_bar_ms`) and its answer (`refusal`) and refuses most late requests itself, before
+(`bar_ms`, `door_bar_ms`), answers with `shed`'s 503 and refuses most late requests itself, before
 gunicorn parses them (`config.server`); this middleware refuses the rest. Without that worker
 (`runserver`, the test client) no queue time is known and nothing is shed.
 """
@@ -34,8 +34,6 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Iterable
-from email.utils import formatdate
-from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -105,29 +103,6 @@ class Shedding:
     def note_shed(self, now: float) -> None:
         """A request was shed at `now`: the process is overloaded for OVERLOAD_SECONDS more."""
         self.overloaded_until = now + OVERLOAD_SECONDS
-
-    def refusal(self, method: str, path: str, reason: str, *, keep_alive: bool) -> bytes:
-        """A whole HTTP/1.1 503 response, status line to body, for a request the web worker
-        refuses before parsing it (`reason` says what it waited for): the same envelope, status
-        and Retry-After as a request shed here, written straight to its socket."""
-        status, headers, body = shed({"REQUEST_METHOD": method, "PATH_INFO": path}, reason)
-        headers |= {
-            "Content-Length": str(len(body)),
-            "Connection": "keep-alive" if keep_alive else "close",
-            "Date": http_date(),
-        }
-        lines = [f"HTTP/1.1 {status}", *(f"{name}: {value}" for name, value in headers.items())]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-def http_date() -> str:
-    """The current time as an HTTP Date header, formatted at most once a second."""
-    return _http_date(int(time.time()))
-
-
-@lru_cache(maxsize=1)
-def _http_date(second: int) -> str:
-    return formatdate(second, usegmt=True)
 
 
 def _answer(
