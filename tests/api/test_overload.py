@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -232,7 +233,9 @@ def test_a_refused_request_is_answered_before_parsing_and_its_connection_kept(po
     assert set(envelope) == ENVELOPE_KEYS and envelope["failure_type"] == "server_fault"
     assert "this request waited" in envelope["detail"]
     assert envelope["attempted"] == {"operation": "POST /api/v1/runs"}
-    assert "refused 1 requests before parsing" in log and "1 waiting for a thread" in log
+    # At least the late one (a readiness probe sent while the worker booted may be counted too).
+    refused = re.findall(r"refused \d+ requests before parsing .* (\d+) waiting for a thread", log)
+    assert refused and int(refused[-1]) >= 1, log
     assert again[0] == 201, again
     assert set(Run.objects.values_list("topic", flat=True)) == {"first", "again"}
 
