@@ -273,9 +273,14 @@ class ThreadWorker(GunicornThreadWorker):
         self.shedding: Any = None
         self.reports: Any = None  # FastReports, when single reports are served here
         self.report_path = ""
-        self._refused = {"door": 0, "thread": 0}
-        self._logged_at = time.monotonic()
+        self.init_counts()
         super().init_process()
+
+    def init_counts(self) -> None:
+        """No refusal counted or logged yet."""
+        self._refused = {"door": 0, "thread": 0}  # refusals not logged yet
+        self._refusals_lock = threading.Lock()  # refused by threads and by the loop
+        self._logged_at = time.monotonic() - _LOG_EVERY_SECONDS  # the first is logged at once
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -459,20 +464,37 @@ class ThreadWorker(GunicornThreadWorker):
             )
 
     def _note_refusal(self, where: str, now: float) -> None:
-        """Count it; say how many were refused, at most once a second while it goes on."""
-        self._refused[where] += 1
-        if now - self._logged_at >= _LOG_EVERY_SECONDS:
+        """Count it, and say so (`_say_refusals`)."""
+        with self._refusals_lock:
+            self._refused[where] += 1
+        self._say_refusals(now)
+
+    def notify(self) -> None:
+        """The loop's heartbeat, every turn (at least once a second): also says the refusals
+        counted since the last line, so that the end of an overload is logged within about a
+        second, not only at the next refusal (which may never come)."""
+        super().notify()
+        self._say_refusals(time.monotonic())
+
+    def _say_refusals(self, now: float) -> None:
+        """Log how many requests were refused before parsing since the last such line, at most
+        once a second. The first refusal after a quiet second is logged at once."""
+        if now - self._logged_at < _LOG_EVERY_SECONDS:
+            return
+        with self._refusals_lock:
             door, thread = self._refused["door"], self._refused["thread"]
-            logger.info(  # shedding is the design under overload, not a fault
-                "overloaded: refused %d requests before parsing in %.1f s "
-                "(%d at the door, %d waiting for a thread)",
-                door + thread,
-                now - self._logged_at,
-                door,
-                thread,
-            )
+            if not door + thread:
+                return
             self._refused = {"door": 0, "thread": 0}
-            self._logged_at = now
+            since, self._logged_at = self._logged_at, now
+        logger.info(  # shedding is the design under overload, not a fault
+            "overloaded: refused %d requests before parsing in %.1f s "
+            "(%d at the door, %d waiting for a thread)",
+            door + thread,
+            now - since,
+            door,
+            thread,
+        )
 
 
 @dataclass(slots=True)

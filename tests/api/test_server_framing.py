@@ -5,7 +5,9 @@ over a real socket pair."""
 
 from __future__ import annotations
 
+import re
 import socket
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +15,7 @@ from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
 from gunicorn.http.wsgi import base_environ, create
 
-from config.server import complete_request, nothing_buffered, report_environ
+from config.server import ThreadWorker, complete_request, nothing_buffered, report_environ
 
 BODY = b'{"status": "ok", "agent": "a", "source": "s"}'
 
@@ -236,3 +238,31 @@ def test_a_scheme_header_the_operator_configured_is_left_to_gunicorn():
 
 def test_a_request_over_a_unix_socket_is_left_to_gunicorn():
     assert ours(request(), client="") is None
+
+
+def test_refusals_are_logged_at_once_then_once_a_second_and_the_last_by_the_heartbeat(caplog):
+    """The worker's count of refusals before parsing (they are not in the access log): the first
+    one at once, the rest at most once a second, and those after the last line by the loop's
+    heartbeat, even when no refusal follows (a worker that booted less than a second before an
+    overload once logged nothing at all). The counting and the log only: no server needed."""
+    worker = ThreadWorker.__new__(ThreadWorker)  # gunicorn's constructor wants a whole arbiter
+    worker.init_counts()
+    caplog.set_level("INFO", logger="config.server")
+    t = time.monotonic()
+
+    def said() -> list[tuple[int, int]]:
+        pattern = r"refused \d+ requests before parsing in [\d.]+ s \((\d+) at the door, (\d+) "
+        found = [re.search(pattern, r.getMessage()) for r in caplog.records]
+        return [(int(m[1]), int(m[2])) for m in found if m]
+
+    worker._note_refusal("thread", t)
+    assert said() == [(0, 1)]  # at once
+    worker._note_refusal("door", t + 0.1)
+    worker._note_refusal("door", t + 0.2)
+    assert said() == [(0, 1)]  # not twice within a second
+    worker._say_refusals(t + 0.5)  # a heartbeat too soon
+    assert said() == [(0, 1)]
+    worker._say_refusals(t + 1.1)  # the heartbeat a second on: the two left are said
+    assert said() == [(0, 1), (2, 0)]
+    worker._say_refusals(t + 5)  # nothing more refused: nothing more said
+    assert said() == [(0, 1), (2, 0)]
