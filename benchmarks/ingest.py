@@ -790,7 +790,6 @@ def open_loop_rows(
             rate = rows[-1]["offered"] * 2
             row = one_row(base, secret, master, rate, seconds, f"probe-{rate:g}")
             row["label"] = f"{rate:,.0f}/s (probe)"
-            row["probe_row"] = True
             rows.append(row)
         capacity = measured_capacity(rows)
         if capacity:

@@ -481,9 +481,9 @@ class ThreadWorker(GunicornThreadWorker):
         once a second. The first refusal after a quiet second is logged at once."""
         if now - self._logged_at < _LOG_EVERY_SECONDS:
             return
-        with self._refusals_lock:
+        with self._refusals_lock:  # checked again: another thread may have just said them
             door, thread = self._refused["door"], self._refused["thread"]
-            if not door + thread:
+            if not door + thread or now - self._logged_at < _LOG_EVERY_SECONDS:
                 return
             self._refused = {"door": 0, "thread": 0}
             since, self._logged_at = self._logged_at, now

@@ -65,8 +65,10 @@ def test_the_ingest_benchmark_runs_and_reports_its_rates_and_single_reports():
     assert any(line.strip().startswith("100/s ") for line in lines), done.stdout  # open loop
     # A server that kept up with 100/s is offered twice that, then four times (the smoke run's
     # cap), before "twice its capacity": capacity is what it served, never just what was offered.
+    # Kept up: all 100 served in the second, none shed, no timeout, p99 within 25 ms (the row's
+    # columns: offered, p50, p95, p99, goodput, shed, other, broken, timeouts …).
+    first = next(line.split() for line in lines if line.strip().startswith("100/s "))
+    kept_up = float(first[3]) <= 25 and first[4] == "100" and first[5] == first[8] == "0"
     probes = [line.split()[0] for line in lines if "(probe)" in line]
-    kept_up = re.search(r"^\s+100/s\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+100\s+0\s", done.stdout, re.M)
-    if kept_up:
-        assert probes[:1] == ["200/s"], done.stdout
+    assert probes[:1] == (["200/s"] if kept_up else []), done.stdout
     assert any("best offered rate with p99 <= 25 ms" in line for line in lines), done.stdout
