@@ -55,6 +55,11 @@ def test_the_ingest_benchmark_runs_and_reports_its_rates_and_single_reports():
     # for the suite; docs/run-indexes.md has its figures)
     assert any("deleting one run" in line and "bare DELETE" in line for line in lines), done.stdout
     assert sum("x a batched run's share" in line for line in lines) == 2, done.stdout
+    # the interpreter CPU of the same single reports and batches, per run
+    cpu = done.stdout.split("the interpreter CPU in those figures", 1)[-1].splitlines()[1:4]
+    assert [line.split()[0] for line in cpu] == ["one", "8", "batch"], done.stdout
+    ms = [re.search(r"([\d.]+)(?:\s+=|$)", line) for line in cpu]
+    assert all(m and float(m.group(1)) > 0 for m in ms), done.stdout
     # the machine's speed meanwhile (a shared VM's drifts): the probe loop's time before and
     # after, and the CPU the hypervisor took (Linux's /proc/stat)
     assert re.search(
@@ -72,3 +77,12 @@ def test_the_ingest_benchmark_runs_and_reports_its_rates_and_single_reports():
     probes = [line.split()[0] for line in lines if "(probe)" in line]
     assert probes[:1] == (["200/s"] if kept_up else []), done.stdout
     assert any("best offered rate with p99 <= 25 ms" in line for line in lines), done.stdout
+    # Twice the capacity is an overload: an offer that served clearly more than the capacity it
+    # doubled is marked "(no overload)" and twice the new capacity is offered (3 tries at most).
+    # The last one is the row the goodput is judged on.
+    retried = [line for line in lines if "(no overload)" in line and line.strip()[0].isdigit()]
+    final = [line for line in lines if line.strip().startswith("2 x capacity (")]
+    assert len(final) == 1 and len(retried) <= 2, done.stdout
+    capacity = float(re.search(r"2 x capacity \(([\d,]+)/s\)", final[0])[1].replace(",", ""))
+    served = float(final[0].split()[7].replace(",", ""))  # 2 x capacity (N/s) p50 p95 p99 goodput
+    assert served <= 1.05 * capacity or len(retried) == 2, done.stdout
