@@ -1112,6 +1112,8 @@ class RunKey(models.Model):
     SQLite, whose run table keeps its own unique constraints.
     """
 
+    # Looked up by equality only: migration 0017 drops the LIKE index Django builds beside it
+    # on PostgreSQL (a schema change to this field would build it again: drop it again).
     key = models.CharField(max_length=400, primary_key=True)
     run_id = models.BigIntegerField()
     created_at = models.DateTimeField()

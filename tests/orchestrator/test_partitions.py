@@ -126,6 +126,27 @@ def test_a_slot_is_claimed_once_whatever_the_day(postgres):
         run_at(datetime.now(UTC) + timedelta(days=3), workflow=wf, slot=f"{wf.pk}:t:s")
 
 
+def test_claims_have_their_primary_key_and_no_pattern_index(postgres):
+    # A claim is looked up by equality only; the LIKE index Django builds beside a varchar key
+    # (varchar_pattern_ops) cost every inserted run a B-tree write per claim (migration 0017).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'orchestrator_runkey'"
+            " AND schemaname = current_schema()"
+        )
+        indexes = [row[0] for row in cursor.fetchall()]
+    assert any("UNIQUE" in d and "(key)" in d for d in indexes), indexes
+    assert not [d for d in indexes if "pattern_ops" in d], indexes
+    # the key lookups still read the primary key
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "EXPLAIN SELECT key FROM orchestrator_runkey WHERE key = ANY(%s)", [["i:1:k-1"]]
+        )
+        plan = " ".join(row[0] for row in cursor.fetchall())
+    assert "orchestrator_runkey_pkey" in plan, plan
+
+
 def test_deleting_a_run_releases_its_claims(postgres, api_token):
     token, _ = api_token
     stored = report(token.pk, "gone-1")
