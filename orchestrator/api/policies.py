@@ -92,8 +92,10 @@ def policy_versions(request: HttpRequest, filters: Query[VersionFilters]) -> dic
         qs = qs.filter(version__lt=filters.before)
     rows = list(qs[: filters.limit + 1])
     page = rows[: filters.limit]
+    if not page:
+        return {"items": [], "next_before": None}
     older = rows[filters.limit] if len(rows) > filters.limit else None
-    if older is None and page:
+    if older is None:
         older = PolicyVersion.objects.filter(version__lt=page[-1].version).newest_first().first()
     previous = [*page[1:], older]
     items = [version_out(v, before) for v, before in zip(page, previous, strict=True)]

@@ -141,3 +141,9 @@ def test_the_migration_rebuilds_the_versions_the_audit_trail_accounts_for(db):
     rebuilt = {v.version: (v.policies, v.overrides) for v in PolicyVersion.objects.all()}
     for version in (first, second, third, first - 1):
         assert rebuilt[version] == kept[version], version
+
+
+def test_a_page_before_the_first_version_is_empty_not_an_error(client, auth_headers):
+    response = client.get("/api/v1/policies/versions?before=1", **auth_headers)
+    assert response.status_code == 200
+    assert response.json() == {"items": [], "next_before": None}
