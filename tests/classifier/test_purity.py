@@ -37,7 +37,7 @@ def test_importing_and_using_the_classifier_loads_no_third_party_module() -> Non
 
 
 def test_no_module_imports_anything_but_the_standard_library() -> None:
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
