@@ -1,6 +1,7 @@
 """Secure by default: /metrics needs its token unless an allow-list is set, forwarded addresses
 count only from trusted proxies, sign-in is throttled and locked (and audited), and `check
---deploy` passes with the README's production settings, and fails without a shared cache."""
+--deploy` passes with the production settings of docs/deployment.md, and fails without a shared
+cache."""
 
 from __future__ import annotations
 
@@ -125,8 +126,8 @@ def test_the_lockout_needs_the_limit_and_spares_other_addresses(client, operator
 
 
 def readme_production_settings() -> dict[str, str]:
-    """The variables the README's "Scaling out" section exports, placeholders filled in."""
-    readme = (ROOT / "README.md").read_text()
+    """The variables docs/deployment.md's "Scaling out" section exports, placeholders filled in."""
+    readme = (ROOT / "docs" / "deployment.md").read_text()
     section = readme.split("## Scaling out", 1)[1]
     block = section.split("```sh", 1)[1].split("```", 1)[0]
     found: dict[str, str] = {}
