@@ -1,6 +1,6 @@
 """How much does classify cost, beside the failure it classifies?
 
-The corpus is the classifier's test corpus, tests/classifier/corpus.py, not a copy of it: every
+The corpus is the classifier's test corpus, tests/classifier/corpus/, not a copy of it: every
 case there runs here against the same local fault servers (tests/classifier/faults.py: an HTTP
 and a gRPC server on 127.0.0.1, a refused port, a silent port). For each case:
 

@@ -1,4 +1,4 @@
-"""The corpus (tests/classifier/corpus.py): each real library exception, raised against the local
+"""The corpus (tests/classifier/corpus/): each real library exception, raised against the local
 fault servers, gets the category (and evidence) its case expects."""
 
 from __future__ import annotations
