@@ -64,7 +64,7 @@ def database_url() -> str:
 @contextlib.contextmanager
 def app_sending_to(url: str, queue: str) -> Iterator[None]:
     """Point this process's Celery app (it enqueues after commit) at the test broker and queue."""
-    saved = {k: app.conf[k] for k in ("broker_url", "task_default_queue")}
+    saved = {k: app.conf[k] for k in ("broker_url", "broker_transport", "task_default_queue")}
     saved["broker_transport_options"] = dict(app.conf.broker_transport_options or {})
 
     def reset() -> None:
@@ -74,6 +74,7 @@ def app_sending_to(url: str, queue: str) -> Iterator[None]:
 
     app.conf.update(
         broker_url=url,
+        broker_transport=None,  # the URL's scheme, not the settings' filesystem transport
         task_default_queue=queue,
         broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT},
     )
