@@ -14,8 +14,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from dashboard import groups
-from dashboard.models import FailureGroup
+from insights import groups
+from insights.models import FailureGroup
 from orchestrator.models import ReviewItem, Run
 
 from .conftest import make_failure, make_review, make_workflow
@@ -205,7 +205,7 @@ def test_failure_groups_from_a_tile_to_a_group_and_back_as_a_regression(page, op
     assert "failure_type=timeout" in page.url and "range=24h" in page.url
     rows = page.locator("#groups-table tbody tr")
     expect(rows).to_have_count(1)
-    expect(rows.first).to_contain_text("readtimeout after <n> s")
+    expect(rows.first).to_contain_text("readtimeout after <num> s")
     rows.first.locator("a").first.click()
     page.wait_for_load_state("networkidle")
     expect(page.locator("h2").first).to_have_text("6 failures")
