@@ -10,6 +10,7 @@ from django.contrib import admin, messages
 from django.db import models
 from django.http import HttpRequest
 
+from orchestrator.coordination.policy_changes import delete_policy_object, save_policy_change
 from orchestrator.models import (
     ApiToken,
     AuditEntry,
@@ -23,8 +24,6 @@ from orchestrator.models import (
     WebhookAttempt,
     WebhookDelivery,
     Workflow,
-    delete_policy_object,
-    save_policy_change,
 )
 
 

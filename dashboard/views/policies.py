@@ -18,15 +18,17 @@ from dashboard.forms import ProviderOverrideForm, RoutingPolicyForm
 from dashboard.views.common import wants_fragment
 from orchestrator.analytics import dryrun
 from orchestrator.coordination.policy import preview_delays
+from orchestrator.coordination.policy_changes import (
+    delete_policy_object,
+    restore_policy_version,
+    save_policy_change,
+)
 from orchestrator.models import (
     AuditEntry,
     PolicyState,
     PolicyVersion,
     ProviderOverride,
     RoutingPolicy,
-    delete_policy_object,
-    restore_policy_version,
-    save_policy_change,
 )
 
 

@@ -242,7 +242,8 @@ def review_resolve(request: HttpRequest, pk: int) -> HttpResponse:
         return _item_response(request, item, form=form)
     data = form.cleaned_data
     try:
-        resolved = item.resolve(
+        resolved = review.resolve(
+            item,
             request.user,
             data["resolution"],
             note=data["note"],

@@ -1,9 +1,9 @@
 """The routing policy as the coordinator reads it: a snapshot cached by policy version.
 
-Every policy or override change goes through `models.save_policy_change`, which bumps the version,
+Every policy or override change goes through `policy_changes`, which bumps the version,
 so one cheap version read per decision is enough to never route on stale rules. The same version
 keys a classifier holding the enabled provider overrides, and the policy page's delay preview
-reads the rows through `routing`. Editing and auditing the rows is the model's job, not this one's.
+reads the rows through `routing`. Editing and auditing the rows is `policy_changes`'s job.
 """
 
 from __future__ import annotations

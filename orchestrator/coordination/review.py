@@ -1,15 +1,12 @@
-"""Human review, on the coordinator's side: which resolutions can work, continuing after one,
-and overdue fallbacks.
+"""Human review, on the coordinator's side: which resolutions can work, resolving with a saved
+provider override, continuing after a resolution, and overdue fallbacks.
 
 Claiming and resolving are the model's (`ReviewItem.claim`, `ReviewItem.resolve`: conditional
-updates with an audit row); the model announces each resolution with the `review_resolved` signal,
-inside its transaction, and the receiver here writes the workflow's step into the outbox in that
-same transaction; the step applies the decision once (`workflow._apply_resolution`) and writes
-what it did on the item. `resolution_options` says, before anyone decides, which resolutions can
-work for an item and why the others cannot (a switch needs a source the coordinator would switch
-to: another registered source of the capability that the topic has not tried, or one the run
-suggested). Items left undecided past their deadline get their failure type's fallback from the
-routing policy.
+updates with an audit row); `resolve` here adds the provider override an operator may save. The
+model announces each resolution with `review_resolved` inside its transaction; the receiver here
+writes the workflow's step into the outbox in that same transaction, and the step applies the
+decision once (`workflow._apply_resolution`). `resolution_options` says, before anyone decides,
+which resolutions can work for an item and why the others cannot.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import receiver
 
-from orchestrator.coordination import clock, dispatch, policy
+from orchestrator.coordination import clock, dispatch, policy, policy_changes
 from orchestrator.coordination.registry import registry
 from orchestrator.models import CREATED_AFTER_MARGIN, ReviewItem, Run, review_resolved
 from orchestrator.vocabulary import FailureCategory
@@ -129,6 +126,34 @@ def group_options(
         ResolutionOption(o.value, o.available, o.why + (note if o.available else ""))
         for o in options
     ]
+
+
+def resolve(
+    item: ReviewItem,
+    user: Any,
+    resolution: str,
+    *,
+    note: str = "",
+    edited_input: dict | None = None,
+    failure_type: str | None = None,
+    save_override: bool = False,
+    apply_to_group: bool = False,
+) -> int:
+    """`ReviewItem.resolve`, and with `save_override` a provider override from the item's raw
+    error so the next such error classifies itself (`failure_type` given), in one transaction: an
+    override that fails validation resolves nothing. Return how many items were resolved."""
+    with transaction.atomic():
+        resolved = item.resolve(
+            user,
+            resolution,
+            note=note,
+            edited_input=edited_input,
+            failure_type=failure_type,
+            apply_to_group=apply_to_group,
+        )
+        if resolved and save_override and failure_type:
+            policy_changes.save_override_from_review(item, user, failure_type, note)
+    return resolved
 
 
 @receiver(review_resolved, dispatch_uid="coordination.review.continue_workflow")

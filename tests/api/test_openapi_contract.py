@@ -11,7 +11,8 @@ import pytest
 from django.db import OperationalError, connection
 from django.test import override_settings
 
-from orchestrator.models import PolicyState, ProviderOverride, Run, Workflow, save_policy_change
+from orchestrator.coordination.policy_changes import save_policy_change
+from orchestrator.models import PolicyState, ProviderOverride, Run, Workflow
 from tests.api.helpers import post_json
 
 API = "/api/v1"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from classifier import FailureCategory
-from orchestrator.models import PolicyState, ProviderOverride, save_policy_change
+from orchestrator.coordination.policy_changes import save_policy_change
+from orchestrator.models import PolicyState, ProviderOverride
 
 
 def test_it_lists_one_policy_per_failure_type_with_the_version(client, auth_headers):

@@ -23,7 +23,8 @@ from dashboard.stats import (
     window_stats,
 )
 from dashboard.tiles import overview_tiles
-from orchestrator.models import Action, Run, RunSets
+from orchestrator.models import Run, RunSets
+from orchestrator.vocabulary import Action
 
 from .conftest import make_failure, make_review, make_run, make_workflow
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from orchestrator.coordination.policy_changes import restore_policy_version, save_policy_change
 from orchestrator.models import (
     AuditEntry,
     PolicyState,
@@ -12,7 +13,6 @@ from orchestrator.models import (
     ProviderOverride,
     RoutingPolicy,
     Run,
-    save_policy_change,
 )
 
 from .conftest import make_failure
@@ -40,8 +40,6 @@ def test_every_edit_keeps_the_whole_table_at_its_version(db):
 
 
 def test_restoring_version_n_makes_version_n_plus_one_equal_to_n(policy_editor, db):
-    from orchestrator.models import restore_policy_version
-
     kept = _edit_timeout(5)
     _edit_timeout(2)
     save_policy_change(

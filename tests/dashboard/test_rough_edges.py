@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from orchestrator.models import PolicyState, RoutingPolicy, save_policy_change
+from orchestrator.coordination.policy_changes import save_policy_change
+from orchestrator.models import PolicyState, RoutingPolicy
 
 from .conftest import make_workflow
 

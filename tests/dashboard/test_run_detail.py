@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from orchestrator.models import Action, Run
+from orchestrator.models import Run
+from orchestrator.vocabulary import Action
 
 from .conftest import (
     HOSTILE_IMG,

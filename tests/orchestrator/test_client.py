@@ -10,7 +10,8 @@ import pytest
 
 from classifier import classify
 from orchestrator.client import AgentClient, ClientError
-from orchestrator.models import ApiToken, ProviderOverride, Run, save_policy_change
+from orchestrator.coordination.policy_changes import save_policy_change
+from orchestrator.models import ApiToken, ProviderOverride, Run
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 

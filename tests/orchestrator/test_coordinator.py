@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.coordination import actions, budget, dispatch, execution, review, workflow
+from orchestrator.coordination.policy_changes import save_policy_change
 from orchestrator.coordination.simulation import drive, simulated
 from orchestrator.models import (
     AuditEntry,
@@ -20,7 +21,6 @@ from orchestrator.models import (
     Run,
     SourceHealth,
     Workflow,
-    save_policy_change,
 )
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -364,7 +364,7 @@ def test_resolving_an_unclassified_item_can_save_an_override(sim, operator):
     sim.drive()
     item = ReviewItem.objects.get()
     version = PolicyState.current_version()
-    item.resolve(operator, "abort", failure_type="server_fault", save_override=True)
+    review.resolve(item, operator, "abort", failure_type="server_fault", save_override=True)
     override = ProviderOverride.objects.get(provider="news_api")
     assert (override.match_on, override.failure_type) == ("exception_type", "server_fault")
     assert "ToolGlitch" in override.match_value

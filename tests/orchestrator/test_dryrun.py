@@ -9,7 +9,8 @@ import pytest
 from django.utils import timezone
 
 from orchestrator.analytics import dryrun
-from orchestrator.models import RoutingPolicy, Run, save_policy_change
+from orchestrator.coordination.policy_changes import save_policy_change
+from orchestrator.models import RoutingPolicy, Run
 
 TIMEOUT_ROW = dict(
     max_attempts=3,

@@ -1,0 +1,291 @@
+"""The routing policy: its version and history, the routing table, provider overrides, and each
+source's retry budget and circuit breaker. Changing them, with an audit row and a version bump,
+is `orchestrator.coordination.policy_changes`'s job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from orchestrator.memo import LocalMemo
+from orchestrator.models.audit import actor_label
+from orchestrator.models.runs import FailureType
+from orchestrator.vocabulary import Action, Breaker, Jitter
+
+_POLICY_VERSION: LocalMemo[int] = LocalMemo(lambda: settings.POLICY_VERSION_CACHE_SECONDS)
+
+
+class PolicyState(models.Model):
+    """The single row holding the routing policy's version, bumped on every policy change."""
+
+    version = models.PositiveIntegerField(default=1)
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"policy version {self.version}"
+
+    @classmethod
+    def current_version(cls) -> int:
+        row = cls.objects.filter(pk=1).values_list("version", flat=True).first()
+        return row or 1
+
+    @classmethod
+    def announced_version(cls) -> int:
+        """The version as every API answer announces it: `current_version`, remembered per
+        process for POLICY_VERSION_CACHE_SECONDS (an edit in this process is seen at once)."""
+        return _POLICY_VERSION.get(None, cls.current_version)
+
+    @classmethod
+    def bump(cls) -> int:
+        """Bump the version inside the caller's transaction; return the new version."""
+        _POLICY_VERSION.forget()
+        transaction.on_commit(_POLICY_VERSION.forget)
+        cls.objects.get_or_create(pk=1)
+        cls.objects.filter(pk=1).update(version=F("version") + 1, changed_at=timezone.now())
+        return cls.current_version()
+
+
+class PolicyVersionQuerySet(models.QuerySet):
+    def newest_first(self) -> PolicyVersionQuerySet:
+        return self.order_by("-version")
+
+
+class PolicyVersion(models.Model):
+    """The whole routing table and every provider override as they stood at one policy version.
+
+    Written in the transaction that bumps the version, so the history holds every version with
+    its full content: a version's diff is a comparison with the one before, and restoring one is
+    writing its content back as a new version.
+    """
+
+    version = models.PositiveIntegerField(unique=True)
+    policies = models.JSONField(default=list, help_text="RoutingPolicy.snapshot() of every row")
+    overrides = models.JSONField(default=list, help_text="ProviderOverride.snapshot() of every row")
+    actor_label = models.CharField(max_length=150, blank=True)
+    note = models.TextField(blank=True)
+    restored_from = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = PolicyVersionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-version"]
+
+    def __str__(self) -> str:
+        return f"policy version {self.version}"
+
+    @classmethod
+    def capture(
+        cls, version: int, actor: Any = None, note: str = "", restored_from: int | None = None
+    ) -> PolicyVersion:
+        """Record the current rows under `version` (inside the transaction that bumped it)."""
+        return cls.objects.create(
+            version=version,
+            policies=[p.snapshot() for p in RoutingPolicy.objects.order_by("failure_type")],
+            overrides=[o.snapshot() for o in ProviderOverride.objects.all()],
+            actor_label=actor_label(actor),
+            note=note,
+            restored_from=restored_from,
+        )
+
+    def rules_by_type(self) -> dict[str, dict[str, Any]]:
+        return {row["failure_type"]: row for row in self.policies}
+
+    def overrides_by_match(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        return {(o["provider"], o["match_on"], o["match_value"]): o for o in self.overrides}
+
+    def changes_since(self, older: PolicyVersion | None) -> list[dict[str, Any]]:
+        """What differs from `older`: one entry per changed field of a routing row, per override
+        added, removed or changed (`older` None: nothing to compare with, no entry)."""
+        if older is None:
+            return []
+        changes: list[dict[str, Any]] = []
+        old_rules, new_rules = older.rules_by_type(), self.rules_by_type()
+        for ftype in sorted(old_rules.keys() | new_rules.keys()):
+            before, after = old_rules.get(ftype, {}), new_rules.get(ftype, {})
+            for key in sorted(before.keys() | after.keys()):
+                if key != "failure_type" and before.get(key) != after.get(key):
+                    old, new = before.get(key), after.get(key)
+                    changes.append({"what": f"{ftype}.{key}", "before": old, "after": new})
+        old_o, new_o = older.overrides_by_match(), self.overrides_by_match()
+        for match in sorted(old_o.keys() | new_o.keys()):
+            if old_o.get(match) != new_o.get(match):
+                what = "override " + ":".join(part or "*" for part in match)
+                old, new = old_o.get(match), new_o.get(match)
+                changes.append({"what": what, "before": old, "after": new})
+        return changes
+
+
+class RoutingPolicy(models.Model):
+    """How the coordinator routes one failure type: backoff, attempts, and what to do after."""
+
+    Jitter = Jitter
+
+    EXHAUSTED_ACTIONS = [
+        (a.value, a.label)
+        for a in (Action.ESCALATE, Action.SWITCH_SOURCE, Action.ACCEPT_PARTIAL, Action.ABORT)
+    ]
+    REVIEW_FALLBACKS = [(a.value, a.label) for a in (Action.ACCEPT_PARTIAL, Action.ABORT)]
+
+    failure_type = models.CharField(max_length=20, choices=FailureType.choices, unique=True)
+    max_attempts = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(20)],
+        help_text="Attempts in all, the first included (1 means never retry)",
+    )
+    base_delay = models.FloatField(validators=[MinValueValidator(0)], help_text="Seconds")
+    max_delay = models.FloatField(validators=[MinValueValidator(0)], help_text="Seconds")
+    multiplier = models.FloatField(default=2.0, validators=[MinValueValidator(1)])
+    jitter = models.CharField(max_length=8, choices=Jitter.choices(), default=Jitter.FULL)
+    action_when_exhausted = models.CharField(max_length=20, choices=EXHAUSTED_ACTIONS)
+    hard_fail = models.BooleanField(
+        default=False, help_text="Never retried blindly (the same request cannot succeed)"
+    )
+    review_deadline = models.PositiveIntegerField(
+        default=24 * 3600, help_text="Seconds a review item may wait before its fallback applies"
+    )
+    review_fallback = models.CharField(
+        max_length=20, choices=REVIEW_FALLBACKS, default=Action.ACCEPT_PARTIAL
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "routing policies"
+        permissions = [("edit_policies", "Can edit routing policies and provider overrides")]
+
+    def __str__(self) -> str:
+        return f"policy for {self.failure_type}"
+
+    def clean(self) -> None:
+        both = self.max_delay is not None and self.base_delay is not None
+        if both and self.max_delay < self.base_delay:
+            raise ValidationError({"max_delay": "The maximum delay must be ≥ the base delay."})
+        if self.hard_fail and self.max_attempts and self.max_attempts > 1:
+            raise ValidationError(
+                {"max_attempts": "A hard-fail type is never retried: use 1 attempt."}
+            )
+
+    def snapshot(self) -> dict[str, Any]:
+        """The audited, cached, JSON-ready form of this row."""
+        return {
+            "failure_type": self.failure_type,
+            "max_attempts": self.max_attempts,
+            "base_delay": self.base_delay,
+            "max_delay": self.max_delay,
+            "multiplier": self.multiplier,
+            "jitter": self.jitter,
+            "action_when_exhausted": self.action_when_exhausted,
+            "hard_fail": self.hard_fail,
+            "review_deadline": self.review_deadline,
+            "review_fallback": self.review_fallback,
+        }
+
+
+class ProviderOverride(models.Model):
+    """A provider-specific rule mapping a signal onto the taxonomy, consulted before core rules."""
+
+    class MatchOn(models.TextChoices):
+        EXCEPTION_TYPE = "exception_type", "exception type name"
+        STATUS_CODE = "status_code", "status code"
+        PROVIDER_CODE = "provider_code", "provider error code"
+
+    provider = models.CharField(
+        max_length=100, blank=True, help_text="Source or provider it applies to; blank for all"
+    )
+    match_on = models.CharField(max_length=20, choices=MatchOn.choices)
+    match_value = models.CharField(max_length=300)
+    failure_type = models.CharField(max_length=20, choices=FailureType.choices)
+    retryable = models.BooleanField(
+        null=True, blank=True, help_text="Blank: the failure type's default"
+    )
+    note = models.CharField(max_length=300, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["provider", "match_on", "match_value"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "match_on", "match_value"], name="override_unique_match"
+            )
+        ]
+
+    def __str__(self) -> str:
+        scope = self.provider or "any provider"
+        return f"{scope}: {self.match_on}={self.match_value} → {self.failure_type}"
+
+    def clean(self) -> None:
+        if self.match_on == self.MatchOn.STATUS_CODE:
+            try:
+                code = int(self.match_value)
+            except (TypeError, ValueError):
+                raise ValidationError({"match_value": "A status code is a number."}) from None
+            if not 100 <= code <= 599:
+                raise ValidationError({"match_value": "A status code lies between 100 and 599."})
+
+    @classmethod
+    def best_signal(
+        cls, provider_code: str, status_code: int | None, exception_type: str
+    ) -> tuple[str, str]:
+        """The most reliable signal a run carried: provider code, then status, then type name."""
+        if provider_code:
+            return cls.MatchOn.PROVIDER_CODE, provider_code[:300]
+        if status_code:
+            return cls.MatchOn.STATUS_CODE, str(status_code)
+        return cls.MatchOn.EXCEPTION_TYPE, (exception_type or "")[:300]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "match_on": self.match_on,
+            "match_value": self.match_value,
+            "failure_type": self.failure_type,
+            "retryable": self.retryable,
+            "note": self.note,
+            "enabled": self.enabled,
+        }
+
+
+class SourceHealth(models.Model):
+    """Per source: the retry budget (a token bucket) and the circuit breaker, with settings."""
+
+    Breaker = Breaker
+
+    source = models.CharField(max_length=100, unique=True)
+    # Retry budget as in the AWS SDKs' standard retry mode: a retry costs tokens, a success refunds.
+    budget_capacity = models.FloatField(default=500, validators=[MinValueValidator(0)])
+    budget_tokens = models.FloatField(default=500, validators=[MinValueValidator(0)])
+    retry_cost = models.FloatField(default=5, validators=[MinValueValidator(0)])
+    timeout_retry_cost = models.FloatField(default=10, validators=[MinValueValidator(0)])
+    success_refund = models.FloatField(default=1, validators=[MinValueValidator(0)])
+    # Circuit breaker: open after N consecutive failures, probe after the cool-down.
+    breaker_state = models.CharField(
+        max_length=10, choices=Breaker.choices(), default=Breaker.CLOSED
+    )
+    breaker_threshold = models.PositiveIntegerField(default=5, validators=[MinValueValidator(1)])
+    breaker_cooldown = models.FloatField(default=30, validators=[MinValueValidator(0)])
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    # The provider asked everyone to wait (Retry-After): no call to this source before then.
+    not_before = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["source"]
+        verbose_name_plural = "source health"
+
+    def __str__(self) -> str:
+        return f"{self.source}: breaker {self.breaker_state}, budget {self.budget_tokens:.0f}"
+
+    @property
+    def budget_empty(self) -> bool:
+        return self.budget_tokens < self.retry_cost

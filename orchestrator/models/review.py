@@ -1,0 +1,348 @@
+"""Human review: escalations waiting for an operator, whose resolutions feed back into the
+coordinator (`orchestrator.coordination.review`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
+from django.db import models, transaction
+from django.db.models import Q
+from django.dispatch import Signal
+from django.utils import timezone
+
+from orchestrator import notify
+from orchestrator.models.audit import AuditEntry
+from orchestrator.models.runs import FailureType, Run
+from orchestrator.models.tokens import ApiToken
+from orchestrator.vocabulary import Delivery, FailureCategory, Origin
+
+if TYPE_CHECKING:
+    from orchestrator.models.delivery import WebhookDelivery
+
+# Sent inside the transaction that resolves a review item, with `item`; the coordinator continues
+# the item's workflow once that transaction commits.
+review_resolved = Signal()
+
+
+class ReviewItemQuerySet(models.QuerySet):
+    def open(self) -> ReviewItemQuerySet:
+        """Items still waiting for a decision (open or claimed), oldest first."""
+        return self.filter(state__in=ReviewItem.PENDING).order_by("created_at", "id")
+
+    def resolved(self) -> ReviewItemQuerySet:
+        """Decided items, the latest decision first."""
+        return self.filter(state=ReviewItem.State.RESOLVED).order_by("-resolved_at", "-id")
+
+    def overdue(self, now: datetime) -> ReviewItemQuerySet:
+        return self.open().filter(deadline_at__lte=now)
+
+    def with_signature(self, signature: str) -> ReviewItemQuerySet:
+        return self.open().filter(signature=signature)
+
+    def resolvable_by(self, user: Any) -> ReviewItemQuerySet:
+        """Pending items this user may decide: unclaimed, or claimed by them (never another's)."""
+        return self.filter(ReviewItem.resolvable(user))
+
+    def unapplied(self) -> ReviewItemQuerySet:
+        """Resolved items whose decision the coordinator has not applied yet."""
+        return self.filter(state=ReviewItem.State.RESOLVED, continued_at__isnull=True)
+
+    def blocking(self) -> ReviewItemQuerySet:
+        """Items that keep a workflow open: waiting for a human, or resolved but not applied.
+
+        A decision committed after a step read the resolutions must not find its workflow
+        already settled, so a resolved item counts until a step has applied it.
+        """
+        return self.filter(
+            Q(state__in=ReviewItem.PENDING)
+            | Q(state=ReviewItem.State.RESOLVED, continued_at__isnull=True)
+        )
+
+    def for_token(self, token: ApiToken) -> ReviewItemQuerySet:
+        """Items of the runs this token reported: what its agent's coordinator waits for."""
+        return self.filter(token=token)
+
+    def undelivered(self) -> ReviewItemQuerySet:
+        """Resolutions no agent has picked up yet, the earliest decision first (the feed)."""
+        return self.filter(state=ReviewItem.State.RESOLVED, delivered_at__isnull=True).order_by(
+            "resolved_at", "id"
+        )
+
+    def mark_continued(self, item_id: int, now: datetime) -> bool:
+        """Mark a resolved item applied; True for the one caller that wins (the step's guard)."""
+        return bool(
+            self.filter(
+                pk=item_id, state=ReviewItem.State.RESOLVED, continued_at__isnull=True
+            ).update(continued_at=now)
+        )
+
+
+class ReviewItem(models.Model):
+    """An escalation waiting for a human; its resolution feeds back into the coordinator."""
+
+    class State(models.TextChoices):
+        OPEN = "open"
+        CLAIMED = "claimed"
+        RESOLVED = "resolved"
+
+    class Resolution(models.TextChoices):
+        # Labels are written out: Django's default would capitalise some ("Retry", "Switch
+        # Source") and not others; every page shows them lowercase, as the decisions.
+        RETRY = "retry", "retry"
+        RETRY_EDITED = "retry_edited", "retry with edited input"
+        SWITCH_SOURCE = "switch_source", "switch source"
+        ACCEPT_PARTIAL = "accept_partial", "accept partial results"
+        ABORT = "abort", "abort"
+
+    PENDING = (State.OPEN, State.CLAIMED)
+
+    # Indexed (Django's default), no database constraint: runs are partitioned (see Run).
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="review_items", db_constraint=False
+    )
+    workflow = models.ForeignKey(
+        "Workflow", null=True, blank=True, on_delete=models.CASCADE, related_name="review_items"
+    )
+    reason = models.TextField()
+    failure_type = models.CharField(
+        max_length=20, choices=FailureType.choices, null=True, blank=True
+    )
+    signature = models.CharField(
+        max_length=64, blank=True, help_text="Hash of source, failure type and normalised detail"
+    )
+    # The queue's facets, copied from the run (and its workflow) when the item opens, so that
+    # filtering and counting thousands of open items never joins the run table.
+    source = models.CharField(max_length=100, blank=True)
+    agent = models.CharField(max_length=100, blank=True)
+    origin = models.CharField(max_length=10, choices=Origin.choices(), default=Origin.AGENT)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=20, choices=Resolution.choices, blank=True)
+    edited_input = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    fallback_applied = models.BooleanField(
+        default=False, help_text="Resolved by the failure type's fallback after its deadline"
+    )
+    continued_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the coordinator applied the resolution (once)"
+    )
+    outcome = models.CharField(
+        max_length=300, blank=True, help_text="What applying the resolution did (the timeline's)"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    # An agent-reported item's resolution goes back to the token that reported the run: it
+    # picks it up once, by an ack or by a webhook its receiver answered with a 2xx.
+    token = models.ForeignKey(
+        ApiToken,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="review_items",
+        db_index=False,
+    )
+    delivered_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the agent picked the resolution up (once)"
+    )
+    delivered_via = models.CharField(max_length=10, choices=Delivery.choices(), blank=True)
+
+    objects = ReviewItemQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        permissions = [("review", "Can claim and resolve review items and act on runs")]
+        indexes = [
+            # the review queue's keyset pages (open items oldest first, ties by id), its facet
+            # counts (a scan of the pending rows only) and the overview's "open reviews" tile
+            models.Index(
+                fields=["created_at", "id"],
+                name="review_pending_created",
+                condition=Q(state__in=["open", "claimed"]),
+            ),
+            # the queue's "resolved" tab: keyset pages, the latest decision first
+            models.Index(
+                fields=["resolved_at", "id"],
+                name="review_resolved_at",
+                condition=Q(state="resolved"),
+            ),
+            # grouping escalations with the same signature
+            models.Index(fields=["signature", "state"], name="review_signature_state"),
+            # GET /api/v1/reviews?state=resolved&delivered=false: one token's resolutions not
+            # picked up yet, in keyset pages (the rows leave it as they are acknowledged)
+            models.Index(
+                fields=["token", "resolved_at", "id"],
+                name="review_undelivered",
+                condition=Q(state="resolved", delivered_at__isnull=True),
+            ),
+            # the other lists of GET /api/v1/reviews (one token's items by id) and deleting a
+            # token (the SET NULL of this key)
+            models.Index(fields=["token", "id"], name="review_token_id"),
+            # the beat task applying fallbacks to pending items past their deadline
+            models.Index(
+                fields=["deadline_at"],
+                name="review_pending_deadline",
+                condition=Q(state__in=["open", "claimed"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"review {self.pk} ({self.state}) for run {self.run_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding:
+            self.copy_facets()
+        super().save(*args, **kwargs)
+
+    def copy_facets(self) -> None:
+        """Fill the queue's facets from the run and its workflow (once, when the item opens)."""
+        run = self.run
+        self.source = self.source or run.source
+        self.agent = self.agent or run.agent
+        self.workflow_id = self.workflow_id or run.workflow_id
+        self.token_id = self.token_id or run.token_id
+        workflow = self.workflow if self.workflow_id else None
+        self.origin = workflow.origin if workflow is not None else Origin.AGENT
+
+    @property
+    def is_delivered(self) -> bool:
+        return self.delivered_at is not None
+
+    @property
+    def webhook_or_none(self) -> WebhookDelivery | None:
+        """The webhook delivery of this item's resolution, if its token has a callback URL."""
+        try:
+            return self.webhook
+        except ObjectDoesNotExist:
+            return None
+
+    def acknowledge(self, via: str, now: datetime | None = None) -> bool:
+        """Mark the resolution picked up by the agent, once; True for the one caller that won
+        (a repeated ack, or a webhook after an ack, changes nothing)."""
+        changed = ReviewItem.objects.filter(
+            pk=self.pk, state=self.State.RESOLVED, delivered_at__isnull=True
+        ).update(delivered_at=now or timezone.now(), delivered_via=via)
+        self.refresh_from_db(fields=["delivered_at", "delivered_via"])
+        return bool(changed)
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state in self.PENDING
+
+    @property
+    def is_built_in(self) -> bool:
+        return self.origin == Origin.BUILT_IN
+
+    @classmethod
+    def resolvable(cls, user: Any) -> Q:
+        """The condition of `ReviewItemQuerySet.resolvable_by`, for filtered aggregates."""
+        mine = Q(state=cls.State.CLAIMED, assignee_id=getattr(user, "pk", None))
+        return Q(state=cls.State.OPEN) | mine
+
+    def claim(self, user: Any, now: datetime | None = None) -> bool:
+        """Claim an open item for `user`; True if they hold it now (a second claim by them too)."""
+        now = now or timezone.now()
+        changed = ReviewItem.objects.filter(pk=self.pk, state=self.State.OPEN).update(
+            state=self.State.CLAIMED, assignee=user, claimed_at=now
+        )
+        self.refresh_from_db(fields=["state", "assignee", "claimed_at"])
+        return bool(changed) or (
+            self.state == self.State.CLAIMED and self.assignee_id == getattr(user, "pk", None)
+        )
+
+    def resolve(
+        self,
+        user: Any,
+        resolution: str,
+        note: str = "",
+        edited_input: dict | None = None,
+        failure_type: str | None = None,
+        apply_to_group: bool = False,
+    ) -> int:
+        """Resolve this item (and, if asked, every pending item with its signature that no other
+        operator holds); return how many were resolved (0: another operator or the fallback was
+        first).
+
+        For an unclassified item, `failure_type` reclassifies it. Each resolution is audited and
+        announced (`review_resolved`), so the coordinator applies it once after commit.
+        """
+        if resolution not in self.Resolution.values:
+            raise ValueError(f"unknown resolution {resolution!r}")
+        if failure_type is not None and failure_type not in FailureType.values:
+            raise ValueError(f"unknown failure type {failure_type!r}")
+        if resolution != self.Resolution.RETRY_EDITED:
+            edited_input = None  # only "retry with edited input" sends an input
+        with transaction.atomic():
+            items = [self]
+            if apply_to_group and self.signature:
+                # Items another operator holds stay theirs: the group takes the rest.
+                group = ReviewItem.objects.with_signature(self.signature).resolvable_by(user)
+                items += list(group.exclude(pk=self.pk))
+            changes = dict(
+                resolution=resolution, note=note, edited_input=edited_input, resolved_by=user
+            )
+            # The others' conditional update re-checks the claim: one taken meanwhile is skipped.
+            others = ReviewItem.resolvable(user)
+            return sum(
+                i._resolve_once(user, changes, failure_type, guard=None if i is self else others)
+                for i in items
+            )
+
+    def resolve_by_fallback(self, action: str, note: str, now: datetime) -> int:
+        """Resolve an item left past its deadline with its type's fallback; 1 if this won."""
+        changes = {"resolution": action, "note": note, "resolved_by": None}
+        return self._resolve_once("system", changes, fallback=True, now=now)
+
+    def _resolve_once(
+        self,
+        actor: Any,
+        changes: dict[str, Any],
+        failure_type: str | None = None,
+        fallback: bool = False,
+        now: datetime | None = None,
+        guard: Q | None = None,
+    ) -> int:
+        before = self.snapshot()
+        fields = changes | {"state": self.State.RESOLVED, "resolved_at": now or timezone.now()}
+        if failure_type and self.failure_type == FailureCategory.UNCLASSIFIED:
+            fields["failure_type"] = failure_type
+        if fallback:
+            fields["fallback_applied"] = True
+        target = ReviewItem.objects.filter(pk=self.pk, state__in=self.PENDING)
+        if guard is not None:
+            target = target.filter(guard)
+        won = target.update(**fields)
+        if not won:
+            return 0
+        self.refresh_from_db()
+        AuditEntry.record(
+            actor=actor,
+            action="review.fallback" if fallback else "review.resolve",
+            obj=self,
+            before=before,
+            after=self.snapshot(),
+            note=changes.get("note", ""),
+        )
+        review_resolved.send(sender=ReviewItem, item=self)
+        notify.announce(notify.REVIEW_RESOLVED, self.pk)  # heard by long polls at the commit
+        return 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """The audited form of this item."""
+        return {
+            "state": self.state,
+            "resolution": self.resolution,
+            "failure_type": self.failure_type,
+            "assignee": self.assignee_id,
+            "edited_input": self.edited_input,
+            "fallback_applied": self.fallback_applied,
+        }

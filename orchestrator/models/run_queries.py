@@ -1,0 +1,288 @@
+"""The named sets of runs and the queries over many runs.
+
+Each set is defined once, as a Q condition in `RunSets` (so the rollups can count it inside one
+GROUP BY), and read through `RunQuerySet`'s methods everywhere else. The statuses live here, not on
+`Run`, because these conditions are built from them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.db import models
+from django.db.models import F, Q
+
+from orchestrator import keyset
+from orchestrator.vocabulary import Action, FailureCategory
+
+if TYPE_CHECKING:
+    from orchestrator.models.runs import Run
+
+# What follows a row (a workflow's runs, a run's later attempts) is created after it. A query on
+# runs says so with this margin (the clocks of different processes) so PostgreSQL skips every run
+# partition older than the row.
+CREATED_AFTER_MARGIN = timedelta(hours=1)
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    ESCALATED = "escalated"
+    CANCELLED = "cancelled"
+
+
+PENDING = (RunStatus.QUEUED, RunStatus.RUNNING)
+# A failure is a run that failed, or failed and was escalated to a human.
+FAILURE = (RunStatus.FAILED, RunStatus.ESCALATED)
+RETRYABLE_BY_OPERATOR = (RunStatus.FAILED, RunStatus.ESCALATED, RunStatus.CANCELLED)
+
+
+class RunSets:
+    """The named sets of runs as Q conditions.
+
+    A *failure* is a run that failed or was escalated; *retries* are attempts after the first;
+    a *wasted* retry failed again; an *early* retry started before its due time (before the
+    provider's Retry-After); a *switched* run started on another source after a switch_source
+    decision; an *avoided* retry is a failure routed elsewhere than a retry (switch, escalate,
+    abort, accept partial), which a blind policy would have retried; a *futile* retry is a
+    failure that said a retry cannot help (retryable false) and was retried anyway, except an
+    auth failure retried once after refreshing its credentials (the request changes; routing
+    retries an auth failure in no other way). The README's "What an operator sees" repeats
+    these definitions.
+    """
+
+    FAILURES = Q(status__in=FAILURE)
+    VALID_EMPTY = Q(status=RunStatus.SUCCEEDED, result_count=0)
+    PARTIAL = FAILURES & Q(partial_count__gt=0)
+    RETRIES = Q(retry_of__isnull=False)
+    WASTED_RETRIES = RETRIES & FAILURES
+    EARLY_RETRIES = RETRIES & Q(started_at__lt=F("due_at"))
+    SWITCHED = Q(switched_from__isnull=False)
+    AVOIDING_DECISIONS = (
+        Action.SWITCH_SOURCE,
+        Action.ESCALATE,
+        Action.ABORT,
+        Action.ACCEPT_PARTIAL,
+    )
+    AVOIDED_RETRIES = FAILURES & Q(decision__in=AVOIDING_DECISIONS)
+    FUTILE_RETRIES = (
+        FAILURES
+        & Q(retryable=False, decision=Action.RETRY)
+        & ~Q(failure_type=FailureCategory.AUTH_FAILURE)
+    )
+    RETRYING = Q(status=RunStatus.QUEUED, retry_of__isnull=False, due_at__isnull=False)
+
+
+# The envelope's two words for a run's outcome, as filters over run statuses.
+ENVELOPE_STATUSES = {"ok": (RunStatus.SUCCEEDED,), "error": FAILURE}
+
+# The named sets a client may ask for by name (GET /api/v1/runs?set=…): name → RunQuerySet method.
+NAMED_SETS = {
+    "failures": "failures",
+    "valid_empty": "valid_empty",
+    "partial": "with_partial_results",
+    "retries": "retries",
+    "wasted_retries": "wasted_retries",
+    "early_retries": "early_retries",
+    "switched": "switched",
+    "avoided_retries": "avoided_retries",
+    "futile_retries": "futile_retries",
+    "retrying": "retrying",
+    "in_flight": "in_flight",
+}
+
+
+class RunQuerySet(models.QuerySet):
+    def since(self, t: datetime) -> RunQuerySet:
+        return self.filter(created_at__gte=t)
+
+    def failed(self) -> RunQuerySet:
+        return self.filter(status=RunStatus.FAILED)
+
+    def failed_since(self, t: datetime) -> RunQuerySet:
+        return self.failed().since(t)
+
+    def succeeded(self) -> RunQuerySet:
+        return self.filter(status=RunStatus.SUCCEEDED)
+
+    def failures(self) -> RunQuerySet:
+        """Runs that ended in failure: failed, or failed and escalated to a human."""
+        return self.filter(RunSets.FAILURES)
+
+    def valid_empty(self) -> RunQuerySet:
+        """Runs whose query ran and found nothing: a success, never to be taken for a failure."""
+        return self.filter(RunSets.VALID_EMPTY)
+
+    def with_partial_results(self) -> RunQuerySet:
+        """Failures that kept what they gathered before failing."""
+        return self.filter(RunSets.PARTIAL)
+
+    def retries(self) -> RunQuerySet:
+        """Every attempt after the first of a task."""
+        return self.filter(RunSets.RETRIES)
+
+    def wasted_retries(self) -> RunQuerySet:
+        """Retries that failed again."""
+        return self.filter(RunSets.WASTED_RETRIES)
+
+    def early_retries(self) -> RunQuerySet:
+        """Retries started before their due time, i.e. before the provider's Retry-After."""
+        return self.filter(RunSets.EARLY_RETRIES)
+
+    def switched(self) -> RunQuerySet:
+        """Runs the coordinator started on another source after a switch_source decision."""
+        return self.filter(RunSets.SWITCHED)
+
+    def avoided_retries(self) -> RunQuerySet:
+        """Failures routed elsewhere than a retry: a blind policy would have retried each."""
+        return self.filter(RunSets.AVOIDED_RETRIES)
+
+    def futile_retries(self) -> RunQuerySet:
+        """Failures retried although they said a retry cannot help (a credential refresh aside)."""
+        return self.filter(RunSets.FUTILE_RETRIES)
+
+    def retrying(self) -> RunQuerySet:
+        """Queued retries waiting for their due time."""
+        return self.filter(RunSets.RETRYING)
+
+    def pending(self) -> RunQuerySet:
+        """Runs not finished yet: queued or running."""
+        return self.filter(status__in=PENDING)
+
+    def in_flight(self) -> RunQuerySet:
+        """Runs started and not finished (a reported `running` run, or a worker's)."""
+        return self.filter(status=RunStatus.RUNNING)
+
+    def retryable_by_operator(self) -> RunQuerySet:
+        """Finished runs without success, which an operator may retry."""
+        return self.filter(status__in=RETRYABLE_BY_OPERATOR)
+
+    def claim_due(self, now: datetime) -> int:
+        """Claim the due queued runs among these (queued → running); return how many were won."""
+        return self.filter(status=RunStatus.QUEUED, due_at__lte=now).update(
+            status=RunStatus.RUNNING, dispatched_at=now, lease_until=None, lease_owner=""
+        )
+
+    def reported(self) -> RunQuerySet:
+        """Runs an agent reported over the API (a token), whatever coordinates them."""
+        return self.filter(token__isnull=False)
+
+    def coordinated(self) -> RunQuerySet:
+        """Runs the built-in coordinator created and sends to its workers (no token)."""
+        return self.filter(token__isnull=True)
+
+    def lost_dispatches(self, before: datetime) -> RunQuerySet:
+        """Runs sent before `before` whose task never took their lease: the message was lost.
+
+        Only the coordinator's own runs: an agent's `running` run was never sent to a worker
+        (no dispatch time, no lease) and its agent, not the sweeper, finishes it."""
+        return self.coordinated().filter(
+            status=RunStatus.RUNNING, lease_until__isnull=True, dispatched_at__lt=before
+        )
+
+    def lease_expired(self, now: datetime) -> RunQuerySet:
+        """Started runs whose lease ran out: their worker died (or froze) mid-call (the
+        coordinator's own runs only, as `lost_dispatches`)."""
+        return self.coordinated().filter(status=RunStatus.RUNNING, lease_until__lt=now)
+
+    def take_back(self, now: datetime) -> int:
+        """Free the expired leases among these for a new delivery; return how many were taken.
+
+        The run stays running with no lease, sent again at `now`: if that message is lost too,
+        it is a lost dispatch like any other.
+        """
+        return self.lease_expired(now).update(lease_until=None, lease_owner="", dispatched_at=now)
+
+    def by_failure_type(self) -> dict[str, int]:
+        """Return {failure_type: count} over the failed runs of this queryset."""
+        rows = (
+            self.exclude(failure_type__isnull=True)
+            .values_list("failure_type")
+            .annotate(n=models.Count("id"))
+            .order_by()
+        )
+        return dict(rows)
+
+    def due(self, now: datetime) -> RunQuerySet:
+        """Queued retries whose due time has come (the sweeper enqueues them)."""
+        return self.filter(status=RunStatus.QUEUED, due_at__lte=now)
+
+    def attempts_of(self, run: Run) -> RunQuerySet:
+        """Every attempt of the same task as `run`, first to last."""
+        root = run.retry_of_id or run.pk
+        return self.filter(Q(pk=root) | Q(retry_of_id=root)).order_by("attempt", "id")
+
+    def filtered(
+        self,
+        *,
+        status: str | None = None,
+        failure_type: str | None = None,
+        source: str | None = None,
+        agent: str | None = None,
+        workflow: int | None = None,
+        topic: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        valid_empty: bool | None = None,
+        set: str | None = None,
+        trace_id: str | None = None,
+    ) -> RunQuerySet:
+        """The runs list's filters (API and dashboard); None means "any". `until` is exclusive;
+        `set` names one of the NAMED_SETS. `status` also takes the envelope's words: "ok" is a
+        succeeded run, "error" a failure (failed, or failed and escalated).
+
+        Each equality filter pairs with created_at in one of Run's indexes, so a window of one
+        status / failure type / source / agent / workflow is an index range scan.
+        """
+        qs = self
+        if status in ENVELOPE_STATUSES:
+            qs, status = qs.filter(status__in=ENVELOPE_STATUSES[status]), None
+        exact = {
+            "status": status,
+            "failure_type": failure_type,
+            "source": source,
+            "agent": agent,
+            "workflow_id": workflow,
+            "topic": topic,
+            "trace_id": trace_id,
+        }
+        qs = qs.filter(**{name: value for name, value in exact.items() if value is not None})
+        if since is not None:
+            qs = qs.filter(created_at__gte=since)
+        if until is not None:
+            qs = qs.filter(created_at__lt=until)
+        if valid_empty is True:
+            qs = qs.valid_empty()
+        elif valid_empty is False:
+            qs = qs.exclude(status=RunStatus.SUCCEEDED, result_count=0)
+        if set is not None:
+            qs = getattr(qs, NAMED_SETS[set])()
+        return qs
+
+    def newest_first(self) -> RunQuerySet:
+        return self.order_by("-created_at", "-id")
+
+    def older_than(self, created_at: datetime, pk: int) -> RunQuerySet:
+        """Runs after (created_at, pk) in newest-first order: the keyset condition."""
+        return keyset.beyond(self, (created_at, pk), "created_at", descending=True)
+
+    def keyset_page(
+        self, limit: int, after: tuple[datetime, int] | None = None
+    ) -> tuple[list[Run], tuple[datetime, int] | None]:
+        """Return up to `limit` runs newest first after the key `after`, and the next page's key.
+
+        Keyset pagination costs the same on page 1 and page 10,000 (no OFFSET), and equal
+        timestamps neither repeat nor skip a run because the id breaks ties.
+        """
+        qs = self.newest_first()
+        if after is not None:
+            qs = qs.older_than(*after)
+        rows = list(qs[: limit + 1])
+        if len(rows) <= limit:
+            return rows, None
+        last = rows[limit - 1]
+        return rows[:limit], (last.created_at, last.pk)
