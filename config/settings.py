@@ -390,6 +390,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# No remote control (nothing here uses `celery inspect` or `control`): its pub/sub connection is
+# the one on which a Redis outage can surface while the task consumer's BRPOP is still pending;
+# kombu then closes that channel twice, the second time after detaching its transport, and the
+# worker exits on an AttributeError instead of reconnecting whenever a task was in flight.
+CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+# A task running when the broker drops finishes its work (tasks are idempotent by their ids and
+# a run's lease keeps a redelivery from running it twice) rather than being killed mid-call.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # A unique queue per test session keeps integration tests off a developer's running worker.
