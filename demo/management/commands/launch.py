@@ -15,6 +15,10 @@
 
 Each child runs in its own session (a terminal's Ctrl-C reaches only us, so we choose the order)
 and is told by the kernel to stop if we die without cleaning up. Logs go to var/log/.
+
+The worker (and the beat inside it) is supervised: when it exits on its own it is started again,
+after 1 s, then twice as long each time it exits again soon after starting (at most 30 s), and
+each restart is printed. Any other child that stops ends the launch.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ LAUNCH_TOKEN_NAME = "local-agent (make run)"
 AGENT_TOKEN_NAME = "crm-agent (make run)"
 DEMO_SOURCES = "demo.http_sources"
 STOP_GRACE_SECONDS = 20
+RESTART_WAITS = (1.0, 30.0)  # seconds before a supervised child starts again: first, longest
+RESTART_STABLE_SECONDS = 60  # a child that ran this long before exiting gets the first wait
 
 
 try:
@@ -96,6 +102,28 @@ class Child:
         return "\n".join(text.splitlines()[-lines:])
 
 
+@dataclass
+class Restart:
+    """How to start a supervised child again, and when."""
+
+    cmd: list[str]
+    env: dict[str, str]
+    started: float = field(default_factory=time.monotonic)
+    wait: float = RESTART_WAITS[0]
+    due: float | None = None
+    count: int = 0
+
+    def schedule(self, now: float) -> float:
+        """Set when to start again and return the wait: the first one after a run that lasted
+        (or the first exit), twice the last one after a run cut short, so that a worker that
+        cannot start (a bad setting, a database refusing it) is not restarted in a tight loop."""
+        lasted = now - self.started >= RESTART_STABLE_SECONDS
+        first, longest = RESTART_WAITS
+        self.wait = first if lasted or not self.count else min(2 * self.wait, longest)
+        self.due = now + self.wait
+        return self.wait
+
+
 class Command(BaseCommand):
     help = "Bring up the provider, a worker, the web server and a live workload on 127.0.0.1."
 
@@ -128,6 +156,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         self.stop = threading.Event()
         self.children: list[Child] = []
+        self.restarts: dict[str, Restart] = {}  # supervised children, by name
         self.failed = ""
         self.log_dir = Path(settings.VAR_DIR) / "log"
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -215,6 +244,7 @@ class Command(BaseCommand):
         cmd += ["--without-mingle", "--without-gossip", "--without-heartbeat"]  # see the Procfile
         cmd += ["--schedule", settings.CELERY_BEAT_SCHEDULE_FILENAME]
         self._spawn("worker", cmd, env)
+        self.restarts["worker"] = Restart(cmd, env)
         self.stdout.write(f"Celery worker with beat on {_broker_label()}")
 
     def _start_web(self, addr: str, env: dict[str, str]) -> None:
@@ -277,9 +307,12 @@ class Command(BaseCommand):
             now = time.monotonic()
             if opts["duration"] and now - started >= opts["duration"]:
                 break
-            if dead := [c for c in self.children if not c.alive()]:
-                self.failed = f"The {dead[0].name} stopped unexpectedly:\n{dead[0].tail()}"
+            dead = [c for c in self.children if not c.alive()]
+            if lost := [c for c in dead if c.name not in self.restarts]:
+                self.failed = f"The {lost[0].name} stopped unexpectedly:\n{lost[0].tail()}"
                 break
+            for child in dead:
+                self._restart(child, now)
             if demo and opts["every"] > 0 and now >= next_flow:
                 workload.start_random(rng)
                 next_flow = now + opts["every"]
@@ -289,6 +322,22 @@ class Command(BaseCommand):
             self.stop.wait(0.25)
         if tty:
             self.stdout.write("")
+
+    def _restart(self, child: Child, now: float) -> None:
+        """Start a supervised child that exited again once its wait is over, saying so."""
+        plan = self.restarts[child.name]
+        if plan.due is None:
+            wait = plan.schedule(now)
+            self.stderr.write(
+                f"The {child.name} exited (code {child.proc.returncode}); "
+                f"starting it again in {wait:.0f} s. Its log: {child.log}"
+            )
+        elif now >= plan.due:
+            child.stop()  # whatever it left behind in its process group, and its log file
+            self.children.remove(child)
+            self._spawn(child.name, plan.cmd, plan.env)
+            plan.started, plan.due, plan.count = now, None, plan.count + 1
+            self.stderr.write(f"The {child.name} started again (restart {plan.count})")
 
     def _live_line(self, tty: bool, text: str) -> None:
         if not text:

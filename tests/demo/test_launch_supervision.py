@@ -1,0 +1,74 @@
+"""`manage.py launch` (what `make run` calls) starts its Celery worker again when it dies.
+
+The worker is SIGKILLed with its whole process group (main process and pool, as an OOM kill or a
+crash leaves it); the launcher must say so, start a new worker after a short wait, and that
+worker must take work: its embedded beat's sweeps run in it. Runs on the embedded defaults
+(SQLite, kombu's filesystem broker) like the main job's own test, whose helpers it uses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.demo.test_main_job import Launch, assert_no_orphans, finish, launch
+
+pytestmark = pytest.mark.slow
+
+
+def worker_pids(handle: Launch) -> list[int]:
+    """The launcher's Celery worker main processes (its pool processes are their children)."""
+    found = []
+    for pid in handle.processes():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        if parent == handle.proc.pid and b"celery" in cmdline and b"worker" in cmdline:
+            found.append(pid)
+    return found
+
+
+def wait_for(check, timeout: float, what: str, handle: Launch):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}:\n{handle.output}\n{handle.logs()}")
+
+
+def test_a_killed_worker_is_started_again_and_takes_work(tmp_path):
+    handle = launch(tmp_path, "--no-demo")
+    worker_log = tmp_path / "log" / "worker.log"
+    try:
+        handle.wait_for_line(r"Dashboard\s+http://", 120)
+        (first,) = wait_for(lambda: worker_pids(handle), 30, "the worker", handle)
+        wait_for(lambda: "ready." in worker_log.read_text(), 90, "the worker to be ready", handle)
+
+        os.killpg(first, signal.SIGKILL)
+        handle.wait_for_line(r"The worker exited \(code -9\); starting it again in 1 s", 30)
+        handle.wait_for_line(r"The worker started again \(restart 1\)", 30)
+        (second,) = wait_for(lambda: worker_pids(handle), 30, "a new worker", handle)
+        assert second != first
+
+        def took_work_after_restart() -> bool:
+            after = worker_log.read_text(errors="replace").rsplit("\n--- ", 1)[-1]
+            return "ready." in after and bool(re.search(r"Task \S+ succeeded", after))
+
+        wait_for(took_work_after_restart, 90, "the new worker to run a task", handle)
+        assert handle.proc.poll() is None  # the launch goes on
+        handle.proc.send_signal(signal.SIGINT)
+        assert finish(handle, 60) == 0, handle.output + handle.logs()
+    finally:
+        if handle.proc.poll() is None:
+            handle.proc.kill()
+    assert "stopped unexpectedly" not in handle.output
+    assert "Stopped:" in handle.output
+    assert_no_orphans(handle)
