@@ -4,7 +4,7 @@ its data and a broker outage during POST /workflows; then the invariants, counte
     .venv/bin/python benchmarks/chaos.py [--workflows 30] [--kills 20] [--seed 7] [--json PATH]
 
 It starts its own PostgreSQL cluster and Redis server on free ports (never the machine's shared
-ones), migrates a database there, and runs the Procfile's `web` (gunicorn), `worker` and `beat`
+ones), migrates a database there, and runs the Procfile's `web` (granian), `worker` and `beat`
 against them with short recovery windows (a 5 s lease, 5 s lost-dispatch and nudge windows, a
 sweep every second). An agent reports runs through the API the whole time, resending each under
 its idempotency key until it is accepted. Then, one after the other:
@@ -58,9 +58,9 @@ from tests.services import (  # noqa: E402
     PrivateRedis,
     Process,
     app_env,
-    gunicorn_url,
     manage,
     procfile,
+    start_web,
     wait_until,
 )
 
@@ -120,8 +120,7 @@ class Stack:
 
     def start(self) -> None:
         commands = procfile()
-        self.web = Process("web", commands["web"], self.env, self.var / "web.log").start()
-        self.base_url = gunicorn_url(self.web)
+        self.web, self.base_url = start_web(self.env, self.var / "web.log")
         self.beat = Process("beat", commands["beat"], self.env, self.var / "beat.log").start()
         self.start_worker()
 

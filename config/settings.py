@@ -140,6 +140,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # An API request for a host not in ALLOWED_HOSTS gets the JSON envelope, not Django's page.
     "orchestrator.api.errors.ApiHostMiddleware",
+    # The API's answers: X-Policy-Version on each, and ninja's 405 in the JSON envelope.
+    "orchestrator.api.policies.PolicyVersionMiddleware",
+    "orchestrator.api.errors.MethodNotAllowedMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A page whose database is down answers 503 with Retry-After (the API: its envelope).
@@ -211,7 +214,8 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
             "reconnect_timeout": 5,
         }
     _db["CONN_MAX_AGE"] = 0
-    # With the pool: a connection broken by a database restart is replaced before use.
+    # With the pool, Django has it check each connection before handing it out
+    # (`ConnectionPool.check_connection`): one broken by a database restart is replaced.
     _db["CONN_HEALTH_CHECKS"] = True
 elif _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the worker write while the web process reads; the timeout waits out short locks.
@@ -318,19 +322,6 @@ POLICY_VERSION_CACHE_SECONDS = env_int("POLICY_VERSION_CACHE_SECONDS", 1)
 # Single reports arriving together in one web process share one INSERT and one commit (group
 # commit), at most this many per group; 1 stores each on its own.
 INGEST_GROUP_MAX = env_int("INGEST_GROUP_MAX", 1000, minimum=1)
-# Ordinary single reports (POST /api/v1/runs) are served by `orchestrator.api.fastpath` ahead
-# of Django's handler and middleware (config.wsgi); off: every report goes through Django.
-INGEST_FAST_PATH = env_bool("INGEST_FAST_PATH", True)
-# Load shedding: a request that waited longer than this many milliseconds for a web thread is
-# answered 503 with Retry-After at once instead of being processed late (0: never shed). Measured
-# from the moment the server saw the request, which `config.server`'s gunicorn worker records;
-# `config.wsgi` sheds (orchestrator.api.overload), before Django's handler.
-WEB_SHED_AFTER_MS = env_int("WEB_SHED_AFTER_MS", 200)
-# Once a web process has shed a request it is overloaded, and until it has shed none for a
-# second it sheds any request that waited longer than this (0: always WEB_SHED_AFTER_MS): the
-# queue then drains to a short wait instead of standing at WEB_SHED_AFTER_MS, holding every
-# refused client's connection that long.
-WEB_SHED_UNDER_LOAD_MS = env_int("WEB_SHED_UNDER_LOAD_MS", 20)
 # The Prometheus /metrics endpoint answers a bearer METRICS_TOKEN, or a client address inside
 # METRICS_ALLOWED_IPS when that is set explicitly (none by default: a same-host proxy would
 # otherwise make every visitor look local).

@@ -6,12 +6,12 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic.base import RedirectView
 
-from orchestrator.api import api
+from orchestrator.api import urls as api_urls
 from orchestrator.api.errors import not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/", api.urls),
+    path("api/v1/", api_urls()),
     # Agents never get Django's HTML 404: any other /api/ path answers in the JSON envelope.
     re_path(r"^api/", not_found),
     path("accounts/", include("django.contrib.auth.urls")),

@@ -1,7 +1,6 @@
-"""The WSGI entry point the Procfile's `web` line serves with gunicorn: Django's application
-behind `FastReports`, which serves ordinary single run reports without Django's handler, behind
-`Shedding`, which refuses requests that waited too long or whose client left before any work is
-done for them."""
+"""The WSGI entry point the web server serves (`config.serve`): Django's application behind
+`Admission`, which lets a process work on WEB_THREADS requests at once and answers the excess
+with a fast 503 instead of queueing it."""
 
 import os
 
@@ -10,7 +9,8 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_application = get_wsgi_application()
 
-from orchestrator.api.fastpath import FastReports  # noqa: E402  # needs the apps loaded above
-from orchestrator.api.overload import Shedding  # noqa: E402
+from config import serve  # noqa: E402  # reads the settings module configured above
+from orchestrator.api.overload import Admission  # noqa: E402  # needs the apps loaded above
 
-application = Shedding(FastReports(django_application))
+_serving = serve.from_env()
+application = Admission(django_application, _serving.threads, _serving.queue_ms, _serving.waiting)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import re
 import shutil
 import signal
 import socket
@@ -226,25 +225,27 @@ class Process:
         self.kill(signal.SIGKILL)
 
 
-def gunicorn_url(process: Process, timeout: float = 60) -> str:
-    """The address gunicorn logged once it listens (it binds port 0, a free port), once a
-    worker answers there: a request sent while no worker has booted waits in the kernel's
-    accept queue, and the server sheds one that waited past WEB_SHED_AFTER_MS."""
+def start_web(env: dict[str, str], log: Path, **settings: str) -> tuple[Process, str]:
+    """Start the web server as shipped (the Procfile's `web`: `config.serve`) on a free port,
+    with `settings` on top of `env`; return it and its base URL once it answers."""
+    port = free_port()
+    env = env | {"BIND": f"127.0.0.1:{port}", **settings}
+    process = Process("web", procfile()["web"], env, log).start()
+    return process, web_url(process, port)
 
-    def found() -> str | None:
-        if process.proc is not None and process.proc.poll() is not None:
-            raise RuntimeError(f"{process.name} exited:\n{process.text()[-3000:]}")
-        match = re.search(r"Listening at: (http://\S+)", process.text())
-        return match.group(1) if match else None
 
-    url = wait_until(found, timeout, "gunicorn to listen")
+def web_url(process: Process, port: int, timeout: float = 60) -> str:
+    """The base URL of a web server started on `port`, once it answers there."""
+    url = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:
+        if process.proc is not None and process.proc.poll() is not None:
+            raise RuntimeError(f"{process.name} exited:\n{process.text()[-3000:]}")
         with contextlib.suppress(httpx.HTTPError):
             return httpx.get(f"{url}/api/v1/ready-check", timeout=2).status_code > 0
         return False
 
-    wait_until(answers, timeout, "a gunicorn worker to answer")
+    wait_until(answers, timeout, "the web server to answer")
     return url
 
 
@@ -269,7 +270,6 @@ def app_env(database_url: str, broker_url: str, cache_url: str, var: Path) -> di
         "SECRET_KEY": "test-only-secret-" + "k" * 48,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "FAILSIGHT_VAR_DIR": str(var),
-        "BIND": "127.0.0.1:0",
         "LOG_LEVEL": "WARNING",
     }
 

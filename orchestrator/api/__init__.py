@@ -2,9 +2,11 @@
 
 Cross-cutting behaviour is set once on `api`, so any router mounted on it gets the same: bearer
 auth on every operation (`auth`), the per-token rate limit, the JSON body parser (size, depth, NUL),
-the error envelope for every failure (`errors`) and the `X-Policy-Version` header on every answer
-(`policies`). A router added later needs only `api.add_router("/prefix", router)` and
-`response={200: X, **error_responses()}` in its decorators.
+the error envelope for every failure (`errors`); the `X-Policy-Version` header on every answer
+(`policies.PolicyVersionMiddleware`) and the JSON 405 (`errors.MethodNotAllowedMiddleware`) come
+from middleware keyed on the API's URL namespace. A router added later needs only
+`api.add_router("/prefix", router)` and `response={200: X, **error_responses()}` in its
+decorators.
 The routers: `runs` (report, list, read, finish), `policies`, `decisions` (routing as a service
 and classification), `workflows` (the built-in coordinator's and agents' own), `otlp`
 (OpenTelemetry spans in, as runs), `reviews` (escalations and their resolutions, delivered
@@ -22,13 +24,7 @@ from ninja import NinjaAPI
 from orchestrator.api import decisions, otlp, policies, reviews, runs, workflows
 from orchestrator.api.auth import BearerToken, TokenRateThrottle
 from orchestrator.api.docs import LocalSwagger, docs_asset
-from orchestrator.api.errors import (
-    EnvelopeParser,
-    install_handlers,
-    json_method_not_allowed,
-    not_found,
-)
-from orchestrator.api.policies import with_policy_version
+from orchestrator.api.errors import API_NAMESPACE, EnvelopeParser, install_handlers, not_found
 
 DESCRIPTION = """
 Agents report every run with its structured outcome; coordinators read runs and routing policies.
@@ -53,27 +49,11 @@ cannot store it).
 """
 
 
-class FailsightAPI(NinjaAPI):
-    """NinjaAPI whose every answer under its mount point is JSON, even outside its routes."""
-
-    def _get_urls(self) -> list[URLPattern | URLResolver]:
-        urls = [
-            path("docs/assets/<str:name>", docs_asset, name="docs-asset"),
-            *super()._get_urls(),
-        ]
-        for pattern in urls:
-            if isinstance(pattern, URLPattern):
-                pattern.callback = with_policy_version(json_method_not_allowed(pattern.callback))
-        # Last: any other path under the mount point is a JSON 404, not Django's HTML page.
-        urls.append(re_path(r"^.*$", with_policy_version(not_found), name="not-found"))
-        return urls
-
-
-api = FailsightAPI(
+api = NinjaAPI(
     title="Failsight API",
     version="1",
     description=DESCRIPTION,
-    urls_namespace="api",
+    urls_namespace=API_NAMESPACE,
     auth=BearerToken(),
     throttle=TokenRateThrottle(),
     parser=EnvelopeParser(),
@@ -88,3 +68,18 @@ api.add_router("", decisions.router)
 api.add_router("/workflows", workflows.router)
 api.add_router("/otlp", otlp.router)
 api.add_router("/reviews", reviews.router)
+
+
+def urls() -> tuple[list[URLPattern | URLResolver], str, str]:
+    """The API's URL patterns, to mount with `path("api/v1/", urls())`: ninja's own, the docs'
+    assets, and last a JSON 404 for any other path under the mount point."""
+    patterns, app_name, namespace = api.urls
+    return (
+        [
+            path("docs/assets/<str:name>", docs_asset, name="docs-asset"),
+            *patterns,
+            re_path(r"^.*$", not_found, name="not-found"),
+        ],
+        app_name,
+        namespace,
+    )

@@ -23,7 +23,6 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import wraps
 from typing import Any
 
 import orjson
@@ -41,6 +40,9 @@ from orchestrator.api.schemas import ErrorOut
 from orchestrator.vocabulary import RETRYABLE, FailureCategory
 
 logger = logging.getLogger(__name__)
+
+# The URL namespace the API's views are mounted under (`orchestrator.api`).
+API_NAMESPACE = "api"
 
 # What a client should wait before retrying when the database is unreachable or locked.
 DB_RETRY_AFTER = 5.0
@@ -253,21 +255,29 @@ def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     return error_response(request, not_found_error(f"No API endpoint at {request.path}."))
 
 
-def json_method_not_allowed(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def api_view(request: HttpRequest) -> bool:
+    """Whether the request was routed to one of the API's views (its URL namespace)."""
+    match = getattr(request, "resolver_match", None)
+    return match is not None and match.namespace == API_NAMESPACE
+
+
+class MethodNotAllowedMiddleware:
     """Rewrite ninja's plain-text 405 as our envelope, keeping its Allow header."""
 
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        if response.status_code != 405 or response.get("Content-Type", "").startswith(
-            "application/json"
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            response.status_code != 405
+            or not api_view(request)
+            or response.get("Content-Type", "").startswith("application/json")
         ):
             return response
         error = invalid(f"{request.method} is not allowed here.", status=405)
         error.headers["Allow"] = response.get("Allow", "")
         return error_response(request, error)
-
-    return wrapper
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +363,7 @@ def read_body(request: HttpRequest) -> bytes:
 
     A body sent with `Transfer-Encoding: chunked` has no Content-Length, so Django would read it
     as empty: it is read here from the server's stream, which a server that decodes chunked bodies
-    ends at the last chunk (gunicorn says so with `wsgi.input_terminated`). A server that does not
+    ends at the last chunk (the server says so with `wsgi.input_terminated`). A server that does not
     (Django's development server) cannot tell where such a body ends: 411, send a Content-Length.
     """
     limit = settings.API_MAX_BODY_BYTES

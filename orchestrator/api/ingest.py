@@ -22,17 +22,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from operator import itemgetter
 from typing import Any
 
 import orjson
 import pydantic
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DataError, IntegrityError, connection, transaction
-from django.db.models.base import ModelState
-from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
-from django.db.models.query_utils import DeferredAttribute
-from django.db.models.signals import ModelSignal, post_init, pre_init
+from django.db import DataError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from classifier import FailureCategory
@@ -448,61 +443,12 @@ GROUP: GroupCommit[Pending, tuple[Outcome, datetime]] = GroupCommit(
 
 
 def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
-    """The Run row `insert_rows` wrote for `p`, as an instance (the model's defaults elsewhere).
-
-    Built as Django builds a row it read (`Model.from_db`: every column's value in field order):
-    the row's values, its id, token and time, the constant defaults and the defaults made afresh
-    are put in field order by one precomputed `itemgetter` (one C call, where looking each column
-    up by name and calling its default took three times as long). Then the values go straight
-    into the instance's `__dict__`, which is all `Model.__init__` does with positional values
-    when every column's attribute is a plain one and nothing listens to the init signals (half
-    the time of going through it); otherwise through `from_db` itself."""
-    constants, fresh, gather, attnames = _column_plan()
-    given = (*(p.row or _row(p)), pk, p.token_id, created_at, *constants)
-    values = gather((*given, *(make() for make in fresh)))
-    if not attnames or _init_listened(pre_init) or _init_listened(post_init):
-        return Run.from_db(DEFAULT_DB_ALIAS, None, values)
-    run = Run.__new__(Run)
-    run.__dict__.update(zip(attnames, values, strict=True))
-    run._state = state = ModelState()
-    state.adding, state.db = False, DEFAULT_DB_ALIAS
-    return run
+    """The Run row `insert_rows` wrote for `p`, as an instance (the model's defaults elsewhere)."""
+    values = dict(zip(_row_attnames(), p.row or _row(p), strict=True))
+    return Run(id=pk, token_id=p.token_id, created_at=created_at, **values)
 
 
 @cache
-def _column_plan() -> tuple[tuple[Any, ...], tuple[Callable[[], Any], ...], itemgetter, tuple]:
-    """What `inserted_run` gathers: the constant defaults (in field order of the columns that
-    take one), the default makers of the columns whose default is made afresh for each run (a
-    callable: `dict`, `now` …), the `itemgetter` that picks every column's value, in field
-    order, from (row values, id, token, created_at, constants, fresh defaults), and the
-    columns' attribute names, in field order, when each attribute is a plain one that setting
-    it only stores the value (empty otherwise: a field with a descriptor of its own)."""
-    attnames = [f.attname for f in Run._meta.concrete_fields]
-    sources = [Run._meta.get_field(name).attname for name in ROW_FIELDS]
-    sources += ["id", "token_id", "created_at"]
-    constants, fresh = [], []
-    for field in Run._meta.concrete_fields:
-        if field.attname in sources:
-            continue
-        if field.has_default() and callable(field.default):
-            fresh.append(field)
-        else:
-            constants.append(field)
-    sources += [f.attname for f in constants] + [f.attname for f in fresh]
-    gather = itemgetter(*(sources.index(name) for name in attnames))
-    defaults = tuple(f.get_default() for f in constants)
-    plain = all(
-        type(Run.__dict__.get(f.attname)) in _PLAIN_ATTRIBUTES for f in Run._meta.concrete_fields
-    )
-    return defaults, tuple(f.get_default for f in fresh), gather, tuple(attnames) if plain else ()
-
-
-def _init_listened(signal: ModelSignal) -> bool:
-    """Whether a receiver waits for `signal` from Run (no receiver at all, the usual case, is
-    told without `has_listeners`' cache lookup)."""
-    return bool(signal.receivers) and signal.has_listeners(Run)
-
-
-# The attributes Django puts on a model class for its columns that store what they are set to
-# (a foreign key's also forgets a cached related object, which a new instance has none of).
-_PLAIN_ATTRIBUTES = (DeferredAttribute, ForeignKeyDeferredAttribute)
+def _row_attnames() -> tuple[str, ...]:
+    """The attribute names of ROW_FIELDS (`workflow_id` for `workflow` …)."""
+    return tuple(Run._meta.get_field(name).attname for name in ROW_FIELDS)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -24,7 +23,7 @@ from ninja import Query, Router, Schema
 from pydantic import Field
 
 from orchestrator.analytics import dryrun
-from orchestrator.api.errors import FieldError, error_responses, invalid
+from orchestrator.api.errors import FieldError, api_view, error_responses, invalid
 from orchestrator.api.schemas import (
     DryRunIn,
     DryRunOut,
@@ -40,23 +39,23 @@ router = Router(tags=["policies"])
 VERSION_HEADER = "X-Policy-Version"
 
 
-def with_policy_version(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Wrap an API view so that its answer, errors included, carries the policy version."""
+class PolicyVersionMiddleware:
+    """Every answer of the API's views, errors included, carries the policy version."""
 
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        if response.status_code == 503:
-            # The database is unavailable: asking it for the version would make the client wait
-            # a second connection timeout for an answer that cannot carry one anyway.
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not api_view(request) or response.status_code == 503:
+            # 503: the database is unavailable; asking it for the version would make the
+            # client wait a second connection timeout for an answer that cannot carry one.
             return response
         try:
             response[VERSION_HEADER] = str(PolicyState.announced_version())
         except DatabaseError:  # the database is down: the answer says so; no version to tell
             logger.warning("policy version unavailable for %s", request.path, exc_info=True)
         return response
-
-    return wrapper
 
 
 @router.get("", response={200: PoliciesOut, **error_responses()})

@@ -76,7 +76,7 @@ def error_paths(body: dict[str, Any]) -> set[str]:
 
 
 def web_env(var: Path, **settings: str) -> dict[str, str]:
-    """The environment of a web server (gunicorn) an API test starts: the suite's database,
+    """The environment of the web server an API test starts: the suite's database,
     DEBUG off, no rate limit, `var` for its files; `settings` on top."""
     return {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",

@@ -1,6 +1,7 @@
 """Bodies sent with `Transfer-Encoding: chunked` over real HTTP: read by a server that decodes
-them (gunicorn), refused with 411 by one that cannot tell where they end (Django's development
-server, as pytest-django's live_server runs it), and held to the size limit either way.
+them (the web server as shipped, granian), refused with 411 by one that cannot tell where they
+end (Django's development server, as pytest-django's live_server runs it), and held to the size
+limit either way.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.conf import settings
 
 from orchestrator.models import ApiToken, Run
 from tests.api.helpers import ENVELOPE_KEYS, ok_run, web_env
-from tests.services import Process, gunicorn_url
+from tests.services import start_web
 
 pytestmark = [
     pytest.mark.slow,
@@ -79,32 +80,28 @@ def in_pieces(body: bytes, size: int = 1000) -> Iterator[bytes]:
 
 
 @pytest.fixture
-def gunicorn(postgres, tmp_path) -> Iterator[str]:
-    env = web_env(tmp_path)
-    server = Process(
-        "web", "gunicorn config.wsgi --bind 127.0.0.1:0 --workers 1", env, tmp_path / "web.log"
-    )
-    server.start()
+def web(postgres, tmp_path) -> Iterator[str]:
+    server, url = start_web(web_env(tmp_path), tmp_path / "web.log", WEB_CONCURRENCY="1")
     try:
-        yield gunicorn_url(server)
+        yield url
     finally:
         server.stop()
 
 
-def test_gunicorn_reads_a_chunked_body_and_stores_the_run(gunicorn):
+def test_the_web_server_reads_a_chunked_body_and_stores_the_run(web):
     _, secret = ApiToken.issue("chunked-agent")
     body = json.dumps(ok_run(topic="chunked", detail="x" * 20_000)).encode()
-    status, run = post_chunked(gunicorn, secret, in_pieces(body))
+    status, run = post_chunked(web, secret, in_pieces(body))
     assert status == 201, run
     assert run["topic"] == "chunked" and len(run["detail"]) == 20_000
     assert Run.objects.filter(pk=run["id"], topic="chunked").exists()
 
 
-def test_a_chunked_body_over_the_limit_is_a_413_and_is_not_read_to_the_end(gunicorn):
+def test_a_chunked_body_over_the_limit_is_a_413_and_is_not_read_to_the_end(web):
     _, secret = ApiToken.issue("chunked-agent")
     limit = settings.API_MAX_BODY_BYTES
     too_big = (b"x" * 65536 for _ in range(limit // 65536 + 16))  # ~11 MB, never built whole
-    status, body = post_chunked(gunicorn, secret, too_big)
+    status, body = post_chunked(web, secret, too_big)
     assert status == 413, body
     assert set(body) == ENVELOPE_KEYS and body["failure_type"] == "invalid_input"
     assert not Run.objects.exists()

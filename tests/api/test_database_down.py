@@ -1,4 +1,4 @@
-"""Fail fast while the database is down: the real web process (gunicorn, DEBUG off, the pooled
+"""Fail fast while the database is down: the real web process (as shipped, DEBUG off, the pooled
 connection of production) on a private PostgreSQL that the test stops and starts again.
 
 Every request answers within 3 s while the server is down (a 503 envelope with Retry-After for
@@ -20,11 +20,10 @@ from tests.api.helpers import ENVELOPE_KEYS, ok_run
 from tests.conftest import require_service
 from tests.services import (
     PrivatePostgres,
-    Process,
     app_env,
     available,
-    gunicorn_url,
     manage,
+    start_web,
     wait_until,
 )
 
@@ -53,9 +52,8 @@ def web(tmp_path_factory) -> Iterator[Web]:
         env |= {"DATABASE_POOL_MAX": "4", "SECURE_COOKIES": "0"}  # plain HTTP here
         manage(env, "migrate", "--noinput")
         token = manage(env, "createtoken", "down-test")
-        command = "gunicorn config.wsgi --bind 127.0.0.1:0 --workers 1 --threads 4"
-        server = Process("web", command, env, var / "web.log").start()
-        yield Web(gunicorn_url(server), token, postgres)
+        server, url = start_web(env, var / "web.log", WEB_CONCURRENCY="1", WEB_THREADS="4")
+        yield Web(url, token, postgres)
     finally:
         if server is not None:
             server.stop()

@@ -1,7 +1,7 @@
 """AgentClient reporting in the background (its default): batches from a queue, a spool while a
 real server process is down and its re-send on the next start, a flush at interpreter exit, and
 no reporting failure ever raised into the agent's code. All against real servers: the live
-server, or gunicorn started and stopped by the test; no mock."""
+server, or the web server started and stopped by the test; no mock."""
 
 from __future__ import annotations
 
@@ -214,7 +214,8 @@ def test_the_client_imports_no_django_and_nothing_of_the_server(tmp_path):
 
 
 class Server:
-    """gunicorn serving the app on a fixed port and the test database; stopped and started."""
+    """The web server as shipped serving the app on a fixed port and the test database;
+    stopped and started."""
 
     def __init__(self, port: int, var: Path) -> None:
         self.port = port
@@ -231,18 +232,19 @@ class Server:
             "FAILSIGHT_VAR_DIR": str(self.var),
             "API_RATE_LIMIT_PER_MINUTE": "0",
             "DEBUG": "1",
+            "BIND": f"127.0.0.1:{self.port}",
+            "WEB_CONCURRENCY": "1",
         }
         log = (self.var / "web.log").open("ab")
-        gunicorn = str(ROOT / ".venv" / "bin" / "gunicorn")
         self.proc = subprocess.Popen(
-            [gunicorn, "config.wsgi", "-b", f"127.0.0.1:{self.port}", "-w", "1"],
+            [sys.executable, "-m", "config.serve"],
             cwd=ROOT,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_for(self._answers, 60, "gunicorn to answer")
+        wait_for(self._answers, 60, "the web server to answer")
 
     def _answers(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
