@@ -1,10 +1,6 @@
-"""Pure failure classification (standard library only, no I/O, never raises): this module only
-gathers the public names. The steps live in `signals` (read an exception and its chain),
-`judge` (the verdict), `failure` (the result) and `engine` (the wiring); the tables in `rules`,
-the vocabulary in `taxonomy`; `envelope` and `described` serve callers that speak JSON.
+"""Pure failure classification (standard library only, no I/O, never raises).
 
-    from classifier import classify
-    failure = classify(exc)          # failure.category, .retryable, .retry_after, ...
+failure = classifier.classify(exc)   # .category, .retryable, .retry_after, ...
 """
 
 from classifier.engine import Classifier, classify

@@ -1,20 +1,10 @@
-"""Classify an error described as data, for callers that cannot hand us the exception object:
-agents in other languages, through the REST API's /classify endpoint, and MCP tool results.
-Every key of the shape below is optional. The same rules, overrides and precedence apply as for
-a real exception: this module only turns the description into the nodes `classifier.signals`
-would have read (a builtin type name resolves to the real class, so "ConnectionResetError" counts
-as a ConnectionError) and hands them to the classifier; it holds no rule of its own.
+"""Classify an error described as data (agents in other languages, /classify, MCP tool results)
+with the same rules as a real exception. Every key is optional:
 
     {"exception_type": "httpx.ReadTimeout", "message": "read timed out", "status_code": 504,
      "headers": {"Retry-After": "3"}, "provider_code": "ThrottlingException",
      "grpc_status": "UNAVAILABLE", "retryable": null, "failure_type": null,
      "cause": {...the same shape, nested}}
-
-`failure_type` is the describer's own word for the category (any name `parse_failure_type`
-reads, such as an MCP errorCategory "auth_error"): it decides the category unless a registered
-override matched, since the operators' overrides have the last word. `describe_mcp_result` maps
-an MCP tool result (isError, content, structuredContent, errorCategory, isRetryable, retryAfter,
-in camelCase or snake_case) onto this shape.
 """
 
 from __future__ import annotations
@@ -39,9 +29,7 @@ from classifier.signals import (
 )
 from classifier.taxonomy import FailureCategory, Signal, UnknownFailureType, parse_failure_type
 
-# The class name used when a description names none.
 UNNAMED: Final = "described.Error"
-# The class name an MCP tool error is described with.
 MCP_TOOL_ERROR: Final = "mcp.ToolError"
 
 
@@ -50,8 +38,8 @@ def classify_description(
 ) -> Failure:
     """Return the Failure a described error represents; never raises.
 
-    Anything that is not a mapping, and any field of the wrong type, is ignored rather than
-    rejected: the API validates its input, this function only has to be safe.
+    The describer's own `failure_type` decides unless an operator's override matched. Fields of
+    the wrong type are ignored rather than refused: the API validates its input.
     """
     classifier = classifier or DEFAULT_CLASSIFIER
     try:
@@ -81,11 +69,7 @@ def stated_failure_type(data: Any) -> FailureCategory | None:
 
 
 def _restated(failure: Failure, stated: FailureCategory, data: Mapping[str, Any]) -> Failure:
-    """Return `failure` under the category its describer stated, with that category's retry say.
 
-    The describer's own retryable flag, if any, still speaks; otherwise the stated category's
-    default does (the rules' reading of a status belongs to the category they chose).
-    """
     flag = data.get("retryable")
     retryable = flag if isinstance(flag, bool) else DEFAULT_RETRYABLE[stated]
     code = data.get("failure_type")
@@ -105,14 +89,10 @@ def is_mcp_result(data: Any) -> bool:
 
 
 def describe_mcp_result(result: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the described error an MCP tool result (isError true) stands for.
+    """Return the described error an MCP tool result (isError true) stands for; never raises.
 
-    Read at the top level, then in _meta, structuredContent and structuredContent.error (a
-    later layer refines an earlier one): errorCategory (a failure type name, aliases included,
-    as `failure_type`), isRetryable, retryAfter (seconds or an HTTP date), code or status (a
-    number is a status code, a string a provider code), message; each in camelCase or
-    snake_case. The text content is the message. Values of the wrong type are ignored. Never
-    raises.
+    Read at the top level, then in _meta, structuredContent and structuredContent.error, a later
+    layer refining an earlier one; each field in camelCase or snake_case.
     """
     try:
         return _describe_mcp(result)
@@ -152,7 +132,7 @@ def _describe_mcp(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _mcp_fields(layer: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the error fields one layer of an MCP result carries (None where it says nothing)."""
+
     code = _get(layer, "code")
     if code is None:
         code = _get(layer, "status_code", "status")
@@ -167,7 +147,7 @@ def _mcp_fields(layer: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _get(data: Any, *names: str) -> Any:
-    """Return the value of the first of `names` (snake_case, or its camelCase form) in `data`."""
+
     if not isinstance(data, Mapping):
         return None
     for name in names:
@@ -178,7 +158,7 @@ def _get(data: Any, *names: str) -> Any:
 
 
 def _nodes(data: Any) -> list[Node]:
-    """Return one node per level of the description's cause/context chain, outermost first."""
+
     nodes: list[Node] = []
     seen: set[int] = set()
     pending = [data]
@@ -193,7 +173,7 @@ def _nodes(data: Any) -> list[Node]:
 
 
 def _node(data: Mapping[str, Any]) -> Node:
-    """Return the evidence of one described error."""
+
     name = data.get("exception_type")
     name = name.strip() if isinstance(name, str) and name.strip() else UNNAMED
     message = data.get("message")
@@ -216,7 +196,7 @@ def _node(data: Mapping[str, Any]) -> Node:
 
 
 def _delay(value: Any) -> float | None:
-    """Return a described delay in seconds, capped, if it is a non-negative number."""
+
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return min(float(value), MAX_RETRY_AFTER)
     return None

@@ -1,10 +1,4 @@
-"""The classifier: read the chain, judge it, build the Failure. Here: `Classifier` (the core
-rules after a registry of overrides, for one provider scope or any) and `classify` (the default
-classifier, which has no overrides unless someone registers them on it). Each step lives in its
-own module: reading in `classifier.signals`, the verdict in `classifier.judge`, the result in
-`classifier.failure`. Not here: any rule, table or fast path; this module only wires the steps
-and keeps the promise that classifying never raises.
-"""
+"""The classifier: read the chain, judge it, build the Failure; classifying never raises."""
 
 from __future__ import annotations
 
@@ -17,11 +11,7 @@ from classifier.signals import Node, read_chain
 
 
 class Classifier:
-    """Classify exceptions with the core rules, after the registered `overrides`.
-
-    `provider` is the default provider scope for overrides; `classify(exc, provider=...)` replaces
-    it for one call.
-    """
+    """Classify exceptions with the core rules, after the registered `overrides`."""
 
     def __init__(self, overrides: Overrides | None = None, provider: str | None = None) -> None:
         self.overrides = overrides if overrides is not None else Overrides()
@@ -31,10 +21,7 @@ class Classifier:
         return f"Classifier(overrides={self.overrides!r}, provider={self.provider!r})"
 
     def classify(self, exc: BaseException, provider: str | None = None) -> Failure:
-        """Return the Failure `exc` represents; never raises, does no I/O.
-
-        Falls back to UNCLASSIFIED with signal "none" if anything about `exc` defeats reading it.
-        """
+        """Return the Failure `exc` represents; never raises, does no I/O."""
         try:
             return self.classify_nodes(read_chain(exc), provider)
         except Exception:

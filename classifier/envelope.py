@@ -1,13 +1,5 @@
 """The envelope a subagent returns, success or not: a top-level status for dashboards and the
-detail a coordinator needs to recover (what kind, what was attempted, what was already gathered,
-what could be tried instead). Both shapes are JSON-ready and round-trip through json.dumps/loads.
-Here: building both envelopes, reading a Failure back from one, and making arbitrary values
-JSON-safe; the other names agents give envelope fields (`FIELD_ALIASES`, every field's camelCase
-form) and `normalise_envelope`, which reads an envelope written with them. Not here: the
-classification itself (`classifier.engine`), the names of failure types (`classifier.taxonomy`)
-and validating envelopes that arrive over HTTP (the orchestrator's API does that, with these
-same tables).
-"""
+detail a coordinator needs to recover. Both shapes are JSON-ready and round-trip through JSON."""
 
 from __future__ import annotations
 
@@ -21,9 +13,8 @@ from classifier.engine import DEFAULT_CLASSIFIER, Classifier
 from classifier.failure import Failure
 from classifier.taxonomy import TAXONOMY_VERSION, UnknownFailureType, parse_failure_type
 
-# Nested data deeper than this is cut (replaced by its str()), which also ends reference cycles.
+# Deeper data is replaced by its str(), which also ends reference cycles.
 MAX_DEPTH: Final = 20
-# Strings in attempted/partial results are kept whole; only detail and chain are cut.
 MAX_DETAIL: Final = 2000
 
 ENVELOPE_KEYS: Final = (
@@ -37,7 +28,6 @@ ENVELOPE_KEYS: Final = (
     "detail",
     "results",
 )
-# The classification evidence an error envelope adds for the coordinator (see error_envelope).
 EVIDENCE_KEYS: Final = (
     "status_code",
     "provider_code",
@@ -47,17 +37,14 @@ EVIDENCE_KEYS: Final = (
     "taxonomy_version",
 )
 
-# Other names agents give envelope fields (conventions of hand-written envelopes and agent
-# frameworks). Besides these, every field is also read under its camelCase form (failureType,
-# retryAfter, partialResults, alternativesSuggested …); see `field_names`.
+# Other names agents give envelope fields; every field is also read in camelCase.
 FIELD_ALIASES: Final = MappingProxyType(
     {
         "alternatives": ("alternatives_suggested", "suggested_alternatives"),
         "retryable": ("retry_recommended",),
     }
 )
-# A bare query string some agents send instead of an `attempted` object: it is read as
-# attempted["query"].
+# Some agents send a bare query string instead of an `attempted` object.
 ATTEMPTED_QUERY: Final = "attempted_query"
 
 
@@ -70,13 +57,8 @@ def error_envelope(
     classifier: Classifier | None = None,
     provider: str | None = None,
 ) -> dict[str, Any]:
-    """Return the error envelope for `exc`: the ENVELOPE_KEYS plus the classification evidence.
-
-    Extra keys for the coordinator: status_code, provider_code, exception_type, signal, chain and
-    taxonomy_version. Partial results are kept (3 of 5 sources found is 3 results, not 0).
-    Values that JSON cannot hold are converted (tuples and sets to lists, bytes and other objects
-    to text, NaN and infinities to null). Never raises.
-    """
+    """Return the error envelope for `exc`: the ENVELOPE_KEYS plus the EVIDENCE_KEYS; never
+    raises. Partial results are kept (3 of 5 sources found is 3 results, not 0)."""
     failure = (classifier or DEFAULT_CLASSIFIER).classify(exc, provider)
     return failure_envelope(
         failure,
@@ -116,10 +98,7 @@ def failure_envelope(
 def success_envelope(
     results: Iterable[Any] | None, *, attempted: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Return the success envelope; an empty `results` is a valid "ok" with zero items.
-
-    "The query ran and found nothing" is a success: it must never look like "could not look".
-    """
+    """Return the success envelope; an empty `results` is a valid "ok" with zero items."""
     return {
         "status": "ok",
         "failure_type": None,
@@ -135,12 +114,8 @@ def success_envelope(
 
 
 def failure_from_envelope(envelope: Any) -> Failure | None:
-    """Return the Failure an error envelope describes, or None if it is a success.
-
-    Field and failure type aliases are read (`normalise_envelope`). Lenient: an unknown
-    failure_type becomes UNCLASSIFIED, a malformed envelope an UNCLASSIFIED failure that keeps
-    whatever detail it had. Never raises.
-    """
+    """Return the Failure an error envelope describes, or None if it is a success; lenient and
+    never raises (an unknown failure_type becomes UNCLASSIFIED)."""
     data = normalise_envelope(envelope) if isinstance(envelope, Mapping) else {}
     if data.get("status") == "ok":
         return None
@@ -153,7 +128,7 @@ def camel_case(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-@functools.cache  # read per field of every reported run: a handful of names, computed once
+@functools.cache
 def field_names(name: str) -> tuple[str, ...]:
     """Return every name `name` is read under: itself first, its aliases, their camelCase forms."""
     names = [name, *FIELD_ALIASES.get(name, ())]
@@ -163,10 +138,7 @@ def field_names(name: str) -> tuple[str, ...]:
 def normalise_envelope(data: Mapping[str, Any]) -> dict[str, Any]:
     """Return an envelope written with other names (aliases, camelCase) under our names.
 
-    The failure type is read through the taxonomy's aliases ("auth_error" → "auth_failure"), a
-    bare attempted_query becomes attempted["query"], and keys we do not know are kept as they
-    are. Lenient, for Python callers: when two names of one field are both given the canonical
-    one wins, and an unknown failure type is left for the reader to refuse. Never raises.
+    Lenient: the canonical name wins over an alias, unknown keys and failure types are kept.
     """
     known = (*ENVELOPE_KEYS, *EVIDENCE_KEYS)
     alias_of = {alias: name for name in known for alias in field_names(name)[1:]}
@@ -211,7 +183,7 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 
 
 def _attempted(attempted: Any) -> dict[str, Any]:
-    """Return what was attempted as a JSON-ready dict ({} if nothing or unreadable)."""
+
     try:
         if attempted is None:
             return {}
@@ -223,7 +195,7 @@ def _attempted(attempted: Any) -> dict[str, Any]:
 
 
 def _list(values: Any) -> list[Any]:
-    """Return an iterable as a JSON-ready list ([] if None or unreadable)."""
+
     if values is None:
         return []
     try:
@@ -235,12 +207,12 @@ def _list(values: Any) -> list[Any]:
 
 
 def _key(key: Any) -> str:
-    """Return a mapping key as JSON object keys are: text."""
+
     return key if isinstance(key, str) else _text(key)
 
 
 def _text(value: Any) -> str:
-    """Return str(value), or a placeholder if str() fails."""
+
     try:
         return str(value)
     except Exception:

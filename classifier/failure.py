@@ -1,10 +1,4 @@
-"""The classification result, `Failure`, and how a verdict over a chain becomes one. Here: the
-`Failure` dataclass with its JSON form (`to_dict`, `from_dict`), `build_failure` (whether a
-retry can help, how long to wait, the status and provider code to report, the chain and the
-one-line detail) and `unreadable_failure` for an exception that defeats reading. Not here:
-reading the chain (`classifier.signals`) and choosing the category (`classifier.judge`); the
-Failure only reports what the deciding verdict found.
-"""
+"""The classification result, `Failure`, and how a verdict over a chain becomes one."""
 
 from __future__ import annotations
 
@@ -51,11 +45,8 @@ class Failure:
 
     @classmethod
     def from_dict(cls, data: Any) -> Failure:
-        """Return the failure `data` describes (as `to_dict` or an envelope writes it), leniently.
-
-        Unknown categories become UNCLASSIFIED, a missing `retryable` takes the category's
-        default, and fields of the wrong type are dropped; this never raises.
-        """
+        """Return the failure `data` describes (as `to_dict` or an envelope writes it), leniently;
+        never raises."""
         if not isinstance(data, dict):
             data = {}
         raw = data.get("category", data.get("failure_type"))
@@ -120,12 +111,7 @@ def unreadable_failure(exc: Any) -> Failure:
 
 
 def _retryable(verdict: Verdict, decider: Node, found: dict[str, Any]) -> bool:
-    """Return whether a retry can help: the override, the provider's own say, then the rules.
-
-    The provider speaks through the exception's `retryable` flag or the server's x-should-retry
-    header; the rules rule out the statuses and codes whose answer never changes (501, 505,
-    UNIMPLEMENTED), and otherwise the category's default decides.
-    """
+    """Return whether a retry can help: the override, the provider's own say, then the rules."""
     if verdict.rule is not None and verdict.rule.retryable is not None:
         return verdict.rule.retryable
     if decider.flag is not None:
@@ -141,7 +127,7 @@ def _retryable(verdict: Verdict, decider: Node, found: dict[str, Any]) -> bool:
 
 
 def _should_retry(found: dict[str, Any]) -> bool | None:
-    """Return the server's own x-should-retry flag among the known header values, if it says."""
+
     value = found.get("x-should-retry")
     if isinstance(value, bytes):
         value = value.decode("latin-1")
@@ -151,7 +137,7 @@ def _should_retry(found: dict[str, Any]) -> bool | None:
 
 
 def _delay(decider: Node, nodes: list[Node], found: dict[str, Any]) -> float | None:
-    """Return the delay asked for by the deciding exception, else by the first one that asks."""
+
     if decider.delay is not None:
         return decider.delay
     delay = delay_from_values(found)
@@ -169,14 +155,14 @@ def _delay(decider: Node, nodes: list[Node], found: dict[str, Any]) -> float | N
 
 
 def _status(decider: Node, nodes: list[Node]) -> int | None:
-    """Return the deciding exception's HTTP status, else the first one found in the chain."""
+
     if decider.status is not None:
         return decider.status
     return next((node.status for node in nodes if node.status is not None), None)
 
 
 def _provider_code(verdict: Verdict, decider: Node) -> str | None:
-    """Return the code that decided, else (unless an override did) the first code read."""
+
     code = verdict.code
     if code is None and verdict.rule is None:
         code = decider.codes[0] if decider.codes else decider.grpc or decider.sqlstate
@@ -184,7 +170,7 @@ def _provider_code(verdict: Verdict, decider: Node) -> str | None:
 
 
 def _detail(outer: Node, decider: Node) -> str:
-    """Return "Name: message" of the outer exception, and of the decider when it is another one."""
+
     text = f"{outer.kind.qualname}: {outer.message}" if outer.message else outer.kind.qualname
     if decider is not outer:
         inner = decider.kind.qualname
@@ -193,7 +179,7 @@ def _detail(outer: Node, decider: Node) -> str:
 
 
 def _finite_delay(value: Any) -> float | None:
-    """Return `value` as a float if it is a finite, non-negative number, else None."""
+
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
@@ -204,5 +190,5 @@ def _finite_delay(value: Any) -> float | None:
 
 
 def _str_or_none(value: Any) -> str | None:
-    """Return `value` if it is a string, else None."""
+
     return value if isinstance(value, str) else None

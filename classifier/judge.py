@@ -1,16 +1,5 @@
-"""Judging the evidence: the verdict on each exception of a chain, and the one that decides.
-Here: how strong each kind of evidence is, `judge` (the core rules' verdict on one node: a
-specific code (a provider's; a protocol family's, such as a TLS reason or an AMQP reply code; a
-SQLSTATE), the status, a generic provider code, the class, the class name, the message, a broad
-class), and `decide` (registered overrides over the whole chain first, then the strongest
-verdict, wherever it sits: httpx's ConnectError around a certificate that failed verification is
-an auth failure, the inner reason being a code and the outer class only a class; between equals
-the outer exception wins, except that a generic TRANSIENT yields to a more specific verdict
-inside it: requests' ConnectionError wrapping urllib3's ReadTimeoutError is a timeout). Not here:
-reading the evidence (`classifier.signals`), the tables themselves (`classifier.rules`,
-`classifier.protocols`), and what a verdict makes of retryable, delay and detail
-(`classifier.failure`).
-"""
+"""Judging the evidence: the verdict on each exception of a chain, and the one that decides
+(overrides first, then the strongest evidence wherever it sits in the chain)."""
 
 from __future__ import annotations
 
@@ -24,8 +13,6 @@ from classifier.taxonomy import FailureCategory, Signal
 
 
 class Strength(IntEnum):
-    """How much a verdict's evidence weighs when verdicts of one chain are compared."""
-
     NONE = 0
     FALLBACK_TYPE = 1  # a broad class (a database OperationalError), weaker than the message
     MESSAGE = 2
@@ -36,8 +23,6 @@ class Strength(IntEnum):
 
 
 class Verdict(NamedTuple):
-    """A category with the evidence behind it; `node` is None when nothing spoke."""
-
     strength: Strength
     category: FailureCategory
     signal: Signal
@@ -57,9 +42,7 @@ _SIGNAL_OF_MATCH: Final = {
 def decide(nodes: list[Node], overrides: Overrides, provider: str | None) -> Verdict:
     """Return the deciding verdict over a chain (outermost first): overrides, then core rules.
 
-    The message is the least trusted evidence: messages are read only when nothing stronger
-    than a message spoke anywhere in the chain (a message cannot beat stronger evidence, so
-    reading them then would change nothing).
+    Messages are read only when nothing stronger spoke anywhere in the chain.
     """
     if overrides:
         for node in nodes:
@@ -84,8 +67,7 @@ def strongest(verdicts: list[Verdict]) -> Verdict:
 def _beats(verdict: Verdict, held: Verdict) -> bool:
     """Return whether an inner `verdict` replaces the `held` one of an outer exception.
 
-    Stronger evidence wins. Between equals the outer exception keeps its say, unless it said
-    TRANSIENT (the vaguest category a signal gives) and the inner one says something else.
+    Between equals the outer one keeps its say, unless it said only TRANSIENT.
     """
     if verdict.strength != held.strength:
         return verdict.strength > held.strength
@@ -105,14 +87,10 @@ def override_verdict(node: Node, overrides: Overrides, provider: str | None) -> 
 
 
 def judge(node: Node, *, read_message: bool = True) -> Verdict:
-    """Return the core rules' verdict on one node, from its strongest evidence.
-
-    With `read_message` False the message is skipped (the broad class, if any, speaks instead).
-    """
+    """Return the core rules' verdict on one node, from its strongest evidence."""
     grpc_category = rules.GRPC_STATUS.get(node.grpc) if node.grpc else None
     status_category = rules.status_category(node.status) if node.status is not None else None
-    # A specific provider code refines the status it came with (AWS sends throttling as a 400,
-    # OpenAI an exhausted balance as a 429) and keeps the status's strength in the chain.
+    # AWS sends throttling as a 400: a specific code refines the status and keeps its strength.
     with_status = grpc_category is not None or status_category is not None
     verdict = _specific_code(node, Strength.STATUS if with_status else Strength.PROVIDER_CODE)
     if verdict is not None:
@@ -129,12 +107,8 @@ def judge(node: Node, *, read_message: bool = True) -> Verdict:
 
 
 def _specific_code(node: Node, strength: Strength) -> Verdict | None:
-    """Return the verdict of the first code a table knows, else of the SQLSTATE.
-
-    A class that keeps a protocol family's code (a TLS reason, a MySQL error number, an AMQP,
-    SMTP or FTP reply code) has its codes read by that family's table first: 404 from a broker
-    is AMQP's not-found, and 1049 from MySQL an unknown database, whatever SQLSTATE came along.
-    """
+    """Return the verdict of the first code a table knows (the class's protocol family's table
+    first), else of the SQLSTATE."""
     source = node.kind.code_source
     for code in node.codes:
         category = protocols.code_category(source.family, code) if source else None
@@ -150,7 +124,7 @@ def _specific_code(node: Node, strength: Strength) -> Verdict | None:
 
 
 def _class_or_message(node: Node, read_message: bool) -> Verdict:
-    """Return the verdict of the class, its name, the message, or a broad class, in that order."""
+
     kind = node.kind
     if kind.category is not None:
         return Verdict(Strength.TYPE, kind.category, Signal.TYPE, None, node)

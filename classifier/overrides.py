@@ -1,11 +1,5 @@
-"""Provider-specific rules registered by callers and consulted before the core rules. An
-override maps one signal (an exception type name, a status code or a provider code), for one
-provider or for all, onto a category and optionally a retryable flag. This is how 498 "token
-expired", 420 "enhance your calm" or an SDK's private error names reach the taxonomy without
-editing `classifier.rules`. Here: the rule rows and the registry that finds the rule matching
-one exception's signals. Not here: when overrides are consulted (first, over the whole chain:
-`classifier.judge.decide`) and where the rows come from (the orchestrator's policy snapshot).
-"""
+"""Provider-specific rules registered by callers and consulted before the core rules: one signal
+(an exception type, a status code or a provider code), for one provider or all, onto a category."""
 
 from __future__ import annotations
 
@@ -18,8 +12,6 @@ from classifier.taxonomy import FailureCategory
 
 
 class MatchOn(StrEnum):
-    """Which signal an override matches."""
-
     EXCEPTION_TYPE = "exception_type"
     STATUS_CODE = "status_code"
     PROVIDER_CODE = "provider_code"
@@ -27,12 +19,8 @@ class MatchOn(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class OverrideRule:
-    """One override row: `provider` "" applies to every provider.
-
-    `match_value` is a "module.QualName", a "package.QualName" or a bare class name for
-    EXCEPTION_TYPE (matched anywhere in the MRO), a number for STATUS_CODE, a code for
-    PROVIDER_CODE (compared case-insensitively). A trailing "*" makes a type or code a prefix.
-    """
+    """One override row: `provider` "" applies to every provider; a trailing "*" makes
+    `match_value` a prefix; provider codes compare case-insensitively."""
 
     match_on: MatchOn
     match_value: str
@@ -43,11 +31,8 @@ class OverrideRule:
 
 
 class Overrides:
-    """An explicitly filled registry of override rules; later rules replace earlier equal keys.
-
-    Lookup order for one exception: provider code, exception type, status code (the most specific
-    evidence first), each trying rules scoped to the current provider before global ones.
-    """
+    """A registry of override rules; later rules replace earlier equal keys. The most specific
+    evidence is looked up first, rules scoped to the provider before global ones."""
 
     def __init__(self, rules: Iterable[OverrideRule | Mapping[str, Any]] = ()) -> None:
         self._exact: dict[tuple[MatchOn, str, Any], OverrideRule] = {}
@@ -63,10 +48,7 @@ class Overrides:
     def from_data(cls, rows: Iterable[Any], *, strict: bool = False) -> Overrides:
         """Return a registry filled from plain rows, as `ProviderOverride.snapshot()` writes them.
 
-        Rows look like {"provider": "" or name, "match_on": "exception_type" | "status_code" |
-        "provider_code", "match_value": str, "failure_type": str, "retryable": bool | None,
-        "enabled": bool}; extra keys are ignored. Disabled rows are skipped. An invalid row
-        raises ValueError when `strict`, else it is skipped and listed in `rejected` with why.
+        An invalid row raises ValueError when `strict`, else it is listed in `rejected` with why.
         """
         registry = cls()
         for row in rows:
@@ -150,7 +132,7 @@ class Overrides:
         return None
 
     def _find_text(self, match_on: MatchOn, scope: str, values: list[str]) -> OverrideRule | None:
-        """Return the first exact, then prefix rule of `match_on` in `scope` matching a value."""
+
         for value in values:
             rule = self._exact.get((match_on, scope, value))
             if rule is not None:
@@ -163,7 +145,7 @@ class Overrides:
         return None
 
     def _add_row(self, row: Any, *, strict: bool) -> None:
-        """Register one plain-data row, or reject it (raise when `strict`)."""
+
         try:
             if not isinstance(row, Mapping):
                 raise ValueError("a row is a mapping")
@@ -187,5 +169,5 @@ class Overrides:
 
 
 def _provider_key(provider: str | None) -> str:
-    """Return the comparable form of a provider name ("" for none)."""
+
     return (provider or "").strip().casefold()

@@ -1,14 +1,5 @@
-"""The reply codes of the protocols beside HTTP, as ordered data tables, and the lookups that read
-them. Here: which exception classes carry a code of which family and where (`CODE_SOURCES`:
-an attribute, the first argument, the reply code that opens the message, a dict of per-address
-replies, the server's own message), and what each code of each family means (TLS alert and
-verification reasons, MySQL/MariaDB error numbers, AMQP reply codes, SMTP and FTP reply codes,
-SSH channel-open failures, and the SQLSTATE behind PostgreSQL's connection messages). Each table
-says where its entries come from. Not here: reading an exception (`classifier.signals`), weighing
-a code against other evidence (`classifier.judge`: a family code weighs as a provider code, so
-it beats the class and the message, and an inner code beats an outer connection error), and the
-HTTP, gRPC, cloud and SQLSTATE tables (`classifier.rules`).
-"""
+"""The reply codes of the protocols beside HTTP (TLS, MySQL, AMQP, SMTP, FTP, SSH, PostgreSQL's
+connection messages): which exception classes carry one and where, and what each code means."""
 
 from __future__ import annotations
 
@@ -22,8 +13,6 @@ from classifier.taxonomy import FailureCategory as C
 
 
 class Family(StrEnum):
-    """A family of codes: which table reads a code an exception carries."""
-
     TLS = "tls"
     MYSQL = "mysql"
     AMQP = "amqp"
@@ -44,55 +33,41 @@ class Read(StrEnum):
 
 
 class CodeSource(NamedTuple):
-    """Which family a class's code belongs to, and where to read it."""
-
     family: Family
     read: Read
     attribute: str = ""
 
 
-# Classes (by "module.QualName", matched anywhere in the MRO like rules.EXCEPTION_TYPES, so also
-# as "package.QualName") that carry a code of a family. Sources: each library as installed.
+# Classes (matched anywhere in the MRO) that carry a code of a family. Sources: each library as
+# installed.
 CODE_SOURCES: Final = MappingProxyType(
     {
-        # ssl.SSLError.reason is OpenSSL's reason name ("CERTIFICATE_VERIFY_FAILED").
         "ssl.SSLError": CodeSource(Family.TLS, Read.ATTRIBUTE, "reason"),
-        # PyMySQL and mysqlclient raise Error(errno, message); MySQL Connector/Python and the
-        # MariaDB connector name it `errno`. Their `sqlstate` is the generic SQL class, which
-        # reads worse than the number (1049 unknown database is "42000", a syntax class).
+        # Not their `sqlstate`: 1049 unknown database is "42000", a syntax class.
         "pymysql.err.MySQLError": CodeSource(Family.MYSQL, Read.FIRST_ARG),
         "MySQLdb._exceptions.MySQLError": CodeSource(Family.MYSQL, Read.FIRST_ARG),
         "mysql.connector.errors.Error": CodeSource(Family.MYSQL, Read.ATTRIBUTE, "errno"),
         "mariadb.Error": CodeSource(Family.MYSQL, Read.ATTRIBUTE, "errno"),
-        # AMQP 0-9-1 channel.close / connection.close: py-amqp (kombu's transport) and pika.
         "amqp.exceptions.AMQPError": CodeSource(Family.AMQP, Read.ATTRIBUTE, "reply_code"),
         "pika.exceptions.ChannelClosed": CodeSource(Family.AMQP, Read.ATTRIBUTE, "reply_code"),
         "pika.exceptions.ConnectionClosed": CodeSource(Family.AMQP, Read.ATTRIBUTE, "reply_code"),
-        # smtplib: one reply, or one reply per refused recipient.
         "smtplib.SMTPRecipientsRefused": CodeSource(Family.SMTP, Read.PER_ADDRESS, "recipients"),
         "smtplib.SMTPResponseException": CodeSource(Family.SMTP, Read.ATTRIBUTE, "smtp_code"),
-        # ftplib raises error_perm("530 Login incorrect."): the reply code opens the message.
         "ftplib.Error": CodeSource(Family.FTP, Read.MESSAGE_PREFIX),
-        # paramiko's ChannelException(code, text): the SSH channel-open failure reason.
         "paramiko.ssh_exception.ChannelException": CodeSource(Family.SSH, Read.ATTRIBUTE, "code"),
-        # psycopg and psycopg2 raise connection failures with no SQLSTATE (libpq keeps only the
-        # text), though the server sent one: SERVER_MESSAGES recovers it from the server's text.
+        # libpq keeps only the server's text: SERVER_MESSAGES recovers the SQLSTATE from it.
         "psycopg.OperationalError": CodeSource(Family.SQLSTATE, Read.SERVER_MESSAGE),
         "psycopg2.OperationalError": CodeSource(Family.SQLSTATE, Read.SERVER_MESSAGE),
     }
 )
 
-# OpenSSL reason names (ssl.SSLError.reason). A certificate that fails verification (unknown CA,
-# self-signed, hostname or IP mismatch, expired, revoked, too weak a key) fails the same way on
-# every retry: the server could not prove who it is, or we could not, so AUTH_FAILURE, never
-# TRANSIENT, whatever connection error wraps it. A protocol mismatch (TLS spoken to a plain port,
-# no common version) is configuration: INVALID_INPUT.
+# OpenSSL reason names (ssl.SSLError.reason). A failed verification fails the same way on every
+# retry, so AUTH_FAILURE whatever wraps it; a protocol mismatch is configuration.
 TLS_REASONS: Final = MappingProxyType(
     {
         "CERTIFICATE_VERIFY_FAILED": C.AUTH_FAILURE,  # SSLCertVerificationError, any cause
         "TLSV13_ALERT_CERTIFICATE_REQUIRED": C.AUTH_FAILURE,  # the server wants our certificate
-        # TLS 1.2 servers answer a missing client certificate (or no shared cipher) with it
-        "SSLV3_ALERT_HANDSHAKE_FAILURE": C.AUTH_FAILURE,
+        "SSLV3_ALERT_HANDSHAKE_FAILURE": C.AUTH_FAILURE,  # TLS 1.2: no client certificate
         "SSLV3_ALERT_BAD_CERTIFICATE": C.AUTH_FAILURE,  # the server refused our certificate
         "SSLV3_ALERT_CERTIFICATE_EXPIRED": C.AUTH_FAILURE,
         "SSLV3_ALERT_CERTIFICATE_REVOKED": C.AUTH_FAILURE,
@@ -109,8 +84,7 @@ TLS_REASONS: Final = MappingProxyType(
         "NO_PROTOCOLS_AVAILABLE": C.INVALID_INPUT,
         "NO_CIPHERS_AVAILABLE": C.INVALID_INPUT,
         "TLSV1_ALERT_INTERNAL_ERROR": C.SERVER_FAULT,
-        # A peer hanging up mid-record (UNEXPECTED_EOF_WHILE_READING) is left to its class,
-        # ssl.SSLEOFError (TRANSIENT): as a code it would outweigh an outer timeout.
+        # Not UNEXPECTED_EOF_WHILE_READING: as a code it would outweigh an outer timeout.
     }
 )
 
@@ -186,10 +160,8 @@ MYSQL_ERRORS: Final = MappingProxyType(
     }
 )
 
-# AMQP 0-9-1 reply codes (the specification's constants), as RabbitMQ sends them when it closes
-# a channel (soft errors) or the connection (hard errors). They are not HTTP statuses: 530 is
-# "not allowed", which RabbitMQ also answers for a virtual host that does not exist or that the
-# user may not open (it does not tell the two apart), so AUTH_FAILURE.
+# AMQP 0-9-1 reply codes (the specification's constants). RabbitMQ answers 530 also for a virtual
+# host that does not exist, so AUTH_FAILURE.
 AMQP_REPLY_CODES: Final = MappingProxyType(
     {
         311: C.INVALID_INPUT,  # content-too-large
@@ -213,8 +185,7 @@ AMQP_REPLY_CODES: Final = MappingProxyType(
     }
 )
 
-# SMTP reply codes (RFC 5321 section 4.2, RFC 4954 for AUTH). Codes not listed fall back on
-# REPLY_CLASSES: 4xx is a transient negative reply, 5xx a permanent one.
+# SMTP reply codes (RFC 5321 section 4.2, RFC 4954 for AUTH); others fall back on REPLY_CLASSES.
 SMTP_REPLY_CODES: Final = MappingProxyType(
     {
         421: C.TRANSIENT,  # service not available, closing the channel
@@ -255,8 +226,7 @@ FTP_REPLY_CODES: Final = MappingProxyType(
     }
 )
 
-# The first digit of an SMTP or FTP reply, for codes the tables above do not list: 4 is a
-# transient negative completion, 5 a permanent one (a syntax error, a command not implemented).
+# The first digit of an SMTP or FTP reply the tables above do not list (RFC 5321, RFC 959).
 REPLY_CLASSES: Final = MappingProxyType({"4": C.TRANSIENT, "5": C.INVALID_INPUT})
 
 # SSH channel-open failure reasons (RFC 4254 section 5.1), paramiko's ChannelException.code.
@@ -269,10 +239,8 @@ SSH_CHANNEL_CODES: Final = MappingProxyType(
     }
 )
 
-# PostgreSQL's own connection-time messages (the server's FATAL texts in English, after libpq's
-# "FATAL:  ") and the SQLSTATE the server sent with each, for drivers that keep only the text.
-# The SQLSTATE then decides as if the driver had kept it: a role that "does not exist" is class 28
-# (invalid authorization), not a missing resource.
+# PostgreSQL's connection-time FATAL texts (in English, from its error reporting) and the SQLSTATE
+# the server sent with each, for drivers that keep only the text.
 SERVER_MESSAGES: Final = (
     (r'FATAL:  password authentication failed for user "', "28P01"),
     (r'FATAL:  role "[^"]*" does not exist', "28000"),
@@ -302,11 +270,7 @@ _WITH_REPLY_CLASSES: Final = frozenset({Family.SMTP, Family.FTP})
 
 
 def code_category(family: Family, code: str) -> C | None:
-    """Return what `code` means in `family`'s table, or None if the table does not know it.
-
-    Numbered families take the code as written ("535"), SMTP and FTP falling back on the class
-    of the reply; a SQLSTATE reads as `rules.sqlstate_category` reads any other.
-    """
+    """Return what `code` means in `family`'s table, or None if the table does not know it."""
     if family is Family.TLS:
         return TLS_REASONS.get(code)
     if family is Family.SQLSTATE:

@@ -1,10 +1,4 @@
-"""Read how long a provider asked us to wait, from response headers in every common form.
-Here: `parse_retry_after` (public), the scan that picks the known rate-limit headers out of any
-header map (`header_values`) and the parsing of their values (`delay_from_values`). Not here:
-finding the headers on an exception or its response (`classifier.signals`) and deciding whether
-a failure is retryable at all (`classifier.failure`), which also reads the `x-should-retry` value
-this scan picks out.
-"""
+"""Read how long a provider asked us to wait, from response headers in every common form."""
 
 from __future__ import annotations
 
@@ -15,19 +9,16 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
-# A delay longer than a day is not a retry for an agent run; capping (rather than dropping) keeps
-# the meaning "not soon" without overflowing anyone's timer.
+# Capped rather than dropped: keeps "not soon" without overflowing anyone's timer.
 MAX_RETRY_AFTER: Final = 86_400.0
 
-# Headers beyond this many are not read: a header map is small, a hostile one is not our problem.
 MAX_HEADERS: Final = 256
 
 # x-ratelimit-reset is an absolute epoch (GitHub, Twitter) when it is this large, else a delay.
 EPOCH_SECONDS_FROM: Final = 1_000_000_000.0
 EPOCH_MILLISECONDS_FROM: Final = 1_000_000_000_000.0
 
-# Lowercased names this module reads (and x-should-retry, the OpenAI/Anthropic servers' own
-# "retry this or not" flag, which `classifier.failure` reads as the provider's own say).
+# x-should-retry is the OpenAI/Anthropic servers' own say, read by `classifier.failure`.
 KNOWN_HEADERS: Final = frozenset(
     {
         "retry-after-ms",
@@ -58,24 +49,10 @@ _UNIT_SECONDS: Final = {
 def parse_retry_after(headers: Any, now: float | datetime | None = None) -> float | None:
     """Return the seconds to wait before retrying, from `headers`, or None if they do not say.
 
-    `headers` is any Mapping (dict, httpx.Headers, requests' CaseInsensitiveDict, aiohttp's
-    CIMultiDictProxy), an `email.message.Message`, anything with `.items()`, or a list of
-    (name, value) pairs; names are case-insensitive, values may be str, bytes or numbers.
-    `now` (epoch seconds or a datetime; naive means UTC) replaces the clock for absolute forms.
-
-    Precedence, first header that parses wins (garbage in one falls through to the next):
-    1. `retry-after-ms` / `x-ms-retry-after-ms`: milliseconds (the most precise form);
-    2. `Retry-After`: delay-seconds (int, or a float, which some servers send) or an HTTP-date
-       (RFC 9110 section 10.2.3);
-    3. `RateLimit-Reset`: delay-seconds (IETF draft ratelimit headers);
-    4. `X-RateLimit-Reset`: epoch seconds when >= 1e9, epoch milliseconds when >= 1e12, else
-       delay-seconds; a duration string ("6m0s") is accepted too;
-    5. `x-ratelimit-reset-requests` / `x-ratelimit-reset-tokens` (OpenAI): duration strings such
-       as "6m0s", "1.5s", "20ms", "1h2m3s"; when both are present the longer wins, since we cannot
-       tell which limit we hit and a retry storm is worse than a late retry.
-
-    A time in the past gives 0.0. Negative delays, NaN, infinity and unparsable values are
-    garbage and give None. Delays above one day are capped at MAX_RETRY_AFTER. Never raises.
+    `headers` is any mapping, an email Message, or (name, value) pairs; `now` replaces the clock
+    for absolute forms. The first header that parses wins: retry-after-ms, Retry-After (seconds
+    or an HTTP-date), RateLimit-Reset, X-RateLimit-Reset (an epoch when large), then OpenAI's
+    x-ratelimit-reset-requests/-tokens, the longer of the two. Never raises.
     """
     try:
         return delay_from_values(header_values(headers), now)
@@ -86,11 +63,7 @@ def parse_retry_after(headers: Any, now: float | datetime | None = None) -> floa
 def header_values(headers: Any) -> dict[str, Any]:
     """Return the values of the KNOWN_HEADERS in `headers`, keyed by lowercased name.
 
-    The first occurrence of a name wins, and at most MAX_HEADERS names are looked at. A map is
-    scanned through its names (`.keys()`), and only the values of known names are fetched
-    through `[]`, which is how each library answers for a name (httpx joins repeated headers,
-    an email Message gives the first); anything else is read as (name, value) pairs. An
-    unreadable map gives what was read before it failed.
+    Values are fetched through `[]`, which is how each library answers for a repeated name.
     """
     found: dict[str, Any] = {}
     if headers is None:
@@ -100,7 +73,6 @@ def header_values(headers: Any) -> dict[str, Any]:
             for count, key in enumerate(headers.keys()):
                 if count >= MAX_HEADERS:
                     break
-                # Most names are plain strings: lowercased here, without a call per name.
                 name = str.lower(key) if type(key) is str else _name(key)
                 if name in KNOWN_HEADERS and name not in found:
                     found[name] = headers[key]
@@ -112,7 +84,7 @@ def header_values(headers: Any) -> dict[str, Any]:
 
 
 def _scan_pairs(pairs: Any, found: dict[str, Any]) -> None:
-    """Add the known headers among (name, value) `pairs` to `found`."""
+
     for count, (key, value) in enumerate(pairs):
         if count >= MAX_HEADERS:
             break
@@ -122,7 +94,7 @@ def _scan_pairs(pairs: Any, found: dict[str, Any]) -> None:
 
 
 def _items(headers: Any) -> Any:
-    """Return an iterable of (name, value) pairs for a mapping-like object or a list of pairs."""
+
     items = getattr(headers, "items", None)
     if callable(items):
         return items()
@@ -132,7 +104,7 @@ def _items(headers: Any) -> Any:
 
 
 def _name(key: Any) -> str | None:
-    """Return a header name lowercased, or None if it is neither str nor bytes."""
+
     if isinstance(key, str):
         return str.lower(key)  # a str subclass's own lower() is not ours to call
     if isinstance(key, bytes):
@@ -170,7 +142,7 @@ def delay_from_values(found: dict[str, Any], now: float | datetime | None = None
 
 
 def _retry_after(value: Any, now: float | datetime | None) -> float | None:
-    """Return the delay of a Retry-After value: delay-seconds or an HTTP-date."""
+
     seconds = _number(value)
     if seconds is not None:
         return _cap(seconds)
@@ -187,7 +159,7 @@ def _retry_after(value: Any, now: float | datetime | None) -> float | None:
 
 
 def _reset(value: Any, now: float | datetime | None) -> float | None:
-    """Return the delay of an X-RateLimit-Reset value: an epoch, a delay or a duration string."""
+
     number = _number(value)
     if number is None:
         duration = _duration(value)
@@ -211,7 +183,7 @@ def _duration(value: Any) -> float | None:
 
 
 def _number(value: Any) -> float | None:
-    """Return `value` as a finite non-negative float if it is a plain decimal number, else None."""
+
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -230,7 +202,7 @@ def _number(value: Any) -> float | None:
 
 
 def _text(value: Any) -> str | None:
-    """Return a header value as stripped text, or None if it is neither str nor bytes."""
+
     if isinstance(value, bytes):
         value = value.decode("latin-1")
     if isinstance(value, str):
@@ -239,12 +211,12 @@ def _text(value: Any) -> str | None:
 
 
 def _cap(seconds: float) -> float:
-    """Return `seconds` bounded by MAX_RETRY_AFTER (infinity included)."""
+
     return min(float(seconds), MAX_RETRY_AFTER)
 
 
 def _now(now: float | datetime | None) -> float:
-    """Return `now` as epoch seconds: the clock when None, a naive datetime counted as UTC."""
+
     if now is None:
         return time.time()
     if isinstance(now, datetime):

@@ -1,15 +1,5 @@
-"""Reading the signals of an exception and of the exceptions it carries, into evidence nodes.
-Here: what the rules tables say about an exception class (`exception_class`, a pure function of
-the class, cached), reading one exception into a `Node` (its HTTP or gRPC status, provider codes,
-SQLSTATE, the code of a protocol family, headers, retryable flag, delay and message), and
-walking its chain (`read_chain`: `__cause__`, `__context__`, the link attributes libraries use,
-exceptions kept in containers: exception-group members, a dict or list of per-address errors, a
-retry library's finished last attempt; breadth first, each exception once, at most MAX_CHAIN
-exceptions and MAX_DEPTH links deep). Reading is pure: attributes and in-memory headers only (a
-response body is never read, a gRPC error's `code()` is a getter, a finished future's exception
-is read with a zero timeout), and an attribute that raises when read counts as absent. Not here:
-what the evidence means (`classifier.judge`) and the Failure built from it (`classifier.failure`).
-"""
+"""Reading an exception and the exceptions it carries into evidence nodes. Reading is pure:
+attributes and in-memory headers only, and an attribute that raises when read counts as absent."""
 
 from __future__ import annotations
 
@@ -26,16 +16,11 @@ from classifier.protocols import CodeSource, Read
 from classifier.retry_after import MAX_RETRY_AFTER
 from classifier.taxonomy import FailureCategory
 
-# The walk stops after this many exceptions or this many links deep, whichever comes first.
 MAX_CHAIN: Final = 32
 MAX_DEPTH: Final = 16
-# Messages are cut to this many characters (they end up in `chain` and `detail`).
 MESSAGE_LIMIT: Final = 300
-# Attributes besides __cause__/__context__ that libraries use to carry the underlying exception:
-# urllib's URLError.reason and urllib3's MaxRetryError.reason, SQLAlchemy's DBAPIError.orig,
-# google-api-core's RetryError.cause, aiohttp's os_error and certificate_error; and containers of
-# them: paramiko's NoValidConnectionsError.errors (a dict of address -> error, one per address
-# tried), google-api-core's errors list, tenacity's RetryError.last_attempt (a finished future).
+# Where libraries keep the underlying exception (urllib, urllib3, SQLAlchemy, google-api-core,
+# aiohttp), or containers of them (paramiko's per-address dict, tenacity's last attempt).
 LINK_ATTRIBUTES: Final = (
     "reason",
     "orig",
@@ -45,7 +30,6 @@ LINK_ATTRIBUTES: Final = (
     "errors",
     "last_attempt",
 )
-# Every attribute the evidence of an exception is read from, links included.
 READ_ATTRIBUTES: Final = frozenset(
     {
         "status_code",
@@ -65,20 +49,16 @@ READ_ATTRIBUTES: Final = frozenset(
         *LINK_ATTRIBUTES,
     }
 )
-# Classes remembered by `exception_class`. Bounded because botocore creates exception classes
-# per client, and a long-lived agent creates many clients.
+# Bounded: botocore creates exception classes per client.
 CLASS_CACHE_SIZE: Final = 2048
 UNPRINTABLE: Final = "<unprintable message>"
 
-# Reads one attribute of the exception at hand: None if it is absent or raises when read.
 Getter = Callable[[str], Any]
 V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
 class ExceptionClass:
-    """What the rules tables say about one exception class (or a class known only by name)."""
-
     name: str  # "module.QualName", as `chain` and `exception_type` show it
     qualname: str  # the class's own name, as `detail` shows it
     names: tuple[str, ...]  # the names an override may match, for every class of the MRO
@@ -87,21 +67,15 @@ class ExceptionClass:
     fallback: FailureCategory | None  # a broad class, which speaks only after the message
     grpc: bool  # a grpc.RpcError, whose `code()` returns the gRPC status
     code_is_evidence: bool  # False where `code` is an exit status or an alias
-    # The READ_ATTRIBUTES the class itself defines (properties, slots, class attributes): with
-    # those in an instance's __dict__, the only ones an instance can have, unless the class
-    # answers any name (a custom __getattr__ or __getattribute__).
+    # With an instance's __dict__, the only READ_ATTRIBUTES it can have (unless it answers any).
     attributes: frozenset[str] = frozenset()
     answers_any_name: bool = False
     code_source: CodeSource | None = None  # where the class keeps a protocol family's code
-    # The READ_ATTRIBUTES worth reading on an instance: all but `code` where it is no evidence
-    # (aiohttp's deprecated alias warns when read).
     readable: frozenset[str] = READ_ATTRIBUTES
 
 
 @dataclass(slots=True)
 class Node:
-    """The evidence read from one exception of a chain (or from one described error)."""
-
     kind: ExceptionClass
     message: str
     status: int | None = None  # an HTTP status, 100..599
@@ -128,11 +102,7 @@ def exception_class(cls: type) -> ExceptionClass:
 
 
 def exception_class_named(name: str) -> ExceptionClass:
-    """Return what the rules say about a class known only by its name ("httpx.ReadTimeout").
-
-    A builtin name (with or without "builtins.") resolves to the real class, so that its MRO
-    counts (ConnectionResetError is a ConnectionError); any other name is read as written.
-    """
+    """Return what the rules say about a class known only by its name ("httpx.ReadTimeout")."""
     module, _, qualname = name.rpartition(".")
     if module in ("", "builtins"):
         candidate = getattr(builtins, qualname, None)
@@ -148,7 +118,7 @@ def class_name(cls: Any) -> str:
 
 
 def _module_and_qualname(klass: Any) -> tuple[str, str]:
-    """Return a class's __module__ and __qualname__, "?" for either that is not a string."""
+
     module = getattr(klass, "__module__", None)
     qualname = getattr(klass, "__qualname__", None)
     return (
@@ -158,7 +128,7 @@ def _module_and_qualname(klass: Any) -> tuple[str, str]:
 
 
 def _defined_attributes(cls: type) -> frozenset[str]:
-    """Return the READ_ATTRIBUTES that class `cls` defines (all of them if it cannot tell)."""
+
     try:
         return frozenset(name for name in READ_ATTRIBUTES if hasattr(cls, name))
     except Exception:
@@ -166,7 +136,7 @@ def _defined_attributes(cls: type) -> frozenset[str]:
 
 
 def _answers_any_name(mro: tuple[type, ...]) -> bool:
-    """Return whether a class of `mro` (below BaseException) may answer any attribute name."""
+
     try:
         return any(
             "__getattr__" in vars(klass) or "__getattribute__" in vars(klass)
@@ -182,7 +152,7 @@ def _describe(
     attributes: frozenset[str] = frozenset(),
     answers_any_name: bool = False,
 ) -> ExceptionClass:
-    """Return the ExceptionClass of an MRO given as (module, qualname), most derived first."""
+
     looked_up = [_lookup_names(module, qualname) for module, qualname in classes]
     names = [
         name
@@ -208,15 +178,14 @@ def _describe(
 
 
 def _lookup_names(module: str, qualname: str) -> tuple[str, str]:
-    """Return "module.QualName" and "package.QualName" (the top-level package only), which
-    covers private modules such as aiohttp.client_exceptions."""
+
     if not module:
         return qualname, qualname
     return f"{module}.{qualname}", f"{module.partition('.')[0]}.{qualname}"
 
 
 def _first_entry(table: Mapping[str, V], looked_up: list[tuple[str, str]]) -> V | None:
-    """Return the entry of the most derived class in the MRO that `table` names either way."""
+
     for full, short in looked_up:
         category = table.get(full) or table.get(short)
         if category is not None:
@@ -225,10 +194,7 @@ def _first_entry(table: Mapping[str, V], looked_up: list[tuple[str, str]]) -> V 
 
 
 def _name_category(classes: list[tuple[str, str]]) -> FailureCategory | None:
-    """Return what the first telling class name of the MRO suggests.
 
-    Builtins are skipped: a ModuleNotFoundError is a bug, not a missing resource.
-    """
     for module, qualname in classes:
         if module != "builtins":
             category = rules.class_name_category(qualname.rpartition(".")[2])
@@ -240,13 +206,12 @@ def _name_category(classes: list[tuple[str, str]]) -> FailureCategory | None:
 def read_chain(root: Any) -> list[Node]:
     """Return the nodes of `root` and of the exceptions linked to it, breadth first, each once.
 
-    Cycles are cut by identity; the walk stops at MAX_CHAIN exceptions or MAX_DEPTH links deep,
-    and it is a loop, not a recursion, so that no chain can exhaust the stack.
+    A loop, not a recursion, so that no chain can exhaust the stack.
     """
     node, links = read_exception(root)
     nodes = [node]
     seen = {id(root)}
-    level = [links]  # what the exceptions read last carry, one list per exception
+    level = [links]
     for _ in range(MAX_DEPTH):
         next_level = []
         for links in level:
@@ -270,7 +235,6 @@ def read_exception(exc: Any) -> tuple[Node, list[BaseException]]:
     kind = exception_class(type(exc))
     message = message_of(exc)
     present = _present_attributes(exc, kind)
-    # Each attribute the exception can have is read once; the readers below look values up.
     get: Getter = {name: attribute(exc, name) for name in present}.get if present else _absent
     links = _linked_exceptions(exc, get, present)
     if not present and kind.code_source is None:  # most exceptions: class and message speak
@@ -285,12 +249,12 @@ def read_exception(exc: Any) -> tuple[Node, list[BaseException]]:
 
 
 def _absent(name: str) -> None:
-    """The getter of an exception with none of the READ_ATTRIBUTES."""
+
     return None
 
 
 def _present_attributes(exc: Any, kind: ExceptionClass) -> frozenset[str]:
-    """Return which of its class's readable attributes `exc` can have, without reading any."""
+
     if kind.answers_any_name:
         return kind.readable
     try:
@@ -301,7 +265,7 @@ def _present_attributes(exc: Any, kind: ExceptionClass) -> frozenset[str]:
 
 
 def _linked_exceptions(exc: Any, get: Getter, present: frozenset[str]) -> list[BaseException]:
-    """Return the exceptions `exc` carries: cause, context, library links, group members."""
+
     try:
         candidates = [exc.__cause__, exc.__context__]
     except Exception:  # a hostile property: no chain to follow
@@ -317,12 +281,10 @@ def _linked_exceptions(exc: Any, get: Getter, present: frozenset[str]) -> list[B
 
 
 def _carried(value: Any) -> list[Any]:
-    """Return what a link attribute holds: an exception, the exception of a finished future, or
-    the values of a list, tuple or dict of them (at most MAX_CHAIN)."""
+
     if isinstance(value, BaseException):
         return [value]
     if isinstance(value, Future):
-        # A zero timeout: an unfinished future is skipped, never waited for.
         try:
             return [value.exception(timeout=0)] if value.done() else []
         except Exception:  # cancelled, or a future that defeats reading
@@ -335,7 +297,7 @@ def _carried(value: Any) -> list[Any]:
 
 
 def _source_codes(exc: Any, source: CodeSource, message: str) -> tuple[str, ...]:
-    """Return the codes of the family `source` names, read where it says (as strings)."""
+
     if source.read is Read.MESSAGE_PREFIX:
         code = protocols.reply_code_opening(message)
     elif source.read is Read.SERVER_MESSAGE:
@@ -360,7 +322,7 @@ def _source_codes(exc: Any, source: CodeSource, message: str) -> tuple[str, ...]
 
 
 def _is_code(value: Any) -> bool:
-    """Return whether `value` can be a family's code: an int (not a bool) or a short string."""
+
     if isinstance(value, bool):
         return False
     return type(value) is int or (isinstance(value, str) and 0 < len(value) <= 64)
@@ -386,7 +348,7 @@ def attribute(obj: Any, name: str) -> Any:
 
 
 def _read_evidence(get: Getter, kind: ExceptionClass, message: str) -> Node:
-    """Return the node of the exception `get` reads, from where client libraries put evidence."""
+
     code = get("code") if kind.code_is_evidence else None
     response = get("response")
     # botocore's ClientError carries the parsed reply as a dict; other libraries a response.
@@ -405,7 +367,7 @@ def _read_evidence(get: Getter, kind: ExceptionClass, message: str) -> Node:
 
 
 def _status(get: Getter, code: Any, response: Any, reply_status: Any) -> int | None:
-    """Return the HTTP status: the exception's own, its int `code`, else its response's."""
+
     for name in ("status_code", "status", "http_status"):
         status = as_status(get(name))
         if status is not None:
@@ -422,7 +384,7 @@ def _status(get: Getter, code: Any, response: Any, reply_status: Any) -> int | N
 
 
 def _codes(get: Getter, code: Any, reply_code: str | None) -> tuple[str, ...]:
-    """Return the provider codes: botocore's Error.Code, `code`, the JSON body's, then others."""
+
     codes = [reply_code] if reply_code else []
     if isinstance(code, str):
         codes.append(code)
@@ -437,7 +399,7 @@ def _codes(get: Getter, code: Any, reply_code: str | None) -> tuple[str, ...]:
 
 
 def _body_codes(body: dict[str, Any]) -> list[str]:
-    """Return the codes of a JSON error body: {"error": {"code", "type"}} or top-level keys."""
+
     codes = []
     error = body.get("error")
     if type(error) is dict:
@@ -452,7 +414,7 @@ def _body_codes(body: dict[str, Any]) -> list[str]:
 
 
 def _grpc_status(get: Getter, code: Any, kind: ExceptionClass) -> str | None:
-    """Return the gRPC status name: grpc.RpcError's code(), a StatusCode, grpc_status_code."""
+
     name = None
     if kind.grpc and callable(code):
         name = grpc_name(code())  # a plain getter on grpc's errors
@@ -462,7 +424,7 @@ def _grpc_status(get: Getter, code: Any, kind: ExceptionClass) -> str | None:
 
 
 def _botocore_reply(response: dict[str, Any]) -> tuple[str | None, Any, Any]:
-    """Return (Error.Code, HTTPStatusCode, HTTPHeaders) of botocore's parsed reply."""
+
     error = response.get("Error")
     code = error.get("Code") if type(error) is dict else None
     metadata = response.get("ResponseMetadata")
@@ -473,7 +435,7 @@ def _botocore_reply(response: dict[str, Any]) -> tuple[str | None, Any, Any]:
 
 
 def _headers(get: Getter, response: Any, reply_headers: Any) -> Any:
-    """Return the exception's header map, else its response's."""
+
     headers = get("headers")
     if headers is not None:
         return headers
@@ -504,17 +466,17 @@ def grpc_name(value: Any) -> str | None:
 
 
 def _text(value: Any) -> str | None:
-    """Return `value` if it is a non-empty string, else None."""
+
     return value if isinstance(value, str) and value else None
 
 
 def _flag(value: Any) -> bool | None:
-    """Return the exception's own retryable flag, if it is a bool."""
+
     return value if isinstance(value, bool) else None
 
 
 def _delay(value: Any) -> float | None:
-    """Return the exception's own delay in seconds, capped, if it is a non-negative number."""
+
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return min(float(value), MAX_RETRY_AFTER)
     return None

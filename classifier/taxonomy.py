@@ -1,10 +1,5 @@
 """The fixed vocabulary of a classification: the failure categories (taxonomy version 1), the
-names other vocabularies give them (`ALIASES`, read by `parse_failure_type`, the one parser of a
-failure type wherever one arrives as text), and the kinds of evidence (signals) that can decide a
-category. Values are the JSON strings of the envelope. Only names and their meaning live here;
-which evidence maps to which category is in `classifier.rules`, and whether a category is
-retryable by default is `rules.DEFAULT_RETRYABLE`.
-"""
+names other vocabularies give them, and the kinds of evidence that can decide a category."""
 
 from __future__ import annotations
 
@@ -17,55 +12,30 @@ TAXONOMY_VERSION = 1
 
 
 class FailureCategory(StrEnum):
-    """What kind of failure happened; each member says when to choose it over its neighbours."""
+    """What kind of failure happened."""
 
-    # A temporary infrastructure blip (connection reset/refused, DNS hiccup): choose this when the
-    # same request should work soon unchanged; not for an explicit timeout (TIMEOUT) or a 5xx.
-    TRANSIENT = "transient"
-    # The provider throttled us (429, Throttling, SlowDown): choose this when the provider asked us
-    # to slow down, usually with a delay; not for quota that will never refill (AUTH/INVALID).
-    RATE_LIMITED = "rate_limited"
-    # Credentials missing, expired or insufficient (401, 403): retrying the same call cannot help
-    # until the credentials change; not for a missing object (RESOURCE_MISSING).
-    AUTH_FAILURE = "auth_failure"
-    # The target does not exist (404, 410, NoSuchKey): switch source or record a gap; not for a
-    # malformed request that names nothing (INVALID_INPUT).
-    RESOURCE_MISSING = "resource_missing"
-    # The request itself is wrong (400, 422, validation errors): fix the payload; not for a valid
-    # request that the server failed to process (SERVER_FAULT).
-    INVALID_INPUT = "invalid_input"
-    # A deadline passed (read/connect timeouts, 408, DEADLINE_EXCEEDED): retry fewer times with a
-    # longer backoff; not for a refused connection (TRANSIENT).
-    TIMEOUT = "timeout"
-    # The remote side broke (500, 502, 503, 504, 529): retry with backoff; not for our own
-    # malformed request (INVALID_INPUT).
-    SERVER_FAULT = "server_fault"
-    # No reliable signal: keep the raw message, retry at most once, then ask a human.
-    UNCLASSIFIED = "unclassified"
+    TRANSIENT = "transient"  # a blip that the same request soon survives unchanged
+    RATE_LIMITED = "rate_limited"  # the provider asked us to slow down (not a spent quota)
+    AUTH_FAILURE = "auth_failure"  # no retry helps until the credentials change
+    RESOURCE_MISSING = "resource_missing"  # the target does not exist: switch source
+    INVALID_INPUT = "invalid_input"  # the request itself is wrong: fix the payload
+    TIMEOUT = "timeout"  # a deadline passed: fewer retries, longer backoff
+    SERVER_FAULT = "server_fault"  # the remote side broke: retry with backoff
+    UNCLASSIFIED = "unclassified"  # no reliable signal: retry at most once, then ask a human
 
 
 class Signal(StrEnum):
     """Which kind of evidence decided the category, strongest first."""
 
-    # An HTTP status or a gRPC status code, on the exception or on its response.
     STATUS = "status"
-    # A provider's own error code: AWS Error.Code, OpenAI/Anthropic error code or type, SQLSTATE.
-    PROVIDER_CODE = "provider_code"
-    # The exception's class: a known class in its MRO, or a telling class name.
+    PROVIDER_CODE = "provider_code"  # also a SQLSTATE or a protocol's reply code
     TYPE = "type"
-    # Only the message said so: the least trusted evidence.
     MESSAGE = "message"
-    # Nothing recognisable: the category is UNCLASSIFIED.
     NONE = "none"
 
 
-# Names other vocabularies give the eight categories, mapped onto them. Sources: the names agent
-# frameworks and hand-written envelopes commonly use (auth_error, rate_limit, not_found, permanent,
-# unknown …); the `error.type` values of the Anthropic and OpenAI APIs (authentication_error,
-# rate_limit_error, overloaded_error …); gRPC status names (unauthenticated, deadline_exceeded …);
-# HTTP reason phrases (too_many_requests, bad_request, service_unavailable …). A name is looked up
-# after `normalise_name`, so "Auth-Error", "AUTH_ERROR" and "authError" are the same name. A name
-# in neither the taxonomy nor this table is refused, never guessed. The README lists this table.
+# Names other vocabularies give the eight categories. Sources: names agent frameworks commonly
+# use, the Anthropic and OpenAI APIs' `error.type` values, gRPC status names, HTTP reason phrases.
 _ALIASES_BY_CATEGORY: Final = {
     FailureCategory.AUTH_FAILURE: (
         "auth_error",
@@ -144,7 +114,6 @@ ALIASES: Final = MappingProxyType(
     {alias: category for category, names in _ALIASES_BY_CATEGORY.items() for alias in names}
 )
 
-# The longest name worth reading: every canonical name and alias is far shorter.
 MAX_NAME_LENGTH: Final = 50
 
 _CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -152,8 +121,6 @@ _SEPARATORS: Final = re.compile(r"[\s\-.]+")
 
 
 class UnknownFailureType(ValueError):
-    """A failure type that is neither one of the eight categories nor one of their aliases."""
-
     def __init__(self, value: object) -> None:
         self.value = value
         shown = repr(value) if len(repr(value)) <= MAX_NAME_LENGTH + 2 else "that value"
@@ -164,10 +131,7 @@ class UnknownFailureType(ValueError):
 
 
 def normalise_name(value: str) -> str:
-    """Return a failure type name in the taxonomy's spelling: snake_case, lower case, trimmed.
-
-    "authError", "Auth-Error" and " AUTH_ERROR " all become "auth_error".
-    """
+    """Return a failure type name in the taxonomy's spelling ("authError" -> "auth_error")."""
     name = _CAMEL_BOUNDARY.sub("_", value.strip())
     return _SEPARATORS.sub("_", name).lower()
 
@@ -175,8 +139,7 @@ def normalise_name(value: str) -> str:
 def parse_failure_type(value: object) -> FailureCategory:
     """Return the category a failure type name means, canonical or an alias (see ALIASES).
 
-    Raise UnknownFailureType (a ValueError naming the valid values) for anything else: a name
-    in no vocabulary we know, a non-string, a string too long to be a name.
+    Raise UnknownFailureType for anything else: names are refused, never guessed.
     """
     if isinstance(value, FailureCategory):
         return value

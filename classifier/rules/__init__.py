@@ -1,13 +1,5 @@
-"""The core rules as ordered data tables, and the small lookups that read them: which evidence
-means which failure category, and which categories are retryable by default. Each table says
-where its entries come from. Three rooms: `codes` (HTTP statuses, gRPC statuses, provider codes,
-SQLSTATEs), `exceptions` (exception classes, class names, message phrases) and `retryable`.
-Not here: the reply codes of other protocols (TLS, MySQL, AMQP, SMTP, FTP, SSH:
-`classifier.protocols`), reading an exception (`classifier.signals`), weighing evidence against
-other evidence (`classifier.judge`), and provider-specific quirks (498 token expired, 420
-enhance-your-calm, an SDK's private error names), which callers register as overrides
-(`classifier.overrides.Overrides`), consulted before these tables.
-"""
+"""The core rules as ordered data tables: which evidence means which failure category, and which
+categories are retryable by default. Provider quirks are registered as overrides instead."""
 
 from classifier.rules.codes import (
     CODE_NAMESPACE_SEPARATORS,

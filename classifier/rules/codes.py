@@ -8,10 +8,8 @@ from typing import Final
 
 from classifier.taxonomy import FailureCategory as C
 
-# HTTP status codes with a meaning of their own (RFC 9110 section 15, RFC 6585 for 428/429/431/511,
-# RFC 8470 for 425, RFC 7725 for 451, the unofficial 598/599 proxy read/connect timeouts). Any other
-# 4xx is INVALID_INPUT (never TRANSIENT: retrying a 400 or a 409 cannot help) and any other 5xx is
-# SERVER_FAULT; see `status_category`.
+# HTTP status codes with a meaning of their own (RFC 9110 section 15, RFC 6585, RFC 8470, RFC 7725,
+# the unofficial 598/599 proxy timeouts); `status_category` reads any other.
 HTTP_STATUS: Final = MappingProxyType(
     {
         400: C.INVALID_INPUT,
@@ -41,15 +39,11 @@ HTTP_STATUS: Final = MappingProxyType(
     }
 )
 
-# Statuses whose category is retryable in general but where this answer never changes (RFC 9110:
-# 501 Not Implemented and 505 HTTP Version Not Supported describe the server, not a blip).
+# Statuses of a retryable category whose answer never changes (RFC 9110).
 NON_RETRYABLE_STATUS: Final = frozenset({501, 505})
 
-# gRPC status names (grpc/doc/statuscodes.md) -> category. UNAVAILABLE is TRANSIENT rather than
-# SERVER_FAULT: gRPC documents it as "most likely a transient condition" and a client raises it for
-# a refused connection too. A gRPC status beats the HTTP code google-api-core attaches to each of
-# its classes, being the finer of the two (DEADLINE_EXCEEDED vs 504), so google-api-core's
-# ServiceUnavailable is TRANSIENT too, from either transport.
+# gRPC status names (grpc/doc/statuscodes.md). UNAVAILABLE is "most likely a transient condition"
+# there, and a client raises it for a refused connection too.
 GRPC_STATUS: Final = MappingProxyType(
     {
         "CANCELLED": C.TRANSIENT,
@@ -71,11 +65,9 @@ GRPC_STATUS: Final = MappingProxyType(
     }
 )
 
-# Provider error codes that are specific enough to refine the HTTP status they arrive with (AWS
-# sends throttling as a 400; OpenAI sends an exhausted balance as a 429). Sources: botocore's
-# retryhandler/standard retry mode (throttling and transient codes), the AWS S3/DynamoDB/STS/IAM
-# error references, OpenAI's error-code guide, Anthropic's error types, Google's legacy JSON API
-# reasons.
+# Provider codes specific enough to refine the HTTP status they arrive with. Sources: botocore's
+# standard retry mode, the AWS error references, OpenAI's error-code guide, Anthropic's error
+# types, Google's JSON API reasons, Azure's ARM and Storage error codes.
 PROVIDER_CODES: Final = MappingProxyType(
     {
         # AWS throttling (botocore.retries.standard _THROTTLED_ERROR_CODES)
@@ -132,9 +124,8 @@ PROVIDER_CODES: Final = MappingProxyType(
         "AccountProblem": C.AUTH_FAILURE,  # S3
         "AllAccessDisabled": C.AUTH_FAILURE,  # S3
         "DisabledException": C.AUTH_FAILURE,  # KMS: the key is disabled for this use
-        # Lambda reports its own KMS or EC2 permissions failing as 502s: no retry fixes them
-        "KMSAccessDeniedException": C.AUTH_FAILURE,
-        "EC2AccessDeniedException": C.AUTH_FAILURE,
+        "KMSAccessDeniedException": C.AUTH_FAILURE,  # Lambda, a 502
+        "EC2AccessDeniedException": C.AUTH_FAILURE,  # Lambda, a 502
         # AWS missing targets (each a 400 in its service unless said otherwise)
         "NotFound": C.RESOURCE_MISSING,
         "ResourceNotFoundException": C.RESOURCE_MISSING,
@@ -155,9 +146,7 @@ PROVIDER_CODES: Final = MappingProxyType(
         "BucketAlreadyExists": C.INVALID_INPUT,
         "EntityAlreadyExists": C.INVALID_INPUT,
         "PreconditionFailed": C.INVALID_INPUT,
-        # OpenAI error codes. insufficient_quota arrives as a 429 but is an exhausted balance that
-        # no wait refills: AUTH_FAILURE (the account must change: new key, new credit), so it is
-        # not retryable; the taxonomy's RATE_LIMITED excludes "quota that will never refill".
+        # OpenAI error codes; insufficient_quota (a 429) is a balance no wait refills.
         "rate_limit_exceeded": C.RATE_LIMITED,
         "insufficient_quota": C.AUTH_FAILURE,
         "billing_hard_limit_reached": C.AUTH_FAILURE,
@@ -206,15 +195,10 @@ PROVIDER_CODES: Final = MappingProxyType(
     }
 )
 
-# Namespaced codes ("AWS.SimpleQueueService.NonExistentQueue", "com.amazonaws.kms#NotFound-
-# Exception", "KMS.NotFoundException") are also looked up exactly by their last part, after
-# the last of these separators, when the whole code is not an exact entry.
+# A namespaced code ("com.amazonaws.kms#NotFoundException") is also looked up by its last part.
 CODE_NAMESPACE_SEPARATORS: Final = ("#", ".")
 
-# Suffix and prefix patterns over provider codes, tried in this order after an exact miss (AWS
-# families: "ThrottlingException.Foo", "ExpiredTokenException", "NoSuchBucket",
-# "InvalidInstanceID.NotFound", "DBInstanceNotFound", "UserNotFoundException", Azure's
-# "ResourceGroupNotFound", "KMSAccessDeniedException"-like service variants).
+# Suffixes and prefixes of the AWS and Azure code families, tried in order after an exact miss.
 PROVIDER_CODE_SUFFIXES: Final = (
     ("NotFound", C.RESOURCE_MISSING),
     ("NotFoundException", C.RESOURCE_MISSING),
@@ -235,17 +219,13 @@ PROVIDER_CODE_PREFIXES: Final = (
     ("NonExistent", C.RESOURCE_MISSING),
 )
 
-# Prefixes that say only "the request is wrong" ("InvalidParameterValue", "InvalidParameter-
-# Combination", "MalformedQueryString"): what any 4xx says already, so, like the generic codes
-# below, they decide only without a status. A 403 "InvalidSecurity"-like code the exact table
-# does not know then stays the 403's AUTH_FAILURE.
+# Prefixes that say only what any 4xx says already, so they decide only without a status.
 GENERIC_PROVIDER_CODE_PREFIXES: Final = (
     ("Invalid", C.INVALID_INPUT),
     ("Malformed", C.INVALID_INPUT),
 )
 
-# Provider codes too generic to beat the HTTP status they come with: OpenAI says
-# "invalid_request_error" for a 404 model as well as for a 400. Used only without a status.
+# Too generic to beat the status they come with (OpenAI's for a 404 model as for a 400).
 GENERIC_PROVIDER_CODES: Final = MappingProxyType(
     {
         "invalid_request_error": C.INVALID_INPUT,
@@ -254,12 +234,10 @@ GENERIC_PROVIDER_CODES: Final = MappingProxyType(
     }
 )
 
-# Provider codes (gRPC names included) whose category is retryable in general but whose condition
-# never clears by waiting: UNIMPLEMENTED is gRPC's 501.
+# Provider codes of a retryable category whose condition never clears by waiting.
 NON_RETRYABLE_CODES: Final = frozenset({"UNIMPLEMENTED"})
 
-# PostgreSQL SQLSTATE (appendix A of the PostgreSQL manual), read from psycopg's `sqlstate` and
-# psycopg2's `pgcode`. Exact codes first, then the two-character class.
+# PostgreSQL SQLSTATE (appendix A of the PostgreSQL manual): exact codes, then the class.
 SQLSTATE_CODES: Final = MappingProxyType(
     {
         "40001": C.TRANSIENT,  # serialization_failure: retry the transaction
@@ -303,12 +281,7 @@ def status_category(status: int) -> C | None:
 
 
 def provider_code_category(code: str) -> C | None:
-    """Return the category of a specific provider error code, or None if no table knows it.
-
-    An exact entry (provider code or gRPC status name) first, then the last part of a namespaced
-    code exactly, then the suffixes, then the prefixes, each in table order; codes longer than
-    128 characters match exactly or not at all.
-    """
+    """Return the category of a specific provider error code, or None if no table knows it."""
     category = PROVIDER_CODES.get(code) or GRPC_STATUS.get(code)
     if category is not None or len(code) > 128:
         return category

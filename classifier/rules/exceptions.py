@@ -9,21 +9,12 @@ from typing import Final
 
 from classifier.taxonomy import FailureCategory as C
 
-# Exception classes by "module.QualName", matched anywhere in the MRO (most derived class first), so
-# that no third-party module is ever imported. A class also matches under "package.QualName" (the
-# top-level package only), which covers private modules such as aiohttp.client_exceptions.
-# Sources: each library's exception hierarchy as installed (see tests/classifier for real
-# instances). Entries for a subclass precede its base where the subclass means something else
-# (urllib3's NewConnectionError inherits from ConnectTimeoutError but is a refused connection).
-#
-# ValueError and TypeError are deliberately absent: inside an agent's own code they mean a bug,
-# not "the request was wrong", and calling them INVALID_INPUT would stop the retry *and* mislead
-# the human who reads the review queue. Validation libraries are listed by name instead.
+# Exception classes by "module.QualName" (or "package.QualName"), matched anywhere in the MRO so
+# that no third-party module is imported. Sources: each library's exception hierarchy as installed.
+# ValueError and TypeError are absent: in an agent's own code they mean a bug, not a bad request.
 EXCEPTION_TYPES: Final = MappingProxyType(
     {
-        # builtins and standard library (socket.timeout, asyncio.TimeoutError and
-        # concurrent.futures.TimeoutError are builtins.TimeoutError since 3.10/3.11; the older
-        # names stay for described errors from other interpreters)
+        # builtins and standard library (older names stay for other interpreters' errors)
         "builtins.TimeoutError": C.TIMEOUT,
         "socket.timeout": C.TIMEOUT,
         "asyncio.exceptions.TimeoutError": C.TIMEOUT,
@@ -112,16 +103,14 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "MySQLdb._exceptions.IntegrityError": C.INVALID_INPUT,
         "MySQLdb._exceptions.DataError": C.INVALID_INPUT,
         "MySQLdb._exceptions.ProgrammingError": C.INVALID_INPUT,
-        # message brokers (AMQP reply codes are read by classifier.protocols first). pika raises
-        # these two for a connection the broker closed with 403 and 530, keeping only the text.
+        # message brokers (AMQP reply codes are read by classifier.protocols first)
         "pika.exceptions.ProbableAuthenticationError": C.AUTH_FAILURE,
         "pika.exceptions.ProbableAccessDeniedError": C.AUTH_FAILURE,
         "pika.exceptions.AMQPConnectionError": C.TRANSIENT,
         "pika.exceptions.StreamLostError": C.TRANSIENT,
         "amqp.exceptions.RecoverableConnectionError": C.TRANSIENT,
         "kombu.exceptions.OperationalError": C.TRANSIENT,
-        # SSH (paramiko): a host key that does not match is the server failing to prove who it
-        # is, as a TLS certificate that fails verification
+        # SSH (paramiko)
         "paramiko.ssh_exception.AuthenticationException": C.AUTH_FAILURE,
         "paramiko.ssh_exception.PasswordRequiredException": C.AUTH_FAILURE,
         "paramiko.ssh_exception.BadHostKeyException": C.AUTH_FAILURE,
@@ -154,11 +143,7 @@ EXCEPTION_TYPES: Final = MappingProxyType(
     }
 )
 
-# Classes whose `code` attribute is not an HTTP status or a provider code, so it is never read
-# as one: SystemExit's exit status, aiohttp's HTTP *parser* errors (a local 400 for a response
-# body cut short), aiohttp's ClientResponseError, whose `code` is a deprecated alias of `status`,
-# and the protocol codes that classifier.protocols reads in their own tables (py-amqp's AMQP reply
-# code, whose 530 is not an HTTP 530; paramiko's SSH channel-open failure reason).
+# Classes whose `code` attribute is not an HTTP status or a provider code.
 CODE_IS_NOT_EVIDENCE: Final = frozenset(
     {
         "builtins.SystemExit",
@@ -169,10 +154,8 @@ CODE_IS_NOT_EVIDENCE: Final = frozenset(
     }
 )
 
-# Broad classes that say "something about the connection", consulted only after the message
-# patterns of the same exception: psycopg raises OperationalError both for a refused connection
-# (TRANSIENT) and for a rejected password (the message says so). Decision: without a better
-# signal, a database OperationalError is TRANSIENT.
+# Broad classes consulted only after the same exception's message: psycopg raises OperationalError
+# for a refused connection and for a rejected password alike.
 FALLBACK_TYPES: Final = MappingProxyType(
     {
         "psycopg.OperationalError": C.TRANSIENT,
@@ -185,9 +168,7 @@ FALLBACK_TYPES: Final = MappingProxyType(
     }
 )
 
-# Substrings of a non-builtin class name (lowercased), first match wins, for libraries that no
-# table above knows. Builtins are skipped: "ModuleNotFoundError" is a bug, not a missing resource.
-# Order matters: "ConnectTimeout" is a timeout, "InvalidToken" an auth failure.
+# Substrings of a non-builtin class name (lowercased), first match wins.
 CLASS_NAME_PATTERNS: Final = (
     ("timeout", C.TIMEOUT),
     ("timedout", C.TIMEOUT),
@@ -232,10 +213,8 @@ CLASS_NAME_PATTERNS: Final = (
     ("unprocessable", C.INVALID_INPUT),
 )
 
-# Substrings of the message (lowercased, first 500 characters), the least trusted signal. Phrases
-# come from the standard library's and the client libraries' own messages (strerror texts,
-# "Read timed out.", "Server disconnected", libpq's "password authentication failed"); single
-# common words ("invalid", "error", "failed") are left out on purpose.
+# Substrings of the message, the least trusted signal. Phrases come from the standard library's
+# and the client libraries' own messages; single common words are left out on purpose.
 MESSAGE_PATTERNS: Final = (
     ("timed out", C.TIMEOUT),
     ("timeout", C.TIMEOUT),
@@ -290,7 +269,6 @@ MESSAGE_PATTERNS: Final = (
 )
 
 
-# The patterns as one alternation in table order; `message_category` says how a scan reads it.
 _ANY_MESSAGE_PATTERN: Final = re.compile("|".join(re.escape(p) for p, _ in MESSAGE_PATTERNS))
 _MESSAGE_PATTERN_INDEX: Final = {
     pattern: index for index, (pattern, _) in enumerate(MESSAGE_PATTERNS)
@@ -309,10 +287,7 @@ def class_name_category(name: str) -> C | None:
 def message_category(message: str) -> C | None:
     """Return the category a message suggests, or None if no pattern matches.
 
-    The patterns are searched as one regular expression over the lowercased first 500
-    characters: every non-overlapping occurrence, leftmost first, and when several occur the one
-    listed first in MESSAGE_PATTERNS wins ("rate limitimeout" is RATE_LIMITED: the "t" that
-    "timeout" would need belongs to "rate limit").
+    Of several patterns found, the one listed first in MESSAGE_PATTERNS wins.
     """
     found = _ANY_MESSAGE_PATTERN.findall(message[:500].lower())
     if not found:

@@ -7,9 +7,7 @@ from typing import Final
 
 from classifier.taxonomy import FailureCategory as C
 
-# Whether retrying the same request can ever help, per category. UNCLASSIFIED is True on purpose:
-# "retry conservatively, at most once, then ask a human" is the routing policy's job, and it needs
-# the classifier not to rule the retry out.
+# UNCLASSIFIED is True: retrying it at most once is the routing policy's call, not ours.
 DEFAULT_RETRYABLE: Final = MappingProxyType(
     {
         C.TRANSIENT: True,
@@ -23,7 +21,6 @@ DEFAULT_RETRYABLE: Final = MappingProxyType(
     }
 )
 
-# The categories retryable by default, for callers that route on the category alone.
 RETRYABLE: Final = frozenset(
     category for category, retryable in DEFAULT_RETRYABLE.items() if retryable
 )
