@@ -123,7 +123,8 @@ def count_sql(sql: str) -> Callable[[], object]:
 def measure(repeat: int, days: int) -> bool:
     from django.core.cache import cache
 
-    from orchestrator.analytics import dryrun, retryable, slo
+    from insights import slo
+    from orchestrator.analytics import dryrun, retryable
     from orchestrator.coordination import efficacy
 
     cache.clear()

@@ -436,7 +436,7 @@ def invariants(stack: Stack, reporter: Reporter, scenarios: list[Scenario]) -> d
     from django.db.models import Count
     from django.utils import timezone
 
-    from dashboard.stats import all_time_counts, refresh_rollups
+    from insights.stats import all_time_counts, refresh_rollups
     from orchestrator.models import OutboxMessage, Run, Workflow
 
     ids = [wf for s in scenarios for wf in s.workflows]

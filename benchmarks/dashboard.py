@@ -251,7 +251,7 @@ def load(rows: int, reviews: int, current: int) -> None:
     before the pages are timed, so that they are in the current hour then)."""
     from django.db import connection
 
-    from dashboard import minutes
+    from insights import minutes
     from orchestrator import counters, search
     from orchestrator.models import Run, Workflow
 
@@ -309,7 +309,7 @@ def load(rows: int, reviews: int, current: int) -> None:
 def add_current_hour(rows: int, current: int) -> None:
     """COPY `current` runs created since the start of the current hour, with the triggers on (as
     an agent's batches are written), then fold their deltas as beat does."""
-    from dashboard import minutes
+    from insights import minutes
     from orchestrator import partitions, search
     from orchestrator.models import Run
 
@@ -449,9 +449,9 @@ def fold(groups_days: int = DAYS) -> None:
     (the beat tasks then keep the last hours), and time the groups' periodic fold."""
     from django.db import connection
 
-    from dashboard import groups
-    from dashboard.models import FailureGroup, RunRollup
-    from dashboard.stats import refresh_rollups, rollup_lookback
+    from insights import groups
+    from insights.models import FailureGroup, RunRollup
+    from insights.stats import refresh_rollups, rollup_lookback
 
     started = time.perf_counter()
     written = refresh_rollups(datetime.now(UTC) - timedelta(days=DAYS + 1))
@@ -562,7 +562,7 @@ def round_trip_ms(repeat: int) -> float:
 
 
 def pages() -> list[tuple[str, str, dict[str, str]]]:
-    from dashboard.models import FailureGroup
+    from insights.models import FailureGroup
     from orchestrator import keyset
     from orchestrator.models import ApiToken, ReviewItem, Run, Workflow
 

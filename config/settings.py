@@ -132,6 +132,7 @@ INSTALLED_APPS = [
     # Sign-in throttling and lockout (AXES_* below); lockouts are also audited.
     "axes",
     "orchestrator",
+    "insights",
     "dashboard",
     # The main job (`manage.py launch`) and its demonstration: an add-on the product never imports.
     "demo",
@@ -286,7 +287,7 @@ TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1) / 60  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_CLIENT_IP_CALLABLE = "dashboard.addresses.client_ip"
+AXES_CLIENT_IP_CALLABLE = "orchestrator.addresses.client_ip"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -430,25 +431,25 @@ CELERY_BEAT_SCHEDULE: dict = {
         "options": {"expires": 150},
     },
 }
-# The dashboard folds the last hours of runs into hourly rollups (the tiles' and /metrics'
+# Insights folds the last hours of runs into hourly rollups (the tiles' and /metrics'
 # counts) and failure groups, and fires webhook alerts whose threshold is crossed.
 DASHBOARD_GROUPS_SECONDS = env_int("DASHBOARD_GROUPS_SECONDS", 60, minimum=1)
 CELERY_BEAT_SCHEDULE |= {
-    "dashboard-refresh-rollups": {"task": "dashboard.tasks.refresh_rollups", "schedule": 60.0},
-    "dashboard-fold-failure-groups": {
-        "task": "dashboard.tasks.fold_failure_groups",
+    "insights-refresh-rollups": {"task": "insights.tasks.refresh_rollups", "schedule": 60.0},
+    "insights-fold-failure-groups": {
+        "task": "insights.tasks.fold_failure_groups",
         "schedule": float(DASHBOARD_GROUPS_SECONDS),
         "options": {"expires": 2 * DASHBOARD_GROUPS_SECONDS},
     },
-    "dashboard-evaluate-alerts": {"task": "dashboard.tasks.evaluate_alerts", "schedule": 60.0},
+    "insights-evaluate-alerts": {"task": "insights.tasks.evaluate_alerts", "schedule": 60.0},
 }
 # On PostgreSQL the run table's triggers append count deltas; beat folds them into the minute
 # rollups, /metrics' running totals and the workflows' counters this often (readers add what is
 # not folded yet, so this bounds the deltas' size, not the counts' freshness).
 COUNTS_FOLD_SECONDS = env_int("COUNTS_FOLD_SECONDS", 5, minimum=1)
 CELERY_BEAT_SCHEDULE |= {
-    "dashboard-fold-minutes": {
-        "task": "dashboard.tasks.fold_minutes",
+    "insights-fold-minutes": {
+        "task": "insights.tasks.fold_minutes",
         "schedule": float(COUNTS_FOLD_SECONDS),
         "options": {"expires": 2 * COUNTS_FOLD_SECONDS},
     },
@@ -458,7 +459,7 @@ CELERY_BEAT_SCHEDULE |= {
         "options": {"expires": 2 * COUNTS_FOLD_SECONDS},
     },
 }
-# Retention (`dashboard.tasks.apply_retention`, daily): runs older than RUNS_RETENTION_DAYS go
+# Retention (`insights.tasks.apply_retention`, daily): runs older than RUNS_RETENTION_DAYS go
 # (whole partitions on PostgreSQL, so a run is kept up to RUN_PARTITION_DAYS longer), rollups and
 # failure-group hours older than ROLLUP_RETENTION_DAYS, which must be at least as long (the tiles
 # outlive the runs); 0 keeps forever. A run partition spans RUN_PARTITION_DAYS days (a week:
@@ -498,7 +499,7 @@ CELERY_BEAT_SCHEDULE |= {
         "options": {"expires": 2 * RUN_SEARCH_FILL_SECONDS},
     },
     "retention": {
-        "task": "dashboard.tasks.apply_retention",
+        "task": "insights.tasks.apply_retention",
         "schedule": 6 * 3600.0,
         "options": {"expires": 3600},
     },

@@ -1,11 +1,13 @@
-"""Root URLs: the admin, the API v1 (JSON everywhere under /api/), sign-in, the dashboard at /,
-and /favicon.ico (browsers ask for it whatever the page's <link rel="icon"> says)."""
+"""Root URLs: the admin, the API v1 (JSON everywhere under /api/), sign-in, /metrics, the
+dashboard at / (included by its dotted name: nothing imports the pages), and /favicon.ico
+(browsers ask for it whatever the page's <link rel="icon"> says)."""
 
 from django.contrib import admin
 from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic.base import RedirectView
 
+from insights.metrics import metrics
 from orchestrator.api import urls as api_urls
 from orchestrator.api.errors import not_found
 
@@ -15,6 +17,7 @@ urlpatterns = [
     # Agents never get Django's HTML 404: any other /api/ path answers in the JSON envelope.
     re_path(r"^api/", not_found),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("metrics", metrics, name="metrics"),
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", include("dashboard.urls")),
 ]

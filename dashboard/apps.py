@@ -1,4 +1,4 @@
-"""The dashboard app's configuration; its data models are rollups and alert rules only."""
+"""The dashboard app's configuration: pages only, no models of its own."""
 
 from django.apps import AppConfig
 

@@ -27,8 +27,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
-from dashboard.models import FailureGroup
-from dashboard.stats import WINDOWS
+from insights.models import FailureGroup
+from insights.stats import WINDOWS
 from orchestrator import keyset
 from orchestrator import search as run_search
 from orchestrator.models import Run, RunQuerySet

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from dashboard.addresses import client_ip
+from orchestrator.addresses import client_ip
 from orchestrator.models import AuditEntry
 
 

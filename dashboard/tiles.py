@@ -22,9 +22,9 @@ from django.db.models import Count, Min
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import minutes
-from dashboard.stats import FAILURE_STATUSES, Window, WindowStats, window_stats
 from dashboard.templatetags.dashboard import duration
+from insights import minutes
+from insights.stats import FAILURE_STATUSES, Window, WindowStats, window_stats
 from orchestrator.coordination.budget import source_states
 from orchestrator.models import FailureType, ReviewItem, Run, Workflow
 

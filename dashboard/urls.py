@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from dashboard import metrics, views
+from dashboard import views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -40,5 +40,4 @@ urlpatterns = [
     path("efficacy/", views.switch_efficacy, name="switch_efficacy"),
     path("retry-audit/", views.retry_audit, name="retry_audit"),
     path("slos/", views.slos, name="slos"),
-    path("metrics", metrics.metrics, name="metrics"),
 ]

@@ -53,8 +53,8 @@ def seed(seconds: float) -> None:
     from django.contrib.auth.models import Group, User
     from django.utils import timezone
 
-    from dashboard.groups import fold
-    from dashboard.stats import refresh_rollups
+    from insights.groups import fold
+    from insights.stats import refresh_rollups
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

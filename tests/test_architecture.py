@@ -1,8 +1,9 @@
 """The architecture as a test: the import-linter contracts of pyproject.toml all hold.
 
-`dashboard → orchestrator → classifier`, never back; `classifier` imports nothing of ours (agents
-embed it); nothing in the product imports the `demo` add-on; no import cycle between the rooms of
-`orchestrator`, at any depth. The README's architecture section draws the same arrows.
+`dashboard → insights → orchestrator → classifier`, never back, and nothing imports the pages;
+`classifier` imports nothing of ours (agents embed it); nothing in the product imports the `demo`
+add-on; no import cycle between the rooms of `orchestrator`, at any depth. The README's
+architecture section draws the same arrows.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTRACTS = ("layers", "classifier-alone", "demo-add-on", "no-cycles")
+CONTRACTS = ("layers", "pages-on-top", "classifier-alone", "demo-add-on", "no-cycles")
 
 
 def test_every_import_contract_holds() -> None:
@@ -49,7 +50,7 @@ def test_every_module_says_what_it_holds() -> None:
     import ast
 
     missing = []
-    for package in ("classifier", "orchestrator", "dashboard", "demo", "config"):
+    for package in ("classifier", "orchestrator", "insights", "dashboard", "demo", "config"):
         for path in sorted((ROOT / package).rglob("*.py")):
             if "migrations" in path.parts:
                 continue
@@ -64,7 +65,8 @@ def test_no_module_cites_documents_outside_the_repository() -> None:
 
     outside = re.compile(r"\.\./shared|\bthe brief\b|BRIEF\.md|the issue\b|issue #?\d", re.I)
     offenders = []
-    roots = ("classifier", "orchestrator", "dashboard", "demo", "config", "benchmarks", "scripts")
+    roots = ("classifier", "orchestrator", "insights", "dashboard", "demo", "config", "benchmarks")
+    roots += ("scripts",)
     for package in (*roots, "tests"):
         for path in sorted((ROOT / package).rglob("*.py")):
             if path == Path(__file__):

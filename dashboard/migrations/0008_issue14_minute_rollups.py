@@ -9,14 +9,14 @@ def install(apps, schema_editor):
     counted once from the runs (SQLite counts live)."""
     apps.get_model("dashboard", "RollupVersion").objects.get_or_create(pk=1)
     if schema_editor.connection.vendor == "postgresql":
-        from dashboard import minutes
+        from insights import minutes
 
         minutes.install()
 
 
 def uninstall(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        from dashboard import minutes
+        from insights import minutes
 
         minutes.uninstall()
 

@@ -7,7 +7,7 @@ from django.db import migrations
 
 def install(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        from dashboard import minutes
+        from insights import minutes
         from orchestrator import counters
 
         counters.execute(

@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from dashboard.groups import ENDING_COLUMNS, Ending
+from insights.groups import ENDING_COLUMNS, Ending
 from orchestrator.models import FailureType, ReviewItem, Run
 
 register = template.Library()

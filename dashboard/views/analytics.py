@@ -16,7 +16,8 @@ from dashboard.filters import (
     canonical_failure_type,
 )
 from dashboard.views.common import download
-from orchestrator.analytics import export, retryable, slo
+from insights import slo
+from orchestrator.analytics import export, retryable
 from orchestrator.coordination import efficacy
 from orchestrator.models import (
     FailureType,

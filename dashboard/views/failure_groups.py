@@ -11,11 +11,11 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import groups
 from dashboard.access import REVIEW, VIEW, get_visible, requires, visible
-from dashboard.groups import GroupFilter
-from dashboard.models import FailureGroup
+from dashboard.groups import HAS, GroupFilter, GroupRow
 from dashboard.views.common import LIST_DEFER, wants_fragment
+from insights import groups
+from insights.models import FailureGroup
 from orchestrator import keyset
 from orchestrator.models import (
     FailureType,
@@ -37,7 +37,7 @@ def failure_groups(request: HttpRequest) -> HttpResponse:
         "windows": groups.GROUP_WINDOWS.values(),
         "states": FailureGroup.State.choices,
         "failure_types": FailureType.choices,
-        "has_choices": [(k, label) for k, (label, _) in groups.HAS.items()],
+        "has_choices": [(k, label) for k, (label, _) in HAS.items()],
     }
     if not f.errors:
         context |= _group_rows(request, f, now)
@@ -54,14 +54,14 @@ def _group_rows(request: HttpRequest, f: GroupFilter, now: Any) -> dict[str, Any
     counts: dict[int, dict[str, int]] = {}
     if window is not None:
         counts = groups.window_counts(window, now)
-        column = groups.HAS[f.has][1] if f.has else "count"
+        column = HAS[f.has][1] if f.has else "count"
         qs = qs.filter(pk__in=[pk for pk, c in counts.items() if c[column] > 0])
     elif f.has:
-        qs = qs.filter(**{f"{groups.HAS[f.has][1]}__gt": 0})
+        qs = qs.filter(**{f"{HAS[f.has][1]}__gt": 0})
     page = keyset.page(qs, 50, after=f.after, before=f.before, field="last_seen")
     spark_window = window or groups.GROUP_WINDOWS["30d"]
     lines = groups.sparklines(spark_window, now, [g.pk for g in page.rows])
-    rows = [groups.GroupRow(g, counts.get(g.pk, {}), lines[g.pk]) for g in page.rows]
+    rows = [GroupRow(g, counts.get(g.pk, {}), lines[g.pk]) for g in page.rows]
     return {"page": page, "rows": rows, "window": window, "spark_window": spark_window}
 
 

@@ -11,9 +11,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from dashboard.access import VIEW, requires
-from dashboard.stats import WINDOWS, get_window
 from dashboard.tiles import attention_tiles, cached_fragments
 from dashboard.views.common import poll_seconds, wants_fragment
+from insights.stats import WINDOWS, get_window
 
 
 @requires(VIEW)

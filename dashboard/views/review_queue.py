@@ -18,8 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard import queue
 from dashboard.access import REVIEW, get_visible, requires, visible
 from dashboard.forms import ResolveForm
-from dashboard.models import FailureGroup
 from dashboard.views.common import safe_next, wants_fragment
+from insights.models import FailureGroup
 from orchestrator import keyset
 from orchestrator.coordination import review
 from orchestrator.models import ReviewItem

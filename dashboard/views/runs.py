@@ -22,7 +22,6 @@ from dashboard.filters import (
     total,
 )
 from dashboard.forms import BulkActionForm
-from dashboard.models import FailureGroup
 from dashboard.views.common import (
     ATTEMPTS_SHOWN,
     LIST_DEFER,
@@ -31,6 +30,7 @@ from dashboard.views.common import (
     safe_next,
     wants_fragment,
 )
+from insights.models import FailureGroup
 from orchestrator import keyset
 from orchestrator.analytics import export
 from orchestrator.coordination import actions

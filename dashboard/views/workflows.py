@@ -13,8 +13,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import reports
 from dashboard.access import REVIEW, VIEW, get_visible, requires, visible
-from dashboard.stats import WINDOWS
 from dashboard.views.common import LIST_DEFER
+from insights.stats import WINDOWS
 from orchestrator import counters, keyset
 from orchestrator.analytics import export
 from orchestrator.coordination.workflow import abort_workflow

@@ -90,14 +90,14 @@ def test_workflow_pages_show_who_coordinates_each_kind(operator):
 def test_an_agents_recorded_decision_is_counted_by_the_tiles_and_metrics(db, client, settings):
     from datetime import timedelta
 
-    from dashboard.stats import WINDOWS, refresh_rollups, window_stats
+    from insights.stats import WINDOWS, refresh_rollups, window_stats
 
     settings.METRICS_ALLOWED_IPS = ["127.0.0.1"]
     token, _ = ApiToken.issue("crm-agent")
     run = make_failure("auth_failure", token=token, source="crm_api", created_at=ago(hours=2))
     assert coordination.decide_reported(run)[1] is not None  # escalated: a retry avoided
     refresh_rollups(timezone.now() - timedelta(hours=4))  # the periodic fold, as beat runs it
-    body = client.get(reverse("dashboard:metrics")).content.decode()
+    body = client.get(reverse("metrics")).content.decode()
     line = next(x for x in body.splitlines() if x.startswith("failsight_avoided_retries_total"))
     assert line.endswith(" 1"), body
     assert window_stats(WINDOWS["24h"]).current.metric["avoided_retries"] == 1

@@ -14,8 +14,8 @@ from html.parser import HTMLParser
 import pytest
 from django.urls import reverse
 
-from dashboard import groups
-from dashboard.models import FailureGroup
+from insights import groups
+from insights.models import FailureGroup
 from orchestrator.models import ProviderOverride, Run
 
 from .conftest import make_failure, make_review, make_run, make_workflow

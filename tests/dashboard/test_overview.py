@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
-from django.apps import apps as django_apps
+from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 from django.urls import reverse
 
-from dashboard.models import RunRollup, SixHourRollup, SixHourWastedRetries
-from dashboard.stats import (
+from dashboard.tiles import overview_tiles
+from insights.models import RunRollup, SixHourRollup, SixHourWastedRetries
+from insights.stats import (
     HOUR,
     METRICS,
     WINDOWS,
@@ -22,7 +24,6 @@ from dashboard.stats import (
     whole_blocks,
     window_stats,
 )
-from dashboard.tiles import overview_tiles
 from orchestrator.models import Run, RunSets
 from orchestrator.vocabulary import Action
 
@@ -453,9 +454,12 @@ def test_the_migration_fills_the_blocks_the_refresh_keeps(db, clock):
     SixHourRollup.objects.all().delete()
     SixHourWastedRetries.objects.all().delete()
     RunRollup.objects.update(futile_retries=0)  # as it was before the column existed
+    # The models as these migrations name them: in the pages' app, which held them then.
+    last = ("dashboard", "0010_insert_deltas_grouped_once")
+    then = MigrationLoader(connection).project_state(last).apps
     blocks = importlib.import_module("dashboard.migrations.0003_six_hour_rollups")
-    blocks.fill_blocks(django_apps, None)
+    blocks.fill_blocks(then, None)
     futile = importlib.import_module("dashboard.migrations.0004_issue12_futile_retries")
-    futile.fill_futile_retries(django_apps, None)
+    futile.fill_futile_retries(then, None)
     assert stored_blocks() == folded
     assert sorted(RunRollup.objects.values_list("hour", "source", "futile_retries")) == hourly

@@ -15,11 +15,11 @@ import pytest
 from django.test import RequestFactory
 from django.urls import reverse
 
-from dashboard.addresses import address_in, client_ip
+from orchestrator.addresses import address_in, client_ip
 from orchestrator.models import AuditEntry
 
 ROOT = Path(__file__).resolve().parents[2]
-METRICS = reverse("dashboard:metrics")
+METRICS = reverse("metrics")
 LOGIN = reverse("login")
 
 

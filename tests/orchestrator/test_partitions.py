@@ -11,8 +11,8 @@ import pytest
 import time_machine
 from django.db import IntegrityError, connection, transaction
 
-from dashboard import retention
-from dashboard.models import FailureGroup, RunRollup
+from insights import retention
+from insights.models import FailureGroup, RunRollup
 from orchestrator import partitions, tasks
 from orchestrator.api.ingest import ingest_batch
 from orchestrator.models import ReviewItem, Run, RunKey, Workflow

@@ -22,8 +22,8 @@ from django.db.models import Max
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from dashboard.models import MinuteRollup, RollupVersion, RunDelta, RunTotal
-from dashboard.stats import METRICS, metric_aggregates
+from insights.models import MinuteRollup, RollupVersion, RunDelta, RunTotal
+from insights.stats import METRICS, metric_aggregates
 from orchestrator import counters
 
 # Minutes kept after they are folded: the 1-hour window and the one before it, the current
@@ -36,7 +36,7 @@ MINUTE = RawSQL("date_trunc('minute', created_at AT TIME ZONE 'UTC') AT TIME ZON
 
 def trigger() -> counters.DeltaTrigger:
     return counters.DeltaTrigger(
-        name="dashboard_minute_counts",
+        name="dashboard_minute_counts",  # the name installed databases know it by
         table=RunDelta._meta.db_table,
         keys=("minute", *KEYS),
         sums=metric_aggregates(),

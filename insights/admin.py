@@ -6,7 +6,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from dashboard.models import AlertDelivery, AlertRule, FailureGroup
+from insights.models import AlertDelivery, AlertRule, FailureGroup
 
 
 @admin.register(AlertRule)

@@ -1,73 +1,34 @@
-"""The dashboard's Celery tasks: folding run rollups and failure groups, evaluating alert rules,
-delivering webhooks.
+"""Alert rules: measuring each rule, firing it once per cool-down, and posting its webhook.
 
-Tasks take ids, fetch, do one thing and return. Deliveries, and their later tries, are outbox
-messages written with the row they deliver (`orchestrator.coordination.dispatch`), so a broker
-outage delays an alert and never loses it.
+A rule measures a failure rate over a window, the age of the oldest open review item, or an SLO's
+burn rate (`slo`). A fired rule writes its delivery and the outbox message that sends it in one
+transaction (`orchestrator.coordination.dispatch`), so a broker outage delays an alert and never
+loses it.
 """
 
 from __future__ import annotations
 
-import logging
 import random
 from datetime import timedelta
 from typing import Any
 
 import httpx
-from celery import shared_task
 from django.db import transaction
 from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import groups, minutes, retention
-from dashboard.models import AlertDelivery, AlertRule
-from dashboard.stats import FAILURE_STATUSES, rollup_lookback
-from dashboard.stats import refresh_rollups as refresh
-from orchestrator.analytics import slo
+from insights import slo
+from insights.models import AlertDelivery, AlertRule
+from insights.stats import FAILURE_STATUSES
 from orchestrator.coordination import dispatch
 from orchestrator.models import ReviewItem, Run
-
-log = logging.getLogger(__name__)
 
 WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 MAX_DELIVERY_ATTEMPTS = 6
 RETRY_BASE_DELAY = 5.0
 RETRY_MAX_DELAY = 300.0
-DELIVER_TASK = "dashboard.tasks.deliver_alert"
-
-__all__ = [
-    "apply_retention",
-    "deliver_alert",
-    "evaluate_alerts",
-    "fold_failure_groups",
-    "fold_minutes",
-    "refresh_rollups",
-]
-
-
-@shared_task(ignore_result=True)
-def refresh_rollups(hours: int | None = None) -> int:
-    """Recompute the last few complete hours (runs change status after they are created) and
-    the six-hour blocks that hold them."""
-    lookback = timedelta(hours=hours) if hours else rollup_lookback()
-    return refresh(timezone.now() - lookback)
-
-
-@shared_task(ignore_result=True)
-def fold_minutes() -> int:
-    """Move the run deltas the triggers appended into the minute rollups and running totals."""
-    return minutes.fold()
-
-
-@shared_task(ignore_result=True)
-def fold_failure_groups(hours: int | None = None) -> int:
-    """Recompute the failure groups' last few hours (runs change after they are created)."""
-    return groups.fold(timezone.now() - timedelta(hours=hours) if hours else None)
-
-
-# ---------------------------------------------------------------------------------------------
-# Alerts
+DELIVER_TASK = "insights.tasks.deliver_alert"
 
 
 def failure_rate(failure_type: str, minutes: int) -> tuple[float, int]:
@@ -132,8 +93,7 @@ def _cooling_down(rule: AlertRule, now: Any) -> bool:
     )
 
 
-@shared_task(ignore_result=True)
-def evaluate_alerts() -> int:
+def evaluate() -> int:
     """Fire every enabled rule whose threshold is crossed (once per cool-down); return fired."""
     now = timezone.now()
     fired = 0
@@ -163,8 +123,7 @@ def evaluate_alerts() -> int:
     return fired
 
 
-@shared_task(ignore_result=True)
-def deliver_alert(delivery_id: int) -> str:
+def deliver(delivery_id: int) -> str:
     """POST one delivery's payload; a network error or a 5xx is tried again later, a 4xx is final.
 
     The next try is an outbox message with a delay, written with the failure it follows: it
@@ -210,10 +169,3 @@ def _record(delivery: AlertDelivery, status: str, code: int | None, error: str) 
         error=error[:2000],
         sent_at=timezone.now() if status == AlertDelivery.Status.SENT else None,
     )
-
-
-@shared_task(ignore_result=True)
-def apply_retention() -> dict[str, Any]:
-    """Drop runs past RUNS_RETENTION_DAYS and rollups past ROLLUP_RETENTION_DAYS."""
-    pruned = retention.apply()
-    return {"partitions": pruned.partitions, "rollup_rows": pruned.rollup_rows}

@@ -7,7 +7,7 @@ partial results) are the rollups' sums of the `RunSets` conditions the tiles cou
 Scrapers do not sign in: the endpoint accepts `Authorization: Bearer <METRICS_TOKEN>`, or a
 client address inside METRICS_ALLOWED_IPS when that is set explicitly (empty by default, so the
 token is needed). The address is the connection's, or a forwarded one from TRUSTED_PROXIES only
-(`dashboard.addresses`). A wrong token is refused even from an allowed address.
+(`orchestrator.addresses`). A wrong token is refused even from an allowed address.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from dashboard.addresses import address_in, client_ip
-from dashboard.stats import all_time_counts
-from orchestrator.analytics import slo
+from insights import slo
+from insights.stats import all_time_counts
+from orchestrator.addresses import address_in, client_ip
 from orchestrator.coordination.budget import source_states
 from orchestrator.models import ReviewItem, Run
 from orchestrator.vocabulary import Breaker

@@ -1,8 +1,10 @@
-"""Dashboard-owned data: hourly, six-hour and minute run rollups and running totals that feed the
-tiles and /metrics, failure groups, and webhook alerts.
+"""Hourly, six-hour and minute run rollups and running totals that feed the tiles and /metrics,
+failure groups, and webhook alerts.
+
+The tables keep the names they had when the pages' app owned them (`dashboard_*`).
 
 Rollups and failure groups are folded in batches by periodic tasks
-(`dashboard.tasks.refresh_rollups`, `dashboard.tasks.fold_failure_groups`), never per insert: a
+(`insights.tasks.refresh_rollups`, `insights.tasks.fold_failure_groups`), never per insert: a
 counter row updated on every run would serialise every report on that row and halve ingest (the
 README's "Architecture"). The current hour's minute rollups and the running totals are kept
 from the runs as they are written, but as appended deltas (`RunDelta`, by the run table's
@@ -54,6 +56,7 @@ class RunRollup(RollupCounts):
     source = models.CharField(max_length=100)
 
     class Meta:
+        db_table = "dashboard_runrollup"
         constraints = [
             models.UniqueConstraint(
                 fields=["hour", "status", "failure_type", "source"], name="rollup_unique_key"
@@ -92,6 +95,7 @@ class SixHourRollup(SixHours, RollupCounts):
     """
 
     class Meta:
+        db_table = "dashboard_sixhourrollup"
         constraints = [
             models.UniqueConstraint(
                 fields=["start", "status", "failure_type"], name="six_hour_rollup_key"
@@ -116,6 +120,7 @@ class SixHourWastedRetries(SixHours):
     retries = models.PositiveIntegerField(default=0)
 
     class Meta:
+        db_table = "dashboard_sixhourwastedretries"
         verbose_name_plural = "six-hour wasted retries"
         constraints = [
             models.UniqueConstraint(
@@ -153,13 +158,14 @@ class SignedCounts(models.Model):
 
 class RunDelta(SignedCounts):
     """The change of one minute's counts made by one statement on the run table, appended by
-    its triggers in the writer's transaction (`dashboard.minutes`); folded into `MinuteRollup`
+    its triggers in the writer's transaction (`insights.minutes`); folded into `MinuteRollup`
     and `RunTotal` every few seconds. PostgreSQL only."""
 
     minute = models.DateTimeField(help_text="Start of the minute (UTC) the runs were created in")
     source = models.CharField(max_length=100)
 
     class Meta:
+        db_table = "dashboard_rundelta"
         indexes = [
             # the current hour's and the last hour's readers add the pending deltas from a minute
             models.Index(fields=["minute"], name="rundelta_minute"),
@@ -173,12 +179,13 @@ class RunDelta(SignedCounts):
 
 class MinuteRollup(SignedCounts):
     """Counts of the runs created in one minute, per status, failure type and source: the current
-    hour and the 1-hour window, kept for a few hours (`dashboard.minutes`)."""
+    hour and the 1-hour window, kept for a few hours (`insights.minutes`)."""
 
     minute = models.DateTimeField(help_text="Start of the minute (UTC) the runs were created in")
     source = models.CharField(max_length=100)
 
     class Meta:
+        db_table = "dashboard_minuterollup"
         constraints = [
             # its index (minute first) serves the readers' minute ranges and the fold's upsert
             models.UniqueConstraint(
@@ -197,6 +204,7 @@ class RunTotal(SignedCounts):
     source = models.CharField(max_length=100)
 
     class Meta:
+        db_table = "dashboard_runtotal"
         constraints = [
             models.UniqueConstraint(
                 fields=["status", "failure_type", "source"], name="run_total_key"
@@ -212,6 +220,9 @@ class RollupVersion(models.Model):
     are keyed by it."""
 
     version = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "dashboard_rollupversion"
 
     def __str__(self) -> str:
         return f"rollup version {self.version}"
@@ -256,6 +267,7 @@ class AlertRule(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        db_table = "dashboard_alertrule"
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -280,6 +292,7 @@ class AlertDelivery(models.Model):
     sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "dashboard_alertdelivery"
         ordering = ["-created_at", "-id"]
         verbose_name_plural = "alert deliveries"
 
@@ -293,7 +306,7 @@ class AlertDelivery(models.Model):
 
 class GroupCounts(models.Model):
     """What happened to the failures of one group (in one hour, or ever): how many, the routing
-    applied to each, and how each ended. Folded in batches by `dashboard.groups.fold`."""
+    applied to each, and how each ended. Folded in batches by `insights.groups.fold`."""
 
     count = models.PositiveIntegerField(default=0)
     # failures that were themselves retries, failures that kept partial results, and failures
@@ -307,7 +320,7 @@ class GroupCounts(models.Model):
     decided_partial = models.PositiveIntegerField(default=0)
     decided_escalate = models.PositiveIntegerField(default=0)
     decided_abort = models.PositiveIntegerField(default=0)
-    # how each failure's task ended (see `dashboard.groups.Ending`)
+    # how each failure's task ended (see `insights.groups.Ending`)
     recovered_retry = models.PositiveIntegerField(default=0)
     recovered_switch = models.PositiveIntegerField(default=0)
     ended_escalated = models.PositiveIntegerField(default=0)
@@ -381,6 +394,7 @@ class FailureGroup(GroupCounts):
     MAX_LISTED = 50
 
     class Meta:
+        db_table = "dashboard_failuregroup"
         ordering = ["-last_seen", "-id"]
         indexes = [
             # the groups page: most recently seen first, keyset pages on (last_seen, id)
@@ -405,6 +419,7 @@ class FailureGroupHour(GroupCounts):
     last_at = models.DateTimeField()
 
     class Meta:
+        db_table = "dashboard_failuregrouphour"
         constraints = [
             # one row per group and hour; its index serves a group's sparkline and totals
             models.UniqueConstraint(fields=["group", "hour"], name="failuregrouphour_key")

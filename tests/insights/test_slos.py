@@ -10,9 +10,9 @@ import time_machine
 from django.core.cache import cache
 from django.urls import reverse
 
-from dashboard.models import AlertDelivery, AlertRule
-from dashboard.tasks import evaluate_alerts
-from orchestrator.analytics import slo
+from insights import slo
+from insights.models import AlertDelivery, AlertRule
+from insights.tasks import evaluate_alerts
 from orchestrator.models import Run
 
 T = datetime.fromisoformat("2026-03-02T12:00:00+00:00")

@@ -5,7 +5,7 @@ the cost is a partition's catalogue entries and its claims, not a delete per run
 six-hour rollups and the failure groups' hours are deleted past `ROLLUP_RETENTION_DAYS` (settings
 make it at least as long, so the tiles of a week or a month never lose runs they still show). A
 failure group whose example run was dropped keeps its example text and loses only the link.
-Run daily by beat (`dashboard.tasks.apply_retention`); a setting of 0 keeps that kind forever.
+Run daily by beat (`insights.tasks.apply_retention`); a setting of 0 keeps that kind forever.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from dashboard.models import (
+from insights.models import (
     FailureGroup,
     FailureGroupHour,
     RunRollup,

@@ -14,9 +14,9 @@ from django.db.models import Q
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from dashboard import minutes
-from dashboard.models import MinuteRollup, RunDelta
-from dashboard.stats import (
+from insights import minutes
+from insights.models import MinuteRollup, RunDelta
+from insights.stats import (
     KEYS,
     METRICS,
     WINDOWS,
@@ -249,7 +249,7 @@ def test_the_fold_keeps_a_few_hours_of_minutes_and_every_run_in_the_totals(postg
 def test_retention_leaves_the_running_totals_and_workflow_counts_alone(postgres, settings):
     """Old runs pruned row by row (the default partition) or by partition (a dropped one) take
     nothing away from /metrics' totals nor the workflows' counts; an operator's delete does."""
-    from dashboard import retention
+    from insights import retention
     from orchestrator import partitions
 
     settings.RUNS_RETENTION_DAYS, settings.ROLLUP_RETENTION_DAYS = 30, 400

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from dashboard.stats import refresh_rollups
+from insights.stats import refresh_rollups
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@
 
 Complete hours come from `RunRollup` (folded by a periodic task with one GROUP BY over the indexed
 `created_at` range); the current, partial hour, and the 1-hour window, come from the minute
-rollups the run table's triggers keep on PostgreSQL (`dashboard.minutes`: folded minutes plus
+rollups the run table's triggers keep on PostgreSQL (`insights.minutes`: folded minutes plus
 the deltas not folded yet), and /metrics' counts from the running totals kept the same way. On
 SQLite those are counted live with the same GROUP BY. The same
 task sums the hourly rows into six-hour blocks, one per start hour (`SixHourRollup` per status and
@@ -31,7 +31,7 @@ from django.db.models import Case, Count, DateTimeField, F, Q, QuerySet, Sum, Va
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
-from dashboard.models import (
+from insights.models import (
     MinuteRollup,
     RollupVersion,
     RunDelta,

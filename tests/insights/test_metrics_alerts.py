@@ -11,21 +11,15 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard.models import AlertDelivery, AlertRule
-from dashboard.stats import refresh_rollups
-from dashboard.tasks import (
-    DELIVER_TASK,
-    MAX_DELIVERY_ATTEMPTS,
-    RETRY_BASE_DELAY,
-    deliver_alert,
-    evaluate_alerts,
-    retry_delay,
-)
+from insights.alerts import DELIVER_TASK, MAX_DELIVERY_ATTEMPTS, RETRY_BASE_DELAY, retry_delay
+from insights.models import AlertDelivery, AlertRule
+from insights.stats import refresh_rollups
+from insights.tasks import deliver_alert, evaluate_alerts
 from orchestrator.models import OutboxMessage, SourceHealth
 
 from .conftest import ago, make_failure, make_review, make_run
 
-METRICS = reverse("dashboard:metrics")
+METRICS = reverse("metrics")
 
 
 def test_metrics_need_the_token_or_an_allowed_address(client, db, settings):
