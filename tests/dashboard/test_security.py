@@ -125,7 +125,7 @@ def test_the_lockout_needs_the_limit_and_spares_other_addresses(client, operator
 # check --deploy
 
 
-def readme_production_settings() -> dict[str, str]:
+def documented_production_settings() -> dict[str, str]:
     """The variables docs/deployment.md's "Scaling out" section exports, placeholders filled in."""
     readme = (ROOT / "docs" / "deployment.md").read_text()
     section = readme.split("## Scaling out", 1)[1]
@@ -151,8 +151,8 @@ def check_deploy(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedPro
 
 
 @pytest.mark.slow
-def test_check_deploy_is_clean_with_the_readmes_production_settings(tmp_path):
-    env = readme_production_settings()
+def test_check_deploy_is_clean_with_the_documented_production_settings(tmp_path):
+    env = documented_production_settings()
     assert env["DEBUG"] == "0" and env["SECURE_SSL_REDIRECT"] == "1"
     assert int(env["SECURE_HSTS_SECONDS"]) > 0 and env["SECURE_PROXY_SSL_HEADER"]
     done = check_deploy(env, tmp_path)
@@ -162,7 +162,7 @@ def test_check_deploy_is_clean_with_the_readmes_production_settings(tmp_path):
 
 @pytest.mark.slow
 def test_check_deploy_fails_when_the_rate_limit_would_count_per_process(tmp_path):
-    env = readme_production_settings()
+    env = documented_production_settings()
     del env["CACHE_URL"]
     done = check_deploy(env, tmp_path)
     assert done.returncode != 0
