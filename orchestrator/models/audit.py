@@ -15,8 +15,6 @@ def actor_label(actor: Any) -> str:
 
 
 class AuditEntry(models.Model):
-    """Who changed what, when, with the state before and after."""
-
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -68,10 +66,8 @@ class AuditEntry(models.Model):
 
     @classmethod
     def record_lockout(cls, username: str, address: str, failures: int) -> AuditEntry:
-        """Record that sign-in was locked for `username` from `address` after `failures` tries.
-
-        The name is whatever was typed (it may name no user), so the entry names it as text.
-        """
+        """Record that sign-in was locked for `username` (as typed: it may name no user) from
+        `address` after `failures` tries."""
         return cls.objects.create(
             actor=None,
             actor_label=(username or "anonymous")[:150],

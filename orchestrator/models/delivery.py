@@ -25,11 +25,9 @@ class OutboxQuerySet(models.QuerySet):
 class OutboxMessage(models.Model):
     """A Celery task to send, written in the same transaction as the change it announces.
 
-    A row exists only until its message is sent: the relay deletes it once the broker has it, so
-    the table holds only what is still to send (a broker outage delays work, it never loses it).
-    `available_at` is when the sweeper may send it: a short grace after creation for messages
-    the relay sends right after the commit, the due time for delayed ones, and after a failed
-    send the next try.
+    The relay deletes the row once the broker has the message (a broker outage delays work, it
+    never loses it). `available_at` is when the sweeper may send it: a short grace after the
+    commit, the due time for delayed ones, and after a failed send the next try.
     """
 
     task = models.CharField(max_length=200)
@@ -70,8 +68,7 @@ class WebhookDelivery(models.Model):
         PENDING = "pending"
         DELIVERED = "delivered"
         FAILED = "failed", "given up"
-        # The agent acknowledged the resolution over the API before a webhook got through: it has
-        # it, so no further attempt is made (a second pick-up would be a duplicate).
+        # The agent acknowledged the resolution over the API before a webhook got through.
         SUPERSEDED = "superseded", "picked up by an ack first"
 
     item = models.OneToOneField(ReviewItem, on_delete=models.CASCADE, related_name="webhook")
@@ -82,8 +79,7 @@ class WebhookDelivery(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     delivered_at = models.DateTimeField(null=True, blank=True)
-    # The attempt in flight holds the delivery until then (its timeout and a margin); a worker
-    # killed mid-request leaves it to run out, after which a redelivery may take over.
+    # The attempt in flight holds the delivery until then; a redelivery may take over after.
     lease_until = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
@@ -105,8 +101,7 @@ class WebhookDelivery(models.Model):
     def begin_attempt(self, owner: str, now: datetime, until: datetime, dead: str = "") -> int:
         """Take the delivery for one attempt; return its number (0: delivered, given up, or an
         attempt alive elsewhere holds it). A holder known dead (`dead`) is taken over."""
-        # Nobody holds it: no lease, one run out, one the sweeper claimed for a resend (no
-        # owner), this process's own, or a holder known dead.
+        # An empty owner: the sweeper claimed it for a resend.
         free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner__in=["", owner])
         if dead:
             free |= Q(lease_owner=dead)
@@ -136,7 +131,6 @@ class WebhookDelivery(models.Model):
         return True
 
     def fail(self, number: int, status_code: int | None, error: str, now: datetime) -> None:
-        """Record attempt `number`'s failure (a non-2xx, a timeout, a refused connection)."""
         WebhookAttempt.objects.filter(delivery=self, number=number).update(
             finished_at=now, status_code=status_code, error=error[:500]
         )

@@ -43,7 +43,7 @@ class PolicyState(models.Model):
 
     @classmethod
     def bump(cls) -> int:
-        """Bump the version inside the caller's transaction; return the new version."""
+        """Bump the version inside the caller's transaction; return it."""
         _POLICY_VERSION.forget()
         transaction.on_commit(_POLICY_VERSION.forget)
         cls.objects.get_or_create(pk=1)
@@ -84,7 +84,6 @@ class PolicyVersion(models.Model):
     def capture(
         cls, version: int, actor: Any = None, note: str = "", restored_from: int | None = None
     ) -> PolicyVersion:
-        """Record the current rows under `version` (inside the transaction that bumped it)."""
         return cls.objects.create(
             version=version,
             policies=[p.snapshot() for p in RoutingPolicy.objects.order_by("failure_type")],
@@ -172,7 +171,6 @@ class RoutingPolicy(models.Model):
             )
 
     def snapshot(self) -> dict[str, Any]:
-        """The audited, cached, JSON-ready form of this row."""
         return {
             "failure_type": self.failure_type,
             "max_attempts": self.max_attempts,

@@ -33,7 +33,6 @@ class ReviewItemQuerySet(models.QuerySet):
         return self.filter(state__in=ReviewItem.PENDING).order_by("created_at", "id")
 
     def resolved(self) -> ReviewItemQuerySet:
-        """Decided items, the latest decision first."""
         return self.filter(state=ReviewItem.State.RESOLVED).order_by("-resolved_at", "-id")
 
     def overdue(self, now: datetime) -> ReviewItemQuerySet:
@@ -47,22 +46,17 @@ class ReviewItemQuerySet(models.QuerySet):
         return self.filter(ReviewItem.resolvable(user))
 
     def unapplied(self) -> ReviewItemQuerySet:
-        """Resolved items whose decision the coordinator has not applied yet."""
         return self.filter(state=ReviewItem.State.RESOLVED, continued_at__isnull=True)
 
     def blocking(self) -> ReviewItemQuerySet:
-        """Items that keep a workflow open: waiting for a human, or resolved but not applied.
-
-        A decision committed after a step read the resolutions must not find its workflow
-        already settled, so a resolved item counts until a step has applied it.
-        """
+        """Items that keep a workflow open: waiting for a human, or resolved but not applied yet
+        (a decision committed after a step read the resolutions must not find it settled)."""
         return self.filter(
             Q(state__in=ReviewItem.PENDING)
             | Q(state=ReviewItem.State.RESOLVED, continued_at__isnull=True)
         )
 
     def for_token(self, token: ApiToken) -> ReviewItemQuerySet:
-        """Items of the runs this token reported: what its agent's coordinator waits for."""
         return self.filter(token=token)
 
     def undelivered(self) -> ReviewItemQuerySet:
@@ -89,8 +83,7 @@ class ReviewItem(models.Model):
         RESOLVED = "resolved"
 
     class Resolution(models.TextChoices):
-        # Labels are written out: Django's default would capitalise some ("Retry", "Switch
-        # Source") and not others; every page shows them lowercase, as the decisions.
+        # Lowercase labels, as the decisions' (Django's default would capitalise).
         RETRY = "retry", "retry"
         RETRY_EDITED = "retry_edited", "retry with edited input"
         SWITCH_SOURCE = "switch_source", "switch source"
@@ -113,8 +106,8 @@ class ReviewItem(models.Model):
     signature = models.CharField(
         max_length=64, blank=True, help_text="Hash of source, failure type and normalised detail"
     )
-    # The queue's facets, copied from the run (and its workflow) when the item opens, so that
-    # filtering and counting thousands of open items never joins the run table.
+    # The queue's facets, copied from the run when the item opens: filtering and counting open
+    # items never joins the run table.
     source = models.CharField(max_length=100, blank=True)
     agent = models.CharField(max_length=100, blank=True)
     origin = models.CharField(max_length=10, choices=Origin.choices(), default=Origin.AGENT)
@@ -141,8 +134,7 @@ class ReviewItem(models.Model):
         max_length=300, blank=True, help_text="What applying the resolution did (the timeline's)"
     )
     created_at = models.DateTimeField(default=timezone.now)
-    # An agent-reported item's resolution goes back to the token that reported the run: it
-    # picks it up once, by an ack or by a webhook its receiver answered with a 2xx.
+    # The token that reported the run picks the resolution up once: by an ack, or by a webhook.
     token = models.ForeignKey(
         ApiToken,
         null=True,
@@ -162,8 +154,7 @@ class ReviewItem(models.Model):
         ordering = ["created_at", "id"]
         permissions = [("review", "Can claim and resolve review items and act on runs")]
         indexes = [
-            # the review queue's keyset pages (open items oldest first, ties by id), its facet
-            # counts (a scan of the pending rows only) and the overview's "open reviews" tile
+            # the review queue's keyset pages and facet counts, the overview's "open reviews"
             models.Index(
                 fields=["created_at", "id"],
                 name="review_pending_created",
@@ -177,15 +168,13 @@ class ReviewItem(models.Model):
             ),
             # grouping escalations with the same signature
             models.Index(fields=["signature", "state"], name="review_signature_state"),
-            # GET /api/v1/reviews?state=resolved&delivered=false: one token's resolutions not
-            # picked up yet, in keyset pages (the rows leave it as they are acknowledged)
+            # GET /api/v1/reviews?state=resolved&delivered=false: a token's undelivered resolutions
             models.Index(
                 fields=["token", "resolved_at", "id"],
                 name="review_undelivered",
                 condition=Q(state="resolved", delivered_at__isnull=True),
             ),
-            # the other lists of GET /api/v1/reviews (one token's items by id) and deleting a
-            # token (the SET NULL of this key)
+            # GET /api/v1/reviews' other lists (a token's items by id) and deleting a token
             models.Index(fields=["token", "id"], name="review_token_id"),
             # the beat task applying fallbacks to pending items past their deadline
             models.Index(
@@ -333,11 +322,10 @@ class ReviewItem(models.Model):
             note=changes.get("note", ""),
         )
         review_resolved.send(sender=ReviewItem, item=self)
-        notify.announce(notify.REVIEW_RESOLVED, self.pk)  # heard by long polls at the commit
+        notify.announce(notify.REVIEW_RESOLVED, self.pk)
         return 1
 
     def snapshot(self) -> dict[str, Any]:
-        """The audited form of this item."""
         return {
             "state": self.state,
             "resolution": self.resolution,

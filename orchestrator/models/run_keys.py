@@ -11,10 +11,9 @@ class RunKey(models.Model):
 
     `key` is `i:<token id>:<idempotency key>`, `s:<slot>` or `r:<first attempt>:<attempt>`;
     a statement-level trigger on the run table writes a run's claims in the statement that
-    inserts it (and removes them with it), so a second claim fails that statement with a unique
-    violation. The batch insert skips keys already claimed here, and finds the stored run of a
-    repeated key through it (`run_id`, `created_at`: one partition read). Retention deletes the
-    claims of the days it drops (a BRIN index on `created_at`, made by a migration).
+    inserts it, so a second claim fails that statement with a unique violation. A repeated key
+    finds its stored run through `run_id` and `created_at` (one partition read). Retention
+    deletes the claims of the days it drops (a BRIN index on `created_at`, made by a migration).
     """
 
     # Looked up by equality only: migration 0017 drops the LIKE index Django built beside it

@@ -44,15 +44,14 @@ RETRYABLE_BY_OPERATOR = (RunStatus.FAILED, RunStatus.ESCALATED, RunStatus.CANCEL
 class RunSets:
     """The named sets of runs as Q conditions.
 
-    A *failure* is a run that failed or was escalated; *retries* are attempts after the first;
-    a *wasted* retry failed again; an *early* retry started before its due time (before the
-    provider's Retry-After); a *switched* run started on another source after a switch_source
-    decision; an *avoided* retry is a failure routed elsewhere than a retry (switch, escalate,
-    abort, accept partial), which a blind policy would have retried; a *futile* retry is a
-    failure that said a retry cannot help (retryable false) and was retried anyway, except an
-    auth failure retried once after refreshing its credentials (the request changes; routing
-    retries an auth failure in no other way). The README's "What an operator sees" repeats
-    these definitions.
+    A *failure* failed or was escalated; *valid empty* is a success that found nothing (never to be
+    taken for a failure); *partial* is a failure that kept what it gathered; *retries* are attempts
+    after the first; a *wasted* retry failed again; an *early* retry started before its due time
+    (the provider's Retry-After); a *switched* run started on another source after a switch_source
+    decision; an *avoided* retry is a failure routed elsewhere than a retry, which a blind policy
+    would have retried; a *futile* retry is a failure that said a retry cannot help and was
+    retried anyway, except an auth failure retried after refreshing its credentials. The README's
+    "What an operator sees" repeats these definitions.
     """
 
     FAILURES = Q(status__in=FAILURE)
@@ -110,39 +109,30 @@ class RunQuerySet(models.QuerySet):
         return self.filter(status=RunStatus.SUCCEEDED)
 
     def failures(self) -> RunQuerySet:
-        """Runs that ended in failure: failed, or failed and escalated to a human."""
         return self.filter(RunSets.FAILURES)
 
     def valid_empty(self) -> RunQuerySet:
-        """Runs whose query ran and found nothing: a success, never to be taken for a failure."""
         return self.filter(RunSets.VALID_EMPTY)
 
     def with_partial_results(self) -> RunQuerySet:
-        """Failures that kept what they gathered before failing."""
         return self.filter(RunSets.PARTIAL)
 
     def retries(self) -> RunQuerySet:
-        """Every attempt after the first of a task."""
         return self.filter(RunSets.RETRIES)
 
     def wasted_retries(self) -> RunQuerySet:
-        """Retries that failed again."""
         return self.filter(RunSets.WASTED_RETRIES)
 
     def early_retries(self) -> RunQuerySet:
-        """Retries started before their due time, i.e. before the provider's Retry-After."""
         return self.filter(RunSets.EARLY_RETRIES)
 
     def switched(self) -> RunQuerySet:
-        """Runs the coordinator started on another source after a switch_source decision."""
         return self.filter(RunSets.SWITCHED)
 
     def avoided_retries(self) -> RunQuerySet:
-        """Failures routed elsewhere than a retry: a blind policy would have retried each."""
         return self.filter(RunSets.AVOIDED_RETRIES)
 
     def futile_retries(self) -> RunQuerySet:
-        """Failures retried although they said a retry cannot help (a credential refresh aside)."""
         return self.filter(RunSets.FUTILE_RETRIES)
 
     def retrying(self) -> RunQuerySet:
@@ -150,7 +140,6 @@ class RunQuerySet(models.QuerySet):
         return self.filter(RunSets.RETRYING)
 
     def pending(self) -> RunQuerySet:
-        """Runs not finished yet: queued or running."""
         return self.filter(status__in=PENDING)
 
     def in_flight(self) -> RunQuerySet:
@@ -190,15 +179,11 @@ class RunQuerySet(models.QuerySet):
         return self.coordinated().filter(status=RunStatus.RUNNING, lease_until__lt=now)
 
     def take_back(self, now: datetime) -> int:
-        """Free the expired leases among these for a new delivery; return how many were taken.
-
-        The run stays running with no lease, sent again at `now`: if that message is lost too,
-        it is a lost dispatch like any other.
-        """
+        """Free the expired leases among these for a new delivery at `now` (a lost message is then
+        a lost dispatch like any other); return how many were taken."""
         return self.lease_expired(now).update(lease_until=None, lease_owner="", dispatched_at=now)
 
     def by_failure_type(self) -> dict[str, int]:
-        """Return {failure_type: count} over the failed runs of this queryset."""
         rows = (
             self.exclude(failure_type__isnull=True)
             .values_list("failure_type")
@@ -232,11 +217,8 @@ class RunQuerySet(models.QuerySet):
         trace_id: str | None = None,
     ) -> RunQuerySet:
         """The runs list's filters (API and dashboard); None means "any". `until` is exclusive;
-        `set` names one of the NAMED_SETS. `status` also takes the envelope's words: "ok" is a
-        succeeded run, "error" a failure (failed, or failed and escalated).
-
-        Each equality filter pairs with created_at in one of Run's indexes, so a window of one
-        status / failure type / source / agent / workflow is an index range scan.
+        `set` names one of the NAMED_SETS; `status` also takes the envelope's "ok" and "error".
+        Each equality filter pairs with created_at in one of Run's indexes.
         """
         qs = self
         if status in ENVELOPE_STATUSES:
@@ -273,11 +255,8 @@ class RunQuerySet(models.QuerySet):
     def keyset_page(
         self, limit: int, after: tuple[datetime, int] | None = None
     ) -> tuple[list[Run], tuple[datetime, int] | None]:
-        """Return up to `limit` runs newest first after the key `after`, and the next page's key.
-
-        Keyset pagination costs the same on page 1 and page 10,000 (no OFFSET), and equal
-        timestamps neither repeat nor skip a run because the id breaks ties.
-        """
+        """Return up to `limit` runs newest first after the key `after`, and the next page's key
+        (the id breaks ties, so equal timestamps neither repeat nor skip a run)."""
         qs = self.newest_first()
         if after is not None:
             qs = qs.older_than(*after)

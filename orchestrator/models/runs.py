@@ -23,8 +23,7 @@ FailureType = models.TextChoices(
     "FailureType", [(c.name, (c.value, c.value.replace("_", " "))) for c in FailureCategory]
 )
 
-# Years 1 to 9999 in UTC: what Python's datetime reads back. PostgreSQL stores times beyond them
-# (and years BC), which no page or list could then show.
+# What Python's datetime reads back; PostgreSQL stores times beyond (and years BC).
 TIME_MIN = datetime.min.replace(tzinfo=UTC)
 TIME_MAX = datetime.max.replace(tzinfo=UTC)
 
@@ -48,10 +47,9 @@ class Run(models.Model):
     FAILURE = run_queries.FAILURE
     RETRYABLE_BY_OPERATOR = run_queries.RETRYABLE_BY_OPERATOR
 
-    # No foreign key of the run table is a database constraint: what points at a partitioned
-    # table cannot name a unique `id`, nor should every insert check its references. Django keeps
-    # the relations (joins, CASCADE and SET NULL through the ORM); the API checks references
-    # before inserting (`api.ingest.reference_errors`). Each navigated reference is indexed below.
+    # No foreign key is a database constraint: what points at a partitioned table cannot name a
+    # unique `id`, nor should every insert check its references. The ORM keeps the relations; the
+    # API checks references before inserting (`api.ingest.reference_errors`).
     workflow = models.ForeignKey(
         "Workflow",
         null=True,
@@ -86,8 +84,7 @@ class Run(models.Model):
     failure_type = models.CharField(
         max_length=20, choices=FailureType.choices, null=True, blank=True
     )
-    # The failure type as the agent wrote it, when that was an alias ("auth_error"): the run is
-    # stored and counted under the canonical name, and the page shows what was sent.
+    # The failure type as the agent wrote it, when that was an alias ("auth_error").
     reported_failure_type = models.CharField(max_length=50, null=True, blank=True)
     # Which evidence decided the category (classifier.Signal: status, provider_code, type, …).
     signal = models.CharField(max_length=20, blank=True)
@@ -131,8 +128,8 @@ class Run(models.Model):
         db_index=False,
         db_constraint=False,
     )
-    # Coordinator bookkeeping. `slot` names a first attempt (workflow:topic:source) so a
-    # redelivered step never fans out twice; `deliveries` counts task starts to park poison tasks.
+    # `slot` names a first attempt (workflow:topic:source) so a redelivered step never fans out
+    # twice; `deliveries` counts task starts to park poison tasks.
     slot = models.CharField(max_length=300, blank=True)
     # The failed run whose switch_source decision started this one ("did switching help?").
     switched_from = models.ForeignKey(
@@ -166,14 +163,13 @@ class Run(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            # The three unique claims: the table's own indexes on SQLite, `RunKey` on PostgreSQL.
-            # A retried report never duplicates a run.
+            # The unique claims (`RunKey` on PostgreSQL): a retried report never duplicates a run,
             models.UniqueConstraint(
                 fields=["token", "idempotency_key"],
                 condition=~Q(idempotency_key=""),
                 name="run_idempotency_key_per_token",
             ),
-            # A redelivered coordinator step never creates a second first attempt of a slot...
+            # a redelivered coordinator step never creates a second first attempt of a slot...
             models.UniqueConstraint(fields=["slot"], condition=~Q(slot=""), name="run_unique_slot"),
             # ...nor a second row for the same retry (NULL retry_of rows are first attempts).
             models.UniqueConstraint(
@@ -181,8 +177,7 @@ class Run(models.Model):
                 condition=Q(retry_of__isnull=False),
                 name="run_unique_retry_attempt",
             ),
-            # A reported time outside what Python can read back would break every page and list
-            # showing the run; the API refuses it first, this keeps any other writer honest.
+            # A time Python cannot read back would break every page showing the run.
             *(
                 models.CheckConstraint(
                     condition=Q(**{f"{name}__isnull": True})
@@ -196,8 +191,7 @@ class Run(models.Model):
         indexes = [
             # runs list (newest first, keyset on created_at, id) and time-window counts
             models.Index(fields=["created_at", "id"], name="run_created_id"),
-            # runs filtered by a status other than succeeded within a window, the in-flight view
-            # and the sweeper's pending runs; a succeeded filter reads run_created_id (most runs)
+            # runs by status other than succeeded (most runs: run_created_id), the sweeper's pending
             models.Index(
                 fields=["status", "created_at"],
                 name="run_status_unfinished",
@@ -209,26 +203,22 @@ class Run(models.Model):
                 name="run_ftype_created",
                 condition=Q(failure_type__isnull=False),
             ),
-            # runs filtered by source / agent (prefixes resolved to names) and the known names'
-            # skip scan behind the filter's suggestions
+            # runs filtered by source / agent, and the skip scan behind the filter's suggestions
             models.Index(fields=["source", "created_at"], name="run_source_created"),
             models.Index(fields=["agent", "created_at"], name="run_agent_created"),
-            # a workflow's runs (its page, its coverage, its step) and deleting a workflow;
-            # runs reported without a workflow never enter it
+            # a workflow's runs (its page, its coverage, its step) and deleting a workflow
             models.Index(
                 fields=["workflow", "created_at"],
                 name="run_workflow_created",
                 condition=Q(workflow__isnull=False),
             ),
-            # the attempts of a task (`attempts_of`, the run page's timeline), the API's check
-            # that a retry's attempt is free, and deleting a first attempt (SET NULL)
+            # the attempts of a task (`attempts_of`), and deleting a first attempt (SET NULL)
             models.Index(
                 fields=["retry_of", "attempt"],
                 name="run_retry_of_attempt",
                 condition=Q(retry_of__isnull=False),
             ),
-            # the runs of one trace, newest first (GET /runs?trace_id=, the runs page's trace
-            # filter, the run page's "runs of this trace"), and one span's run within its trace
+            # the runs of one trace, newest first (GET /runs?trace_id=, the trace filter)
             models.Index(
                 fields=["trace_id", "created_at"],
                 name="run_trace_created",
@@ -246,16 +236,13 @@ class Run(models.Model):
             models.Index(
                 fields=["lease_until"], name="run_lease_running", condition=Q(status="running")
             ),
-            # a failure group's runs, newest first, and the runs list's `group` filter; only
-            # failures carry a signature, so successes never enter (or cost) this index
+            # a failure group's runs, newest first, and the runs list's `group` filter
             models.Index(
                 fields=["signature", "created_at"],
                 name="run_signature_created",
                 condition=~Q(signature=""),
             ),
-            # "did the switch recover it?" (the failure groups' fold looks up the run a switch
-            # started from the failed one) and deleting a run (the SET NULL of this self key);
-            # only switched runs enter it
+            # "did the switch recover it?" (the failure groups' fold) and deleting a run (SET NULL)
             models.Index(
                 fields=["switched_from"],
                 name="run_switched_from",
@@ -276,7 +263,6 @@ class Run(models.Model):
 
     @property
     def signal_label(self) -> str:
-        """Which evidence decided the failure type, in words ("provider code")."""
         return self.signal.replace("_", " ")
 
     @property
@@ -296,7 +282,6 @@ class Run(models.Model):
         return self.retry_of_id or self.pk
 
     def failure_signature(self) -> str:
-        """This run's failure group key, or "" for a run that is not a failure."""
         if not self.failure_type:
             return ""
         return failure_signature(self.source, self.failure_type, self.detail)
@@ -315,9 +300,7 @@ class Run(models.Model):
         """Take this running run's lease for one delivery; return its number (None: held).
 
         The lease is free when nobody holds it, when it has run out, when `owner` holds it
-        already (a retry of a task that failed on a database error), or when it is held by
-        `take_from` (a holder the caller knows to be dead). Every start counts as a delivery,
-        so a run never executes more often than its `deliveries` say.
+        already (a retried task), or when `take_from` (known dead) holds it.
         """
         free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner)
         if take_from:
@@ -347,7 +330,6 @@ class Run(models.Model):
         )
 
     def previous_failure_type(self) -> str | None:
-        """The failure type of the attempt before this one of the same task, if any."""
         if self.attempt <= 1:
             return None
         previous = Run.objects.attempts_of(self).filter(attempt__lt=self.attempt).last()
@@ -405,8 +387,8 @@ class Run(models.Model):
         calls: int,
         delivery: int | None = None,
     ) -> bool:
-        """Store a subagent's envelope on this running run, once; False if already recorded (or
-        if another delivery than `delivery` took the run over meanwhile)."""
+        """Store a subagent's envelope on this running run, once; False if already recorded or
+        another delivery took the run over."""
         fields = self.outcome_fields(envelope | {"calls": calls}, finished_at)
         return self.transition_fenced(delivery, fields.pop("status"), **fields)
 
@@ -421,10 +403,8 @@ class Run(models.Model):
         switch_to: str | None = None,
         now: datetime | None = None,
     ) -> bool:
-        """Write the routing decision on this finished run, once: the one place both the
-        built-in coordinator and an agent's `POST /decisions` store one. False if the run
-        already had a decision (the conditional update's loser, whose caller rolls back what it
-        spent deciding)."""
+        """Write the routing decision on this finished run, once (the built-in coordinator's and
+        an agent's `POST /decisions`); False if it already had one."""
         fields = {
             "decision": action,
             "decision_reason": reason,
@@ -460,21 +440,18 @@ class Run(models.Model):
 
     @property
     def is_reported(self) -> bool:
-        """Reported by an agent over the API (a token), not run by the built-in coordinator."""
         return self.token_id is not None
 
     def finish_reported(
         self, envelope: dict[str, Any], finished_at: datetime, **extra: Any
     ) -> bool:
-        """Finish an agent's running run with its envelope (`PATCH /api/v1/runs/{id}`), once;
-        False if it had finished already. `extra` sets other columns (duration, the failure
-        type as sent)."""
+        """Finish an agent's running run with its envelope, once; False if it had finished.
+        `extra` sets other columns."""
         fields = self.outcome_fields(envelope, finished_at) | extra
         fields.pop("calls")
         return self.transition(self.Status.RUNNING, fields.pop("status"), **fields)
 
     def same_outcome(self, envelope: dict[str, Any]) -> bool:
-        """True if this finished run already holds this outcome (a repeated finish)."""
         fields = self.outcome_fields(envelope, self.finished_at or timezone.now())
         return all(getattr(self, name) == fields[name] for name in FINISH_COMPARED)
 

@@ -23,7 +23,6 @@ class ApiTokenQuerySet(models.QuerySet):
         return self.filter(revoked_at__isnull=True)
 
     def authenticate(self, secret: str) -> ApiToken | None:
-        """Return the active token whose secret this is, or None."""
         return self.active().filter(hashed=ApiToken.hash_secret(secret)).first()
 
 
@@ -43,7 +42,7 @@ class ApiToken(models.Model):
     """A named credential for one agent or coordinator. Only a hash of the secret is stored."""
 
     PREFIX = "fs_"
-    # Updating last_used_at on every request would add a write per call; once a minute is enough.
+    # last_used_at is written at most once a minute, not on every request.
     LAST_USED_RESOLUTION = timedelta(seconds=60)
 
     name = models.CharField(max_length=100)
@@ -87,7 +86,6 @@ class ApiToken(models.Model):
 
     @classmethod
     def issue_audited(cls, name: str, actor: Any = None, note: str = "") -> tuple[ApiToken, str]:
-        """Issue a token (see `issue`) and record its creation in the audit trail."""
         user = actor if getattr(actor, "is_authenticated", False) else None
         with transaction.atomic():
             token, secret = cls.issue(name, created_by=user)
@@ -132,7 +130,7 @@ class ApiToken(models.Model):
         return _fernet().decrypt(self.sealed_signing_secret.encode()).decode()
 
     def revoke(self) -> bool:
-        """Revoke the token; return False if it was already revoked."""
+        """Revoke the token; False if it was already revoked."""
         _TOKENS.forget()
         changed = ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
@@ -142,7 +140,6 @@ class ApiToken(models.Model):
         return bool(changed)
 
     def revoke_audited(self, actor: Any = None, note: str = "") -> bool:
-        """Revoke the token with an audit row; return False if it was already revoked."""
         with transaction.atomic():
             if not self.revoke():
                 return False
@@ -157,7 +154,7 @@ class ApiToken(models.Model):
         return True
 
     def touch(self, now: datetime | None = None) -> None:
-        """Record use, at most once per LAST_USED_RESOLUTION (no query at all in between)."""
+        """Record use, at most once per LAST_USED_RESOLUTION."""
         now = now or timezone.now()
         stale = now - self.LAST_USED_RESOLUTION
         if self.last_used_at is not None and self.last_used_at >= stale:
@@ -172,8 +169,7 @@ _TOKENS: LocalMemo[ApiToken | None] = LocalMemo(lambda: settings.API_TOKEN_CACHE
 
 
 def _fernet() -> Any:
-    """The cipher of stored signing secrets, keyed by SECRET_KEY (a new SECRET_KEY means new
-    signing secrets: `createtoken --callback` issues one)."""
+    """The cipher of stored signing secrets (a new SECRET_KEY means new signing secrets)."""
     from cryptography.fernet import Fernet
 
     digest = hashlib.sha256(b"failsight webhook secrets\n" + settings.SECRET_KEY.encode()).digest()

@@ -15,10 +15,8 @@ from orchestrator.models.runs import Run
 from orchestrator.models.tokens import ApiToken
 from orchestrator.vocabulary import Coordinator, Origin
 
-# The built-in coordinator steps a workflow started over a capability; any other workflow is an
-# agent's, whose runs agents report (one started with `"coordinator": "external"`, or one with no
-# capability). The dispatcher's due-run query (`dispatch.dispatch_due`) states the same test on
-# the joined row.
+# The built-in coordinator steps a workflow started over a capability; any other is an agent's
+# (`"coordinator": "external"`, or no capability). `dispatch.dispatch_due` repeats it on a join.
 BUILT_IN_WORKFLOW = ~Q(capability="") & Q(coordinator=Coordinator.BUILT_IN)
 
 
@@ -28,17 +26,12 @@ class WorkflowQuerySet(models.QuerySet):
         return self.filter(status__in=(Workflow.Status.RUNNING, Workflow.Status.AWAITING_REVIEW))
 
     def built_in(self) -> WorkflowQuerySet:
-        """Workflows the built-in coordinator steps (see BUILT_IN_WORKFLOW)."""
         return self.filter(BUILT_IN_WORKFLOW)
 
     def needing_step(self) -> WorkflowQuerySet:
-        """Unfinished built-in workflows in which a step has something to do now.
-
-        A failed run without a decision (its step was lost), a resolution not applied yet, or
-        nothing left pending (fan out, or settle). A workflow whose runs are queued for later or
-        held by a live lease, or that waits for a human, needs no step: the sweeper leaves it be.
-        An agent's own workflow is never stepped: its coordinator is the agent's.
-        """
+        """Unfinished built-in workflows in which a step has something to do now: a failed run
+        without a decision (its step was lost), a resolution not applied yet, or nothing left
+        pending (fan out, or settle)."""
         mine = {"workflow": OuterRef("pk")}
         undecided = Run.objects.filter(**mine, status=Run.Status.FAILED, decision="")
         unapplied = ReviewItem.objects.filter(**mine).unapplied()
@@ -83,7 +76,6 @@ class Workflow(models.Model):
     coordinator = models.CharField(
         max_length=10, choices=Coordinator.choices(), default=Coordinator.BUILT_IN
     )
-    # POST /api/v1/workflows with an Idempotency-Key: a retried request finds this row again.
     idempotency_key = models.CharField(max_length=255, blank=True)
     request_hash = models.CharField(
         max_length=64, blank=True, help_text="Hash of the request body, to refuse a reused key"
@@ -94,7 +86,7 @@ class Workflow(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            # A retried start never makes a second workflow: the insert conflicts on this index.
+            # POST /api/v1/workflows with an Idempotency-Key: a retry finds this row again.
             models.UniqueConstraint(
                 fields=["token", "idempotency_key"],
                 condition=~Q(idempotency_key=""),
@@ -128,7 +120,6 @@ class Workflow(models.Model):
 
     @property
     def kind_label(self) -> str:
-        """What the workflow pages call its kind."""
         return "built-in coordinator" if self.is_built_in else "agent's own coordinator"
 
     @property
