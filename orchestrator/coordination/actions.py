@@ -1,10 +1,4 @@
-"""Operators' actions on runs: retry now, cancel, send to human review. Audited, one row each.
-
-The dashboard's views check the permission, then call these; each acts only on runs in a state
-the action applies to (a succeeded run is never retried, a finished one never cancelled) and
-says how many it acted on. Each change is one transaction with its audit row and the outbox
-message of the workflow step that follows.
-"""
+"""Operators' actions on runs: retry now, cancel, send to human review. Audited, one row each."""
 
 from __future__ import annotations
 
@@ -22,16 +16,12 @@ from orchestrator.vocabulary import Action, Vocabulary
 class RunAction(Vocabulary):
     """What an operator may do to runs from the runs list or a run's page."""
 
-    # A new attempt now (finished, unsuccessful runs only).
     RETRY = "retry"
-    # Stop a queued or running run; its result, if it comes, is discarded.
     CANCEL = "cancel"
-    # Open a review item for a failed run, with the operator's reason.
     ESCALATE = "escalate"
 
     @property
     def statuses(self) -> tuple[str, ...]:
-        """The run statuses this action applies to (the functions below act on no other)."""
         return APPLIES_TO[self]
 
 
@@ -43,7 +33,7 @@ APPLIES_TO = {
 
 
 def applicable(run: Run) -> list[RunAction]:
-    """The actions that apply to this run in its current state (none to a succeeded run)."""
+
     return [action for action, statuses in APPLIES_TO.items() if run.status in statuses]
 
 
@@ -121,7 +111,7 @@ def escalate_runs(run_ids: list[int], actor: Any, reason: str = "") -> int:
 
 
 def act_on_runs(action: str, run_ids: list[int], actor: Any, reason: str = "") -> int:
-    """Retry, cancel or escalate runs (the runs page's bulk form); return how many were acted on."""
+    """Retry, cancel or escalate runs; return how many were acted on."""
     if action == RunAction.ESCALATE:
         return escalate_runs(run_ids, actor, reason=reason)
     if action == RunAction.CANCEL:

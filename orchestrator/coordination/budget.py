@@ -1,9 +1,7 @@
 """Per-source retry budget (a token bucket) and circuit breaker, kept on SourceHealth rows.
 
 Every change is one conditional or arithmetic UPDATE, so concurrent workers never lose a token or
-both win the half-open probe. Routing reads a frozen `routing.Budget` made from the row; the
-overview's "sources in trouble" reads `source_states`. Deciding what to do with a failure is
-`routing`'s job, not this module's.
+both win the half-open probe.
 """
 
 from __future__ import annotations
@@ -20,10 +18,8 @@ from orchestrator.models import SourceHealth
 from orchestrator.vocabulary import RETRYABLE
 
 Breaker = SourceHealth.Breaker
-# Failures that say something about the provider's health are the ones a retry could help (a
-# blip, a timeout, a 5xx, throttling, no signal); a 404 or a 400 is about the request.
+# A 404 or a 400 says nothing about the provider's health.
 BREAKER_TYPES = RETRYABLE
-# How long a caller waits before asking again while another run probes a half-open source.
 PROBE_RECHECK = 5.0
 
 
@@ -33,7 +29,7 @@ def health(source: str) -> SourceHealth:
 
 
 def state(source: str) -> routing.Budget:
-    """Return the source's budget and breaker as routing reads them."""
+
     h = health(source)
     return routing.Budget(
         source=source,
@@ -59,7 +55,7 @@ def try_spend(source: str, cost: float) -> bool:
 
 
 def record_success(source: str) -> None:
-    """Refund a little budget, reset the failure streak and close the breaker."""
+
     health(source)
     SourceHealth.objects.filter(source=source).update(
         budget_tokens=Least(F("budget_capacity"), F("budget_tokens") + F("success_refund")),
@@ -95,10 +91,7 @@ def hold(source: str, until: datetime) -> None:
 
 
 def admit(source: str, now: datetime) -> datetime | None:
-    """Return None if a call to `source` may go now, else when to ask again.
-
-    An open breaker past its cool-down lets exactly one probe through (half-open).
-    """
+    """Return None if a call to `source` may go now, else when to ask again."""
     h = health(source)
     if h.not_before and h.not_before > now:
         return h.not_before
@@ -120,8 +113,6 @@ def _recheck(now: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class SourceState:
-    """One source's breaker and retry budget, as the overview and /metrics show them."""
-
     source: str
     breaker: str
     consecutive_failures: int
@@ -132,7 +123,7 @@ class SourceState:
 
     @property
     def in_trouble(self) -> bool:
-        """Its breaker is not closed, or its retry budget cannot pay for a retry."""
+
         return self.breaker != Breaker.CLOSED or self.empty
 
     @property
@@ -142,10 +133,10 @@ class SourceState:
 
 
 def source_states() -> list[SourceState]:
-    """Every source, registered or seen, with its breaker and budget (rows created as needed)."""
+
     rows = list(SourceHealth.objects.order_by("source"))
     missing = set(registry().sources) - {h.source for h in rows}
-    if missing:  # a source registered since: its row, with the defaults, in one statement
+    if missing:
         SourceHealth.objects.bulk_create(
             [SourceHealth(source=name) for name in sorted(missing)], ignore_conflicts=True
         )

@@ -1,9 +1,4 @@
-"""The coordinator's one source of time, replaceable by tests and the recovery benchmark.
-
-Every module of `orchestrator.coordination` asks `clock.now()` and `clock.sleep()`, never the
-system directly, so a simulated clock (see `simulation`) can jump to the next due run instead of
-sleeping. Nothing else lives here.
-"""
+"""The coordinator's one source of time, replaceable by a simulated clock (`simulation`)."""
 
 from __future__ import annotations
 
@@ -19,8 +14,6 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """Wall-clock time in UTC; sleeping really sleeps."""
-
     def now(self) -> datetime:
         return datetime.now(UTC)
 
@@ -33,5 +26,5 @@ current: Clock = SystemClock()
 
 
 def now() -> datetime:
-    """Return the current time of the clock in use."""
+
     return current.now()

@@ -1,11 +1,5 @@
 """Coverage: per topic, how well the workflow's result is supported, and why there are gaps.
-
-Verdicts: well_supported (two sources or more, at least one of which answered: results or a valid
-empty answer), thin (one source, or only partial results from sources that all failed), empty
-(sources answered, nothing found), gap (no source could be reached: which failures, what was
-attempted). A hole is never silent: every source that failed is listed with its failure type in
-the sentence, whatever the verdict.
-"""
+A hole is never silent: every source that failed is named in the sentence, whatever the verdict."""
 
 from __future__ import annotations
 
@@ -20,18 +14,14 @@ from orchestrator.vocabulary import Vocabulary
 class Verdict(Vocabulary):
     """How well one topic of a workflow's result is supported."""
 
-    # Two sources or more gave results (or partial results), and one source at least answered.
-    WELL_SUPPORTED = "well_supported"
-    # Exactly one source did, or every source failed and only partial results were kept.
-    THIN = "thin"
-    # The sources answered and found nothing: a valid empty result, not a failure.
-    EMPTY = "empty"
-    # No source could be reached: the failures say why.
-    GAP = "gap"
+    WELL_SUPPORTED = "well_supported"  # two sources or more, and one at least answered
+    THIN = "thin"  # one source, or only partial results from failed calls
+    EMPTY = "empty"  # the sources answered and found nothing: not a failure
+    GAP = "gap"  # no source could be reached
 
 
 def source_state(runs: list[Run], reviews: dict[int, ReviewItem]) -> dict[str, Any]:
-    """Summarise every attempt of one topic on one source, first to last."""
+
     runs = sorted(runs, key=lambda r: (r.attempt, r.pk))
     last = runs[-1]
     ok = [r for r in runs if r.status == Run.Status.SUCCEEDED]
@@ -62,15 +52,14 @@ def source_state(runs: list[Run], reviews: dict[int, ReviewItem]) -> dict[str, A
 def topic_coverage(
     topic: str, runs: Iterable[Run], reviews: dict[int, ReviewItem]
 ) -> dict[str, Any]:
-    """Return the coverage entry of one topic from all its runs."""
+
     by_source: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         by_source[run.source].append(run)
     sources = [source_state(rs, reviews) for rs in by_source.values()]
     support = [s for s in sources if s["state"] in ("supported", "partial")]
     failed = [s for s in sources if s["state"] in ("partial", "failed")]
-    # Partial results are what failed calls left behind: without a single answer (results or a
-    # valid empty one), however many of them there are, the topic rests on failures.
+    # Without a single answer, however many partial results there are, the topic rests on failures.
     answered = any(s["state"] in ("supported", "empty") for s in sources)
     if len(support) >= 2 and answered:
         verdict = Verdict.WELL_SUPPORTED
@@ -134,14 +123,14 @@ def _count(n: int, noun: str) -> str:
 
 
 def _gathered(entry: dict[str, Any]) -> str:
-    """What one supporting source gave: its results, else its partial results."""
+
     if entry["results"]:
         return _count(entry["results"], "result")
     return _count(entry["partial"], "partial result")
 
 
 def summarise(coverage: dict[str, dict[str, Any]]) -> str:
-    """One line for the workflow list: counts per verdict and the gaps named."""
+
     counts = {v: sum(1 for e in coverage.values() if e["verdict"] == v) for v in Verdict}
     head = ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
     gaps = [t for t, e in coverage.items() if e["verdict"] == Verdict.GAP]
@@ -150,7 +139,7 @@ def summarise(coverage: dict[str, dict[str, Any]]) -> str:
 
 
 def workflow_coverage(wf: Workflow, runs: Iterable[Run] | None = None) -> dict[str, Any]:
-    """Per topic of the workflow: verdict, supporting runs, and why."""
+
     runs = list(wf.runs.all() if runs is None else runs)
     reviews = {i.run_id: i for i in ReviewItem.objects.filter(workflow=wf)}
     by_topic: dict[str, list[Run]] = defaultdict(list)
@@ -172,7 +161,7 @@ def final_status(cov: dict[str, Any], runs: list[Run]) -> str:
 
 
 def _degraded(entry: dict[str, Any]) -> bool:
-    """A gap, an empty that a failure may explain, or support made of partial results only."""
+
     if entry["verdict"] == Verdict.GAP:
         return True
     if entry["verdict"] == Verdict.EMPTY:

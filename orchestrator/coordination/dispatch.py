@@ -1,22 +1,9 @@
 """Sending work to Celery through the outbox, and the sweeper's safety nets: the one place tasks
 are sent.
 
-Every message is first a row (`OutboxMessage`) written in the caller's transaction, beside the
-state change it announces: a run claimed, a workflow created, a review item resolved, an alert
-to deliver. Right after that transaction commits, the relay sends the rows it wrote and deletes
-them; a row the relay could not send (the broker is down, the process died) stays, and the
-sweeper sends it a few seconds later. So a broker outage delays work and never loses it, and an
-accepted request never fails after its commit because the broker did not answer.
-
-The sweeper (a beat task, every CELERY_SWEEP_SECONDS) also makes good what a broker can lose
-after it accepted a message: runs sent but never started are sent again (LOST_DISPATCH_SECONDS),
-runs whose lease ran out are taken back for a new delivery (their worker died), and a workflow
-with something due and untouched for NUDGE_SECONDS gets one step per window.
-
-Tasks are sent by name, so neither this module nor its callers import `orchestrator.tasks` (which
-imports the coordination modules whose functions the tasks run): the arrows point one way.
-`dispatcher` is replaced by the simulation (tests, the recovery benchmark), which runs the same
-steps in process. What a step or a run does lives in `workflow` and `execution`.
+Every message is first a row written in the caller's transaction, relayed after the commit; a row
+the relay could not send stays for the sweeper, so a broker outage delays work and never loses it.
+Tasks are sent by name, so that nothing here imports `orchestrator.tasks`.
 """
 
 from __future__ import annotations
@@ -50,8 +37,6 @@ class Dispatcher(Protocol):
 
 
 class CeleryDispatcher:
-    """Sends a task by name to the broker; raises when the broker does not take it."""
-
     def send(self, task: str, args: list[Any]) -> None:
         current_app.send_task(task, args=args, retry=True, retry_policy=PUBLISH_RETRY)
 
@@ -65,10 +50,6 @@ def lost_dispatch_window() -> timedelta:
 
 def nudge_window() -> timedelta:
     return timedelta(seconds=settings.NUDGE_SECONDS)
-
-
-# ---------------------------------------------------------------------------------------------
-# The outbox
 
 
 def enqueue(task: str, args: list[Any], delay: float = 0) -> OutboxMessage:
@@ -85,21 +66,21 @@ def enqueue(task: str, args: list[Any], delay: float = 0) -> OutboxMessage:
 
 
 def step(workflow_id: int | None, review_item_id: int | None = None) -> None:
-    """Send a coordinator step for the workflow with the current transaction."""
+
     if workflow_id:
         enqueue(STEP_TASK, [workflow_id, review_item_id])
 
 
 def run(run_id: int) -> None:
-    """Send a claimed run's task with the current transaction."""
+
     enqueue(RUN_TASK, [run_id])
 
 
 def relay(ids: Iterable[int]) -> int:
     """Send these outbox rows, if still there, and delete each one the broker took.
 
-    Stops at the first refusal: the broker is down, and every further try would wait as long;
-    the rows left are the sweeper's. Never raises (it runs after a commit that already stands).
+    Stops at the first refusal (every further try would wait as long). Never raises: it runs
+    after a commit that already stands.
     """
     try:
         messages = list(OutboxMessage.objects.filter(pk__in=list(ids)).order_by("id"))
@@ -110,7 +91,7 @@ def relay(ids: Iterable[int]) -> int:
     for message in messages:
         try:
             dispatcher.send(message.task, message.args)
-        except Exception as exc:  # whatever the broker raised: the row stays for the sweeper
+        except Exception as exc:
             logger.warning("outbox: %s not sent (%s); the sweeper will retry", message, exc)
             _note_failure(message, exc)
             break
@@ -131,11 +112,8 @@ def _note_failure(message: OutboxMessage, exc: Exception) -> None:
 
 
 def resend_unsent(now: datetime, limit: int = SWEEP_BATCH) -> int:
-    """Send the outbox rows that are due (the relay failed or never ran, or they were delayed).
-
-    Each is claimed first by moving its `available_at` on (two sweepers never send one twice at
-    once); if the sender then dies, the row becomes available again after that delay.
-    """
+    """Send the outbox rows that are due, each claimed first by moving its `available_at` on
+    (two sweepers never send one twice; a dead sender's row comes back after that delay)."""
     retry_at = now + timedelta(seconds=settings.OUTBOX_RESEND_SECONDS)
     with transaction.atomic():
         ids = list(
@@ -149,20 +127,12 @@ def resend_unsent(now: datetime, limit: int = SWEEP_BATCH) -> int:
     return relay(ids)
 
 
-# ---------------------------------------------------------------------------------------------
-# Runs
-
-
 def dispatch_due(
     now: datetime | None = None, workflow_id: int | None = None, limit: int = SWEEP_BATCH
 ) -> int:
-    """Claim due queued runs (queued → running, one winner each) and send them; return count.
-
-    Inside a transaction (a step) the claims and their messages commit with it.
-    """
+    """Claim due queued runs (queued → running, one winner each) and send them; return count."""
     now = now or clock.now()
-    # Only runs of built-in workflows (BUILT_IN_WORKFLOW on the joined row): an agent's own
-    # coordinator runs its queued retries itself.
+    # An agent's own coordinator runs its queued retries itself.
     due = (
         Run.objects.due(now)
         .filter(workflow__isnull=False, workflow__coordinator=Coordinator.BUILT_IN)
@@ -171,7 +141,6 @@ def dispatch_due(
     if workflow_id:
         due = due.filter(workflow_id=workflow_id)
     sent = 0
-    # Oldest due first, and in creation order within one due time: deterministic, and fair.
     for pk in due.order_by("due_at", "pk").values_list("pk", flat=True)[:limit]:
         with transaction.atomic(savepoint=False):
             if Run.objects.filter(pk=pk).claim_due(now):
@@ -197,11 +166,7 @@ def resend_lost(now: datetime, limit: int = SWEEP_BATCH) -> int:
 
 
 def take_back_expired(now: datetime, limit: int = SWEEP_BATCH) -> int:
-    """Take back the runs whose lease ran out (a dead worker) and send each a new delivery.
-
-    The delivery that starts counts itself (`Run.start`); past RUN_MAX_DELIVERIES it parks the
-    run for review instead of calling the source again (`execution`).
-    """
+    """Take back the runs whose lease ran out (a dead worker) and send each a new delivery."""
     sent = 0
     for pk in Run.objects.lease_expired(now).values_list("pk", flat=True)[:limit]:
         with transaction.atomic():
@@ -214,7 +179,7 @@ def take_back_expired(now: datetime, limit: int = SWEEP_BATCH) -> int:
 
 def nudge_stalled(now: datetime, limit: int = SWEEP_BATCH) -> int:
     """Step each workflow that has something due and was untouched for NUDGE_SECONDS, once per
-    window: the nudge moves its `updated_at`, so a stuck workflow costs one step a window."""
+    window (the nudge moves its `updated_at`)."""
     before = now - nudge_window()
     stalled = Workflow.objects.needing_step().filter(updated_at__lt=before)
     sent = 0
@@ -227,8 +192,7 @@ def nudge_stalled(now: datetime, limit: int = SWEEP_BATCH) -> int:
 
 
 def sweep(now: datetime | None = None) -> int:
-    """The beat's safety nets: unsent messages, due retries, lost messages, dead workers' runs
-    and stalled workflows. Return how many messages were sent."""
+    """Run the beat's safety nets; return how many messages were sent."""
     now = now or clock.now()
     sent = resend_unsent(now)
     sent += dispatch_due(now)

@@ -1,20 +1,6 @@
 """Switch efficacy: for every pair from-source → to-source, overall and per failure type, how
-often a switch worked, what it added to the wait, and whether the failed run's partial results
-were kept; and the order in which the coordinator tries alternatives by it.
-
-A *switch* is a run started on another source after a switch_source decision (`switched_from`
-set). It *succeeded* when that first run on the new source succeeded; its *added latency* is the
-time from the failed run's end to the new run's end (what the switch cost the workflow); the
-failed run's partial results were *kept* when it carried any (the coverage counts them whatever
-follows). Switches still running are left out until they finish.
-
-The matrix is one aggregate over the switched runs of the window, served by the partial index
-on `switched_from`; a periodic task (`refresh`) caches it, and the coordinator reads only the
-cache on a switch, never the aggregate. `ranked()` orders a capability's untried sources by it
-only when every candidate has `SWITCH_EFFICACY_MIN_SWITCHES` finished switches from the failing
-source (for the failure type, else over all types); otherwise, or with `SWITCH_EFFICACY_ORDERING`
-off, the registry's order of preference stands.
-"""
+often a switch worked and what it added to the wait; and the order in which the coordinator tries
+alternatives by it. A periodic task caches the matrix: a switch reads only the cache."""
 
 from __future__ import annotations
 
@@ -36,8 +22,6 @@ ALL_TYPES = ""  # the overall cell of a pair
 
 @dataclass(frozen=True)
 class Cell:
-    """One pair's switches (for one failure type, or all of them)."""
-
     from_source: str
     to_source: str
     failure_type: str
@@ -104,7 +88,6 @@ def _add_overall(
         return
     latency = old.added_latency_s
     if seconds is not None:
-        # A mean of means weighted by their switches is the mean over all of them.
         latency = (
             seconds
             if latency is None
@@ -116,22 +99,21 @@ def _add_overall(
 
 
 def refresh() -> int:
-    """Compute the matrix and cache it for the coordinator (beat, every CACHE_SECONDS / 2);
-    return its cells."""
+
     found = compute()
     cache.set(CACHE_KEY, found, CACHE_SECONDS)
     return len(found)
 
 
 def matrix() -> Matrix:
-    """The matrix the periodic refresh cached; empty (the registry's order) until it ran. A
-    decision never waits for the aggregate: it runs in a workflow's step, under its lock."""
+    """Return the cached matrix: a decision runs under a workflow's lock and never waits for the
+    aggregate."""
     return cache.get(CACHE_KEY) or {}
 
 
 def ranked(source: str, failure_type: str | None, candidates: list[str]) -> list[str]:
-    """`candidates` (in the registry's order) ordered by how often switching from `source` to
-    each succeeded, when every one has enough finished switches; else unchanged."""
+    """Return `candidates` ordered by how often switching from `source` to each succeeded, when
+    every one has enough finished switches; else unchanged."""
     if len(candidates) < 2 or not settings.SWITCH_EFFICACY_ORDERING:
         return candidates
     cells = matrix()
@@ -140,5 +122,5 @@ def ranked(source: str, failure_type: str | None, candidates: list[str]) -> list
         found = [cells.get((source, c, ftype)) for c in candidates]
         if all(cell is not None and cell.switches >= least for cell in found):
             rate = {c: cell.success_rate for c, cell in zip(candidates, found, strict=True)}
-            return sorted(candidates, key=lambda c: -rate[c])  # stable: ties keep preference
+            return sorted(candidates, key=lambda c: -rate[c])
     return candidates

@@ -1,11 +1,5 @@
-"""Opening review items: the valve for what routing cannot decide.
-
-A failed run is escalated once (a conditional status change), and its review item carries the
-run's failure signature (`orchestrator.fingerprint`: source, failure type and the detail with ids,
-quotes and numbers taken out), so the queue can group the same error, resolve a whole group at
-once, and lead to the failure group of the same key. Resolving an item is the model's job
-(`ReviewItem.resolve`); continuing the workflow afterwards is `review`'s and `workflow`'s.
-"""
+"""Opening review items: the valve for what routing cannot decide. An item carries the run's
+failure signature, so the queue can group the same error."""
 
 from __future__ import annotations
 
@@ -21,7 +15,7 @@ from orchestrator.vocabulary import Action, FailureCategory
 
 
 class CannotEscalate(Exception):
-    """The run is in no state to open a review item for (running, succeeded, cancelled …)."""
+    """The run is in no state to open a review item for."""
 
 
 def escalate(run: Run, reason: str, failure_type: str | None = None) -> ReviewItem | None:
@@ -43,12 +37,8 @@ def escalate(run: Run, reason: str, failure_type: str | None = None) -> ReviewIt
 
 
 def escalate_reported(run: Run, reason: str, actor: Any) -> tuple[ReviewItem, bool]:
-    """An agent sends its own failed run to human review; return the item and whether it is new.
-
-    A run with an item still open returns that item (a repeated or concurrent call: `escalate`'s
-    conditional update lets one caller open it). The decision on the run becomes `escalate`,
-    recorded (or overruling an earlier one) as an operator's escalation is, and audited.
-    """
+    """An agent sends its own failed run to human review; return the item and whether it is new
+    (a repeated or concurrent call gets the item still open)."""
     with transaction.atomic():
         item = escalate(run, reason)
         if item is None:

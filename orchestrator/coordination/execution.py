@@ -1,16 +1,6 @@
 """Running one subagent attempt: the lease, admission, the source call with local recovery, the
-envelope.
-
-`execute_run` is the body of the `run_subagent` task. It takes the claimed run's lease (`Run.start`:
-one more delivery, counted), asks the source's budget and breaker whether a call may go now, calls
-the source through `call_with_recovery` (a couple of quick local retries for a blip, never a long
-wait in a worker; a provider's Retry-After is shared by every caller of that source) while a
-heartbeat thread renews the lease, and records the envelope with the next step's message in one
-transaction, fenced by its delivery number: a delivery that lost the run to another (its lease ran
-out and the sweeper took it back) records nothing. A run whose worker died on every delivery is
-parked for review rather than started once more. Deciding what happens after a failure is
-`workflow`'s job, not this module's; sending tasks is `dispatch`'s.
-"""
+envelope. The outcome is fenced by its delivery number: a delivery that lost the run to another
+records nothing."""
 
 from __future__ import annotations
 
@@ -42,32 +32,26 @@ from orchestrator.vocabulary import FailureCategory
 
 logger = logging.getLogger(__name__)
 
-# Local recovery: a couple of quick retries for blips, never a long wait in a worker (the README's
-# "Recover locally, propagate the rest").
+# A couple of quick retries for blips, never a long wait in a worker.
 LOCAL_RETRIES = 2
 LOCAL_MAX_WAIT = 1.0
 LOCAL_TYPES = frozenset({FailureCategory.TRANSIENT, FailureCategory.TIMEOUT})
-# Keys the coordinator adds to a query for the source's benefit; not part of "what was attempted".
-# `run` and `delivery` let a source recognise a redelivery of the same run (and tests count them).
+# Added to a query for the source's benefit; not part of "what was attempted".
 INTERNAL_KEYS = ("attempt", "faults", "workflow", "run", "delivery")
-# A database error while recording an outcome already paid for is retried here, for up to this
-# long, before the task gives up (and the lease, running out, brings the run back).
+# The call was paid for: a database error while recording it is retried this long.
 RECORD_PATIENCE = 30.0
-# What a parked run reports: the exception Celery raises when a worker process dies mid-task.
+# What Celery raises when a worker process dies mid-task.
 WORKER_LOST = "WorkerLostError"
 
 
 def lease_owner() -> str:
-    """This worker process, as a lease names its holder: host and pid."""
+
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def holder_is_dead(owner: str) -> bool:
-    """True if `owner` names a process of this host that no longer runs (a killed worker child).
-
-    Lets the redelivery of a killed child's task take its run at once instead of waiting for the
-    lease to run out; any doubt (another host, a live or unknown pid) answers False.
-    """
+    """Return whether `owner` names a process of this host that no longer runs (any doubt:
+    False), so that a killed child's redelivered task need not wait for its lease to run out."""
     host, _, pid = owner.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False
@@ -87,8 +71,7 @@ def lease_period() -> timedelta:
 
 
 def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
-    """Run a claimed run once; a redelivery of a finished or held run does nothing. Return what
-    happened."""
+    """Run a claimed run once; a redelivery of a finished or held run does nothing."""
     run_clock = run_clock or clock.current
     run = Run.objects.filter(pk=run_id).select_related("workflow").first()
     if run is None or run.status != Run.Status.RUNNING:
@@ -98,14 +81,13 @@ def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
     held = run.lease_until is not None and run.lease_until >= now and run.lease_owner != owner
     dead = run.lease_owner if held and holder_is_dead(run.lease_owner) else ""
     if held and not dead:
-        return "skipped"  # another delivery holds the run and is alive
+        return "skipped"
     wait = budget.admit(run.source, now)
     if wait is not None:
-        # The provider asked us to wait, or its breaker is open: back to the queue, no call.
         return "deferred" if _defer(run, wait, now, owner, dead) else "skipped"
     delivery = run.start(now, owner, now + lease_period(), take_from=dead)
     if delivery is None:
-        return "skipped"  # another delivery holds the run and is alive
+        return "skipped"
     if delivery > settings.RUN_MAX_DELIVERIES:
         _park(run, delivery, run_clock.now())
         return "parked"
@@ -116,7 +98,7 @@ def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
 
 
 def _defer(run: Run, until: datetime, now: datetime, owner: str, dead: str) -> bool:
-    """Put a claimed run back in the queue until `until`, unless a live delivery holds it."""
+
     free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner)
     if dead:
         free |= Q(lease_owner=dead)
@@ -131,8 +113,7 @@ def _defer(run: Run, until: datetime, now: datetime, owner: str, dead: str) -> b
 def _record(
     run: Run, delivery: int, envelope: dict[str, Any], calls: int, run_clock: Clock
 ) -> None:
-    """Store the envelope and send the next step in one transaction; a database that is down
-    for a moment is waited for (the call was paid for), then the task's own retry takes over."""
+
     deadline = time.monotonic() + RECORD_PATIENCE
     pause = 0.5
     while True:
@@ -154,8 +135,7 @@ def _record(
 
 @contextlib.contextmanager
 def heartbeat(run: Run, delivery: int, owner: str, run_clock: Clock) -> Iterator[None]:
-    """Renew the run's lease every third of its period while the block runs (real time only: a
-    simulated clock never waits long enough to need it)."""
+    """Renew the run's lease every third of its period while the block runs (real time only)."""
     if not isinstance(run_clock, SystemClock):
         yield
         return
@@ -167,12 +147,12 @@ def heartbeat(run: Run, delivery: int, owner: str, run_clock: Clock) -> Iterator
             while not stop.wait(period.total_seconds() / 3):
                 try:
                     if not run.renew_lease(delivery, owner, run_clock.now() + period):
-                        return  # another delivery has the run now: nothing left to hold
+                        return
                 except DatabaseError:
                     logger.warning("run %s: lease not renewed (database error)", run.pk)
                     connections["default"].close()
         finally:
-            connections["default"].close()  # this thread's own connection
+            connections["default"].close()
 
     thread = threading.Thread(target=beat, name=f"lease-{run.pk}", daemon=True)
     thread.start()
@@ -240,14 +220,8 @@ def _record_health(source: str, envelope: dict[str, Any], now: datetime) -> None
         budget.record_failure(source, ftype, now, envelope.get("retry_after"))
 
 
-# ---------------------------------------------------------------------------------------------
-# Calling a source with local recovery
-
-
 @dataclass
 class Outcome:
-    """What one run of a subagent produced: its envelope and how many calls it took."""
-
     envelope: dict[str, Any]
     calls: int
     failure: Failure | None = None
@@ -270,8 +244,7 @@ def call_with_recovery(
 ) -> Outcome:
     """Call `source`, retrying a brief blip locally; return the envelope with every partial result.
 
-    No call happens before `not_before()` (a provider's Retry-After, shared by every caller of the
-    source and read again before each call); a Retry-After received here is passed to `hold`.
+    No call happens before `not_before()`, a Retry-After shared by every caller of the source.
     """
     partial: list[dict] = []
     calls = 0
@@ -281,7 +254,7 @@ def call_with_recovery(
         calls += 1
         try:
             results = source(query, partial)
-        except Exception as exc:  # a source may raise anything: classify it, never crash
+        except Exception as exc:
             failure = classify(exc)
             if failure.retry_after is not None:
                 waited_for = clock.now() + timedelta(seconds=failure.retry_after)
@@ -319,7 +292,7 @@ def _error_envelope(
     source: str,
     alternatives: list[str] | None,
 ) -> dict[str, Any]:
-    """The envelope of the failure as we classified it (with the provider's overrides)."""
+
     return failure_envelope(
         failure,
         attempted=attempted_of(query) | {"source": source},
@@ -329,7 +302,7 @@ def _error_envelope(
 
 
 def _unique(items: list[dict]) -> list[dict]:
-    """Drop the duplicates a local retry gathers again, keeping the first order."""
+
     seen: set[str] = set()
     out = []
     for item in items:

@@ -1,10 +1,5 @@
-"""The routing policy as the coordinator reads it: a snapshot cached by policy version.
-
-Every policy or override change goes through `policy_changes`, which bumps the version,
-so one cheap version read per decision is enough to never route on stale rules. The same version
-keys a classifier holding the enabled provider overrides, and the policy page's delay preview
-reads the rows through `routing`. Editing and auditing the rows is `policy_changes`'s job.
-"""
+"""The routing policy as the coordinator reads it: a snapshot cached by policy version. Every
+change bumps the version, so one cheap version read per decision never routes on stale rules."""
 
 from __future__ import annotations
 
@@ -21,7 +16,7 @@ _classifiers: dict[tuple, Classifier] = {}
 
 
 def _version_key() -> tuple:
-    """The version with its change time: a rolled-back bump (tests) can never alias a cached one."""
+    """Return the version with its change time: a rolled-back bump can never alias a cached one."""
     row = PolicyState.objects.filter(pk=1).values_list("version", "changed_at").first()
     return row or (1, None)
 
@@ -34,7 +29,7 @@ def current_snapshot() -> routing.PolicySnapshot:
         rows = [p.snapshot() for p in RoutingPolicy.objects.all()]
         snap = routing.PolicySnapshot.from_rows(key[0], rows)
         with _lock:
-            _snapshots.clear()  # older versions are never read again
+            _snapshots.clear()
             _snapshots[key] = snap
     return snap
 
@@ -63,10 +58,7 @@ def rule_of(policy: RoutingPolicy | routing.Rule | dict[str, Any]) -> routing.Ru
 def preview_delays(
     policy: RoutingPolicy | routing.Rule | dict[str, Any], attempts: int | None = None
 ) -> list[tuple[int, float, float]]:
-    """Return (attempt, min_delay, max_delay) for each retry the rule allows, for the policy page.
-
-    `attempt` is the attempt that failed; the delay is the wait before the next one.
-    """
+    """Return (failed attempt, min_delay, max_delay) for each retry the rule allows."""
     rule = rule_of(policy)
     count = attempts if attempts is not None else max(0, rule.max_attempts - 1)
     if rule.hard_fail and attempts is None:

@@ -1,9 +1,6 @@
-"""Changing the routing policy: every edit, deletion and restore of a routing row or provider
-override goes through here, in one transaction with a version bump, the version's full snapshot
-and an audit row, so no change escapes the audit trail or leaves decisions on a stale cached
-snapshot (`policy` caches by version). The admin, the policies page and review resolutions all
-write through these functions.
-"""
+"""Changing the routing policy: every edit, deletion and restore goes through here, in one
+transaction with a version bump, the version's snapshot and an audit row, so no change escapes the
+audit trail or leaves decisions on a stale cached snapshot."""
 
 from __future__ import annotations
 
@@ -66,9 +63,7 @@ def delete_policy_object(obj: ProviderOverride, actor: Any, note: str = "") -> i
 def restore_policy_version(number: int, actor: Any, note: str = "") -> PolicyVersion:
     """Write version `number`'s routing table and overrides back as a new version, audited.
 
-    The restored version is a new number (N+1 equal to N), never a rewind: decisions recorded
-    under the versions in between keep meaning what they meant. Raises PolicyVersion.DoesNotExist
-    for a version the history does not hold.
+    Never a rewind: decisions recorded under the versions in between keep their meaning.
     """
     with transaction.atomic():
         PolicyState.objects.get_or_create(pk=1)
@@ -106,9 +101,8 @@ def restore_policy_version(number: int, actor: Any, note: str = "") -> PolicyVer
 def save_override_from_review(
     item: ReviewItem, user: Any, failure_type: str, note: str
 ) -> int | None:
-    """Turn a review item's raw error into a provider override classifying it as `failure_type`,
-    so the next such error classifies itself; return the version (None: the run carried no signal
-    to match on)."""
+    """Turn a review item's raw error into a provider override classifying it as `failure_type`;
+    return the version, or None if the run carried no signal to match on."""
     run = item.run
     match_on, value = ProviderOverride.best_signal(
         run.provider_code, run.status_code, run.exception_type

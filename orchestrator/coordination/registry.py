@@ -1,13 +1,7 @@
 """Where subagents get data: the registry of sources per capability, in order of preference.
 
-A source is a plain callable `(query: dict) -> list[dict]` (or `(query, partial)`, appending what it
-gathers to `partial` as it goes) that raises on failure. A source may declare a credential
-refresher, which the coordinator calls once before retrying an auth failure. The product registers
-no source of its own: the modules named by FAILSIGHT_SOURCE_MODULES fill the registry (the main
-job's demonstration names its own; see the README's "Your own sources"). Where a switch goes is
-read here too (`switch_target`): the capability's next untried source, else an alternative the
-failed run suggested that names a registered source. Calling a source, with local recovery, is
-`execution`'s job.
+A source is a callable `(query) -> list[dict]` (or `(query, partial)`) that raises on failure; the
+modules named by FAILSIGHT_SOURCE_MODULES fill the registry.
 """
 
 from __future__ import annotations
@@ -38,8 +32,6 @@ class Source:
 
 
 class Registry:
-    """Capabilities to ordered source names, and source names to sources."""
-
     def __init__(self) -> None:
         self.capabilities: dict[str, list[str]] = {}
         self.sources: dict[str, Source] = {}
@@ -83,11 +75,7 @@ class Registry:
     ) -> tuple[str | None, bool]:
         """Return (where a task that failed on `source` may switch to, whether it was suggested).
 
-        First the next untried source of `capability` (else of every capability `source` serves),
-        in order of preference; when none is left, the first of the run's suggested alternatives
-        that names a registered, untried source (of any capability): "news_api", or "use
-        news_api instead of web crawl". (None, False) when nothing is left. `prefer` may reorder
-        a capability's untried sources (the coordinator's switch efficacy).
+        The capability's next untried source, else a registered source the run suggested.
         """
         tried = tried | {source}
         capabilities = [capability] if capability else self.capabilities_of(source)
@@ -113,8 +101,7 @@ class Registry:
         return [word for word in _WORD.findall(text) if word in self.sources]
 
 
-# A source name as it appears inside a sentence ("use news_api instead of web crawl."): word
-# characters and hyphens, with inner dots or colons ("api.v2"), never a sentence's final period.
+# A source name inside a sentence: inner dots or colons ("api.v2"), never a final period.
 _WORD = re.compile(r"[\w-]+(?:[.:][\w-]+)*")
 
 

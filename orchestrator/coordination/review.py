@@ -1,13 +1,5 @@
 """Human review, on the coordinator's side: which resolutions can work, resolving with a saved
-provider override, continuing after a resolution, and overdue fallbacks.
-
-Claiming and resolving are the model's (`ReviewItem.claim`, `ReviewItem.resolve`: conditional
-updates with an audit row); `resolve` here adds the provider override an operator may save. The
-model announces each resolution with `review_resolved` inside its transaction; the receiver here
-writes the workflow's step into the outbox in that same transaction, and the step applies the
-decision once (`workflow._apply_resolution`). `resolution_options` says, before anyone decides,
-which resolutions can work for an item and why the others cannot.
-"""
+provider override, continuing after a resolution, and overdue fallbacks."""
 
 from __future__ import annotations
 
@@ -28,7 +20,7 @@ Resolution = ReviewItem.Resolution
 
 @dataclass(frozen=True)
 class ResolutionOption:
-    """One resolution as an operator is offered it: `why` says what it does, or why it cannot."""
+    """One resolution as offered: `why` says what it does, or why it cannot."""
 
     value: str
     available: bool
@@ -40,11 +32,8 @@ class ResolutionOption:
 
 
 def resolution_options(item: ReviewItem, tried: set[str] | None = None) -> list[ResolutionOption]:
-    """Every resolution, in the enum's order, each marked available or not with the reason.
-
-    `tried` (the sources the item's topic has tried, from `tried_sources`) saves a query per
-    item when many are judged at once.
-    """
+    """Return every resolution, each marked available or not with the reason; `tried` (from
+    `tried_sources`) saves a query per item."""
     run, wf = item.run, item.workflow
     built_in = wf is not None and wf.is_built_in
     applies = "" if built_in else " The agent's own coordinator applies it."
@@ -67,9 +56,8 @@ def resolution_options(item: ReviewItem, tried: set[str] | None = None) -> list[
 
 
 def _switch(item: ReviewItem, tried: set[str] | None) -> tuple[bool, str]:
-    """(can a switch work, what it would do or why not), by the rule the coordinator switches
-    with (`Registry.switch_target`): the capability's next untried source, else a registered
-    source the run itself suggested."""
+    """Return whether a switch can work and what it would do or why not, by the rule the
+    coordinator switches with."""
     run, wf = item.run, item.workflow
     if tried is None:
         tried = wf.sources_tried(run.topic) if wf is not None else set()
@@ -139,9 +127,8 @@ def resolve(
     save_override: bool = False,
     apply_to_group: bool = False,
 ) -> int:
-    """`ReviewItem.resolve`, and with `save_override` a provider override from the item's raw
-    error so the next such error classifies itself (`failure_type` given), in one transaction: an
-    override that fails validation resolves nothing. Return how many items were resolved."""
+    """Resolve `item`, with `save_override` also saving a provider override from its raw error,
+    in one transaction; return how many items were resolved."""
     with transaction.atomic():
         resolved = item.resolve(
             user,
@@ -159,8 +146,7 @@ def resolve(
 @receiver(review_resolved, dispatch_uid="coordination.review.continue_workflow")
 def continue_workflow(sender: Any, item: ReviewItem, **kwargs: Any) -> None:
     """Write the message of the step that applies `item`'s resolution, in the resolution's own
-    transaction: it is sent once that commits, and never lost if the broker is down then. An
-    agent-reported item's resolution goes back to the agent instead (`delivery`)."""
+    transaction (an agent's item goes back to the agent instead)."""
     if item.is_built_in:
         dispatch.step(item.workflow_id, item.pk)
 

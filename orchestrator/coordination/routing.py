@@ -1,10 +1,5 @@
-"""Routing: what the coordinator does about one failure. Pure: no Django, no database, no clock.
-
-A policy snapshot, a source's budget/breaker state and a little context go in; a `Decision` comes
-out. Time enters through `now` and randomness through `rng`, so tests and the recovery benchmark
-can drive both. Reading the policy rows and paying the budget are `policy`'s and `budget`'s jobs;
-acting on the decision is `workflow`'s.
-"""
+"""Routing: what the coordinator does about one failure. Pure: no Django, no database, no clock
+(time enters through `now` and randomness through `rng`)."""
 
 from __future__ import annotations
 
@@ -26,12 +21,10 @@ RETRY, SWITCH_SOURCE, ACCEPT_PARTIAL, ESCALATE, ABORT = (
     Action.ABORT,
 )
 UNCLASSIFIED = C.UNCLASSIFIED
-# "Retry conservatively, at most once, then ask a human" holds for unclassified failures whatever
-# an operator sets in its row.
+# Holds whatever an operator sets in the unclassified row.
 UNCLASSIFIED_MAX_ATTEMPTS = 2
 
-# The seeded defaults (migration 0002), used when a failure type has no row: a missing row must
-# never make routing crash or retry blindly.
+# The seeded defaults (migration 0002): a missing row must never make routing retry blindly.
 DEFAULT_RULES: dict[str, dict[str, Any]] = {
     C.TRANSIENT: dict(max_attempts=4, base_delay=1.0, max_delay=30.0, multiplier=2.0),
     C.RATE_LIMITED: dict(max_attempts=4, base_delay=2.0, max_delay=120.0, multiplier=2.0),
@@ -51,7 +44,6 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     ),
 }
 
-# How an operator reads each failure type in a reason sentence.
 _PHRASES = {
     C.TRANSIENT: "A transient network failure on {source}",
     C.RATE_LIMITED: "Rate limited by {source}",
@@ -63,21 +55,17 @@ _PHRASES = {
     C.UNCLASSIFIED: "An error we could not classify from {source}",
 }
 
-# How a retry's delay is spread, in a reason sentence ("retrying in 1.2 s, backoff with …").
 _JITTER_PHRASES = {
     Jitter.FULL: "backoff with full jitter",
     Jitter.EQUAL: "backoff with equal jitter",
     Jitter.NONE: "fixed backoff without jitter",
 }
 
-# Who said that a retry cannot help, when the failure does not say (see FailureFacts.retryable_by).
 PROVIDER = "the provider"
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One failure type's row of the routing table."""
-
     failure_type: str
     max_attempts: int = 1
     base_delay: float = 0.0
@@ -97,14 +85,12 @@ class Rule:
 
 @dataclass(frozen=True)
 class PolicySnapshot:
-    """The whole routing table at one version."""
-
     version: int
     rules: Mapping[str, Rule]
 
     @classmethod
     def from_rows(cls, version: int, rows: list[Mapping[str, Any]]) -> PolicySnapshot:
-        """Build from RoutingPolicy.snapshot() rows; types without a row get the defaults."""
+
         rules = {ft: Rule.from_data({"failure_type": ft, **d}) for ft, d in DEFAULT_RULES.items()}
         for row in rows:
             ft = row["failure_type"]
@@ -117,8 +103,6 @@ class PolicySnapshot:
 
 @dataclass(frozen=True)
 class Budget:
-    """One source's retry budget and circuit breaker, as read just after the failure."""
-
     source: str = ""
     tokens: float = 500.0
     capacity: float = 500.0
@@ -144,12 +128,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class Context:
-    """What the coordinator knows beyond the failure: alternatives, refreshers, history."""
-
     source: str = "the source"
     has_alternative: bool = False
-    # The source a switch would go to, when the caller knows it (the registry's next source, or
-    # an alternative the agent suggested); `suggested` says it came from the agent.
     switch_to: str | None = None
     suggested: bool = False
     can_refresh: bool = False
@@ -160,12 +140,8 @@ class Context:
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do, why, and under which policy version.
-
-    `refresh` marks the one retry allowed after a failure that says a retry cannot help: an auth
-    failure retried once after refreshing the credentials (the request changes, so it is not a
-    blind retry). `switch_to` names the source a switch_source goes to, when it is known.
-    """
+    """What to do, why, and under which policy version; `refresh` marks an auth failure's one
+    retry after refreshing the credentials."""
 
     action: str
     delay_seconds: float
@@ -189,11 +165,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class FailureFacts:
-    """The few facts routing reads, from a classifier Failure, an envelope or a dict.
-
-    `retryable` is the failure's own say (None: it said nothing); `retryable_by` names who said
-    it, for the reason sentence ("the provider", "the agent", "a provider override" …).
-    """
+    """The few facts routing reads, from a classifier Failure, an envelope or a dict."""
 
     failure_type: str
     retry_after: float | None = None
@@ -205,8 +177,7 @@ class FailureFacts:
 
     @classmethod
     def of(cls, failure: Any) -> FailureFacts:
-        """Read the facts leniently: a name no vocabulary knows is routed as unclassified here
-        (the API refuses such names before they reach routing)."""
+        """Read the facts leniently: an unknown failure type is routed as unclassified."""
         if isinstance(failure, FailureFacts):
             return failure
         get = failure.get if isinstance(failure, Mapping) else lambda k: getattr(failure, k, None)
@@ -232,10 +203,6 @@ class FailureFacts:
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# Delays
-
-
 def delay_bounds(rule: Rule, attempt: int) -> tuple[float, float]:
     """Return (min, max) of the delay before the retry that follows failed attempt `attempt`."""
     cap = min(rule.max_delay, rule.base_delay * rule.multiplier ** max(0, attempt - 1))
@@ -247,13 +214,9 @@ def delay_bounds(rule: Rule, attempt: int) -> tuple[float, float]:
 
 
 def backoff(rule: Rule, attempt: int, rng: Callable[[], float]) -> float:
-    """Return the jittered backoff after failed attempt `attempt` (full jitter: 0..cap)."""
+    """Return the jittered backoff after failed attempt `attempt`."""
     low, high = delay_bounds(rule, attempt)
     return low + (high - low) * rng()
-
-
-# ---------------------------------------------------------------------------------------------
-# The decision
 
 
 def decide(
@@ -281,15 +244,14 @@ def decide(
     if rule.hard_fail:
         return _exhausted(say, ctx, "the same request cannot succeed, so it is not retried")
     if facts.retryable is False:
-        # Whoever said so (the provider's 501 or x-should-retry, an override, the agent, an MCP
-        # isRetryable) knows better than the table: no retry, whatever attempts are left.
+        # Whoever said so knows better than the table, whatever attempts are left.
         return _exhausted(say, ctx, f"{facts.retryable_by} says a retry cannot help")
     return _route_retryable(say, facts, rule, attempt, budget, ctx, now, rng)
 
 
 def _route_auth(say: _Sayer, ctx: Context) -> Decision:
     if ctx.can_refresh and not ctx.refreshed:
-        # Not a blind retry even when the failure says a retry cannot help: the credentials change.
+        # Not a blind retry: the credentials change.
         why = "refreshing its credentials once, then retrying at once with the new ones"
         return say.decision(RETRY, 0, why, refresh=True)
     why = (
@@ -316,7 +278,6 @@ def _route_retryable(
     if attempt >= max_attempts:
         used = f"all {max_attempts} attempts the policy allows are used"
         if facts.failure_type == UNCLASSIFIED:
-            # No signal to route on: a human reads the raw detail, whatever the table says.
             return say.decision(ESCALATE, 0, f"{used}; a human decides from the raw detail")
         return _exhausted(say, ctx, used)
     ra = facts.retry_after
@@ -334,7 +295,7 @@ def _route_retryable(
         return _route_empty_budget(say, ctx, budget)
     delay = backoff(rule, attempt, rng)
     if ra is not None and delay < ra:
-        delay = ra  # never sooner than the provider asked
+        delay = ra
         why = f"retrying after the provider's Retry-After of {ra:.1f} s"
     else:
         spread = _JITTER_PHRASES.get(rule.jitter, _JITTER_PHRASES[Jitter.FULL])
@@ -388,8 +349,6 @@ def _exhausted(say: _Sayer, ctx: Context, why: str) -> Decision:
 
 @dataclass(frozen=True)
 class _Sayer:
-    """Builds decisions whose reason starts with what happened, in an operator's words."""
-
     facts: FailureFacts
     ctx: Context
     rule: Rule
@@ -397,7 +356,7 @@ class _Sayer:
     version: int
 
     def switch(self, why: str) -> Decision:
-        """A switch_source decision naming where it goes, when that is known."""
+
         target = self.ctx.switch_to
         if target is None:
             return self.decision(SWITCH_SOURCE, 0, f"{why} the next source is tried")
@@ -407,7 +366,6 @@ class _Sayer:
     def decision(
         self, action: str, delay: float, why: str, cost: float = 0.0, refresh: bool = False
     ) -> Decision:
-        # Each phrase starts with a capital; the source's name is an identifier, kept as it is.
         what = _PHRASES.get(self.facts.failure_type, _PHRASES[UNCLASSIFIED])
         what = what.format(source=self.ctx.source)
         if self.facts.status_code:

@@ -1,10 +1,5 @@
-"""Driving the coordinator synchronously in one process: fast tests and the recovery benchmark.
-
-The same functions the Celery tasks call (step, dispatch_due, execute_run) run here in a loop,
-with a simulated clock that jumps to the next due run instead of sleeping, and a dispatcher that
-queues in memory what the outbox relay would send to Celery. Nothing here decides anything: it
-only drives.
-"""
+"""Driving the coordinator synchronously in one process, with a simulated clock that jumps to the
+next due run: fast tests and the recovery benchmark."""
 
 from __future__ import annotations
 
@@ -22,8 +17,6 @@ from orchestrator.models import OutboxMessage, Run
 
 
 class SimClock:
-    """A clock whose sleep advances simulated time instantly."""
-
     def __init__(self, start: datetime) -> None:
         self.t = start
 
@@ -39,8 +32,6 @@ class SimClock:
 
 
 class InlineDispatcher:
-    """Collects what would be sent to Celery, for the driver to run in order."""
-
     def __init__(self) -> None:
         self.runs: deque[int] = deque()
         self.steps: deque[tuple[int, int | None]] = deque()
@@ -77,8 +68,7 @@ def drive(
 ) -> int:
     """Run steps and runs until nothing is left to do; return how many events ran.
 
-    `commit` wraps each event (tests pass django_capture_on_commit_callbacks(execute=True), since
-    their transaction never commits); `run_clock(run_id)` may give each run its own clock.
+    `commit` wraps each event: a test's transaction never commits.
     """
     events = 0
     while events < max_events:
@@ -90,8 +80,6 @@ def drive(
             with commit():
                 execution.execute_run(pk, run_clock=run_clock(pk) if run_clock else clock)
         elif unsent := list(OutboxMessage.objects.values_list("pk", flat=True)):
-            # Messages whose relay did not run (a test's transaction never commits): send them
-            # as the sweeper would, without waiting for their grace.
             with commit():
                 dispatch.relay(unsent)
         else:
@@ -102,6 +90,6 @@ def drive(
             clock.advance_to(due)
             with commit():
                 if not dispatch.dispatch_due(clock.now()):
-                    return events  # queued runs nobody may dispatch (no capability)
+                    return events
         events += 1
     raise RuntimeError("the simulation did not settle")

@@ -1,11 +1,7 @@
 """A workflow as a state machine persisted in its rows: the coordinator step.
 
-A step (the `coordinate` task, taking a workflow id) fans out one first attempt per topic and
-source, routes every failed run that has no decision yet, applies resolved review items once, and
-settles the workflow with its coverage when every topic is done. Every step is idempotent: the
-decision written on a run, the run slots and the review item's `continued_at` are the guards, and
-the workflow row is locked for the step's duration so two steps never interleave. Running one
-attempt is `execution`'s job; sending tasks is `dispatch`'s; the decision itself is `routing`'s.
+Every step is idempotent (a run's decision, its slot and a review item's `continued_at` are the
+guards), and the workflow row is locked for the step's duration so two steps never interleave.
 """
 
 from __future__ import annotations
@@ -23,9 +19,6 @@ from orchestrator.coordination.registry import registry
 from orchestrator.models import AuditEntry, ReviewItem, Run, Workflow, actor_label
 from orchestrator.vocabulary import Action, Coordinator, FailureCategory
 
-# ---------------------------------------------------------------------------------------------
-# Starting and stopping
-
 
 def start_workflow(
     name: str,
@@ -39,8 +32,7 @@ def start_workflow(
     idempotency_key: str = "",
     request_hash: str = "",
 ) -> Workflow:
-    """Create a workflow with its first step's message, in one transaction (see
-    `start_workflow_once` for the idempotency key)."""
+    """Create a workflow with its first step's message, in one transaction."""
     return start_workflow_once(
         name,
         topics,
@@ -69,10 +61,7 @@ def start_workflow_once(
 ) -> tuple[Workflow, bool]:
     """Create a workflow with its first step's message; return it and whether it existed.
 
-    With an `idempotency_key`, a second start under the same token and key returns the first
-    workflow instead of a new one (the unique constraint arbitrates concurrent starts); the
-    caller compares its `request_hash` to tell a replay from a reused key. An external workflow
-    (an agent's own coordinator) gets no step: its agent reports the runs and finishes it.
+    The unique constraint on (token, idempotency key) arbitrates concurrent starts.
     """
     fields = dict(
         name=name,
@@ -115,10 +104,6 @@ def abort_workflow(workflow_id: int, actor: Any, note: str = "") -> bool:
     return True
 
 
-# ---------------------------------------------------------------------------------------------
-# The step
-
-
 def step(workflow_id: int, review_item_id: int | None = None) -> str:
     """Advance one workflow as far as its runs allow; return its status afterwards."""
     with transaction.atomic():
@@ -126,10 +111,8 @@ def step(workflow_id: int, review_item_id: int | None = None) -> str:
         if wf is None:
             return "missing"
         if not wf.is_built_in:
-            return wf.status  # an agent's own coordinator steps it, never this one
-        # Every resolution not applied yet, not only the one this step was sent for: a step that
-        # settles the workflow must not leave a decision behind, and a lost step is made good by
-        # the sweeper's next nudge. Each is applied once (`continued_at` is the guard).
+            return wf.status
+        # Every resolution not applied yet: a lost step is made good by the sweeper's next nudge.
         pending = set(wf.review_items.unapplied().values_list("pk", flat=True))
         if review_item_id:
             pending.add(review_item_id)
@@ -179,15 +162,13 @@ def first_attempt(
         created_at=now,
         slot=f"{wf.pk}:{topic}:{source}",
     )
-    _create_once(run)  # a second first attempt of the slot is refused by its unique claim
+    _create_once(run)
 
 
 def _create_once(run: Run) -> bool:
-    """Insert `run` unless one of its unique claims (slot, retry attempt) is taken; say which.
+    """Insert `run` unless one of its unique claims (slot, retry attempt) is taken.
 
-    A savepoint catches the refusal: on PostgreSQL the claims live in another table (see
-    `Run`), which ON CONFLICT cannot name, so a conflict is an error to catch, on both
-    databases alike."""
+    On PostgreSQL the claims live in another table, which ON CONFLICT cannot name."""
     try:
         with transaction.atomic():
             run.save(force_insert=True)
@@ -217,7 +198,7 @@ def retry(run: Run, delay: float, attempted: dict | None = None) -> Run | None:
         due_at=base + timedelta(seconds=delay),
         created_at=now,
     )
-    _create_once(nxt)  # a second row for (retry_of, attempt) is refused by its unique claim
+    _create_once(nxt)
     if attempts.count() == before:
         return None
     return Run.objects.filter(retry_of_id=nxt.retry_of_id, attempt=nxt.attempt).first()
@@ -230,15 +211,11 @@ def switch(wf: Workflow, run: Run, target: str | None = None) -> Run | None:
         return None
     attempted = {k: v for k, v in run.attempted.items() if k != "source"}
     first_attempt(wf, run.topic, nxt, attempted or None, switched_from=run)
-    return wf.runs.filter(slot=f"{wf.pk}:{run.topic}:{nxt}").first()  # (workflow, created_at)
-
-
-# ---------------------------------------------------------------------------------------------
-# Routing a failed run
+    return wf.runs.filter(slot=f"{wf.pk}:{run.topic}:{nxt}").first()
 
 
 def _switch_target(wf: Workflow, run: Run) -> tuple[str | None, bool]:
-    """The capability's next untried source, else an untried source the run suggested."""
+
     suggestions = [a for a in run.alternatives if isinstance(a, str)]
     return registry().switch_target(
         run.source,
@@ -283,11 +260,7 @@ def decide_for(wf: Workflow | None, run: Run) -> routing.Decision:
 
 
 def retryable_by(run: Run) -> str:
-    """Who said whether a retry of `run` can help, for the reason sentence.
-
-    A run an agent reported carries the agent's say; one the coordinator ran carries the
-    classifier's reading of the provider's answer, unless an enabled override set it.
-    """
+    """Who said whether a retry of `run` can help, for the reason sentence."""
     if run.token_id is not None:
         return "the agent"
     names = (
@@ -305,7 +278,7 @@ def retryable_by(run: Run) -> str:
 
 
 def record(run: Run, decision: routing.Decision) -> bool:
-    """Store `decision` on the run, once (`Run.record_decision`, the conditional update)."""
+    """Store `decision` on the run, once."""
     retrying = decision.action == Action.RETRY
     return run.record_decision(
         decision.action,
@@ -323,13 +296,10 @@ class _Decided(Exception):
 
 
 def decide_reported(run: Run) -> tuple[bool, ReviewItem | None]:
-    """Decide about an agent's failed run as the coordinator decides about its own, and store it
-    once; return whether this call decided and the review item an escalation opened.
+    """Decide about an agent's failed run and store it once; return whether this call decided
+    and the review item an escalation opened.
 
-    Deciding, paying the retry budget and recording happen in one transaction; the conditional
-    update of the decision lets one concurrent request win, and a loser rolls back, so the
-    budget is paid once. An `escalate` opens the review item (grouped by signature) as the
-    coordinator's own escalations do.
+    One transaction: a concurrent loser of the conditional update rolls back its budget spend.
     """
     try:
         with transaction.atomic():
@@ -357,13 +327,8 @@ def _route(wf: Workflow, run: Run) -> None:
         escalate(run, decision.reason, decision.failure_type)
 
 
-# ---------------------------------------------------------------------------------------------
-# Review resolutions and settling
-
-
 def _apply_resolution(wf: Workflow, item_id: int) -> None:
-    """Apply a resolved item's decision exactly once (`continued_at` is the guard), and write
-    what it did on the item: the workflow page's timeline shows it beside the decision."""
+    """Apply a resolved item's decision exactly once, and write what it did on the item."""
     if not ReviewItem.objects.mark_continued(item_id, clock.now()):
         return
     item = ReviewItem.objects.select_related("run").get(pk=item_id)
@@ -429,10 +394,7 @@ class RunsInFlight(Exception):
 def finish_external(workflow_id: int) -> Workflow | None:
     """Settle an agent's workflow from the runs it reported, by the built-in synthesis rules.
 
-    A topic without a successful run is a gap with its reason; an open review item keeps the
-    workflow open (awaiting review: finish it again once the agent has acted on the
-    resolution); a run still in flight is refused (`RunsInFlight`). A finished workflow is
-    returned as it is. None if there is no such workflow.
+    An open review item keeps it awaiting review; a run still in flight raises `RunsInFlight`.
     """
     with transaction.atomic():
         wf = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
