@@ -9,7 +9,6 @@ class OrchestratorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Connects the receivers of a resolution: the step that continues a built-in workflow,
-        # the webhook that takes an agent's resolution back to it.
+        # Connects the receivers of a resolution.
         from orchestrator import checks  # noqa: F401
         from orchestrator.coordination import delivery, review  # noqa: F401

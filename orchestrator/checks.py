@@ -1,9 +1,4 @@
-"""System checks for a deployment: what `manage.py check --deploy` must refuse.
-
-The API's rate limit counts requests in the default cache. A local-memory cache counts per
-process, so with several web processes a token gets several times its limit: in production
-(`--deploy`) a shared cache (CACHE_URL=redis://…) is required while the limit is on.
-"""
+"""System checks for a deployment: what `manage.py check --deploy` must refuse."""
 
 from __future__ import annotations
 
@@ -20,6 +15,7 @@ PER_PROCESS_CACHES = (
 
 @register(Tags.caches, Tags.security, deploy=True)
 def rate_limit_cache_is_shared(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    # A per-process cache gives each web process its own count: a token gets several limits.
     backend = settings.CACHES["default"]["BACKEND"]
     if not settings.API_RATE_LIMIT_PER_MINUTE or backend not in PER_PROCESS_CACHES:
         return []

@@ -1,22 +1,9 @@
 """Counters over the runs kept by PostgreSQL as append-only deltas, folded in the background.
 
-A counter row updated by every report would serialise the writers on that row (and two batches
-updating rows in different orders would deadlock). Instead, statement-level triggers on the run
-table append one *delta row* per key a statement changed (an INSERT adds its rows, a DELETE takes
-them away, an UPDATE adds the new version and takes away the old one, so a status change moves a
-run from one key to another): inserts never conflict, the deltas commit or roll back with the
-runs, and a count read as "folded counters + pending deltas" agrees with a live count at every
-moment. A periodic fold moves the deltas into the counters (one `DELETE … RETURNING` feeding an
-upsert, under an advisory lock), so the deltas stay a few thousand rows.
-
-The trigger's SELECT is compiled from the same Django expressions the live queries use (the
-`RunSets` conditions), so a count has one definition. `install` (re-)creates a trigger set; the
-migrations call it and so may a later schema change that re-creates the run table.
-
-SQLite has no statement triggers with transition tables: there, `enabled()` is false and callers
-count live (the small development database).
-
-This module also holds the per-workflow counters (runs, failures) that the workflows list reads.
+A counter row updated by every report would serialise the writers on it; statement triggers append
+deltas instead, which commit with the runs, so "folded counters + pending deltas" always agrees
+with a live count. The triggers' SELECT is compiled from the live queries' expressions. SQLite
+counts live.
 """
 
 from __future__ import annotations
@@ -33,17 +20,13 @@ from django.db.models.functions import Coalesce
 from orchestrator.models import Run, RunSets, WorkflowCounter, WorkflowRunDelta
 
 RUN_TABLE = Run._meta.db_table
-# Set (SET LOCAL … = 'on') by a transaction whose deletes are retention, not corrections: the
-# triggers then leave the counts alone, as they do when a whole partition is dropped (no
-# trigger fires), so running totals and per-workflow counts never go down as old runs are pruned.
+# Set by a transaction whose deletes are retention: counts never go down as old runs are pruned.
 RETENTION_SETTING = "failsight.retention"
 
 
 @contextmanager
 def deleting_for_retention(cursor: Any) -> Iterator[None]:
-    """Within the block, deletes of runs on `cursor`'s connection are retention (see
-    RETENTION_SETTING). The mark is set for the transaction and taken off at the block's end,
-    so that a caller's later deletes in the same transaction are counted again."""
+    """Within the block, deletes of runs on `cursor`'s connection are retention."""
     if not enabled():
         yield
         return
@@ -55,31 +38,24 @@ def deleting_for_retention(cursor: Any) -> Iterator[None]:
 
 
 def enabled() -> bool:
-    """Whether the database keeps the counters (PostgreSQL), or callers must count live."""
+
     return connection.vendor == "postgresql"
 
 
 @dataclass(frozen=True)
 class DeltaTrigger:
-    """Statement triggers on the run table that append the change of some grouped sums.
-
-    `keys` name the grouping columns (model fields of `Run`, or annotations given in
-    `expressions`), `sums` the aggregates per key, all as Django expressions over `Run`.
-    """
+    """Statement triggers on the run table that append the change of some grouped sums."""
 
     name: str
     table: str
     keys: tuple[str, ...]
     sums: dict[str, Expression]
     expressions: dict[str, Expression]
-    # keys whose NULL means "no such key" and whose rows are not counted (runs without workflow)
     required: tuple[str, ...] = ()
-    # keys stored as '' when NULL (the rollups' blank failure type)
     blank: tuple[str, ...] = ()
 
     def grouped(self, rows: str, source: str | None = None) -> str:
-        """The grouped SELECT of the sums over the rows of `source` (a transition table, or a
-        subquery over the run table) named `rows`."""
+
         return grouped_sql(self.keys, self.sums, self.expressions, rows, source)
 
     def function_sql(self) -> str:
@@ -97,9 +73,7 @@ class DeltaTrigger:
             return f"FROM ({select}) d WHERE {where} GROUP BY {group} HAVING {nonzero}"
 
         new, old = self.grouped("new_rows", "new_rows"), self.grouped("old_rows", "old_rows")
-        # An INSERT's groups are already one row per key with counts of at least one: written as
-        # they are, without the second grouping that a DELETE or UPDATE needs (and that cost a
-        # single report's statement most of its trigger time).
+        # An INSERT's groups need no second grouping.
         plain = ", ".join([*keys, *sums])
         return f"""
 CREATE OR REPLACE FUNCTION {self.name}() RETURNS trigger LANGUAGE plpgsql AS $body$
@@ -151,8 +125,7 @@ def grouped_sql(
     rows: str,
     source: str | None = None,
 ) -> str:
-    """Compile `Run.objects.values(*keys).annotate(**sums)` to SQL reading `source AS rows`
-    instead of the run table (the table itself when `source` is None)."""
+    """Compile `Run.objects.values(*keys).annotate(**sums)` to SQL reading `source AS rows`."""
     qs = Run.objects.annotate(**expressions).values(*keys).annotate(**sums).order_by()
     sql, params = qs.query.sql_with_params()
     text = connection.ops.compose_sql(sql, params)
@@ -167,13 +140,9 @@ def execute(statements: Iterable[str]) -> None:
 
 
 def fold_lock(cursor, name: str) -> bool:
-    """Take the fold's advisory lock for this transaction; False when another fold holds it."""
+
     cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [name])
     return bool(cursor.fetchone()[0])
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-workflow counters
 
 
 WORKFLOW_TRIGGER = DeltaTrigger(
@@ -187,8 +156,7 @@ WORKFLOW_TRIGGER = DeltaTrigger(
 
 
 def install_workflow_counters() -> None:
-    """Create the trigger and count every workflow's runs again from the run table (the trigger
-    and the recount in one transaction, with writers held off, so no run is missed or doubled)."""
+    """Create the trigger and recount every workflow's runs, with writers held off."""
     if not enabled():
         return
     counter, delta = WorkflowCounter._meta.db_table, WorkflowRunDelta._meta.db_table
@@ -207,10 +175,7 @@ def install_workflow_counters() -> None:
 
 
 def fold_workflow_counters() -> int:
-    """Move the pending per-workflow deltas into the counters; return the delta rows folded.
-
-    Deltas of a workflow deleted since are dropped (its counter went with it).
-    """
+    """Move the pending per-workflow deltas into the counters; return the delta rows folded."""
     if not enabled():
         return 0
     counter, delta = WorkflowCounter._meta.db_table, WorkflowRunDelta._meta.db_table
@@ -234,8 +199,7 @@ SELECT count(*) FROM moved"""
 
 
 def with_run_counts(workflows: QuerySet) -> QuerySet:
-    """Annotate `run_count` and `failure_count`: counters plus pending deltas on PostgreSQL, a
-    live count elsewhere. Two index lookups per workflow instead of counting its runs."""
+    """Annotate `run_count` and `failure_count`: counters plus pending deltas on PostgreSQL."""
     if not enabled():
         return workflows.annotate(
             run_count=Count("runs"), failure_count=Count("runs", filter=_runs(RunSets.FAILURES))
@@ -256,7 +220,7 @@ def with_run_counts(workflows: QuerySet) -> QuerySet:
 
 
 def _runs(condition):
-    """A `RunSets` condition on a workflow's runs (prefixed through the reverse relation)."""
+
     children = []
     for child in condition.children:
         if isinstance(child, tuple):

@@ -1,10 +1,5 @@
 """Keyset pagination over (a timestamp, id), shared by the API and the dashboard: opaque cursors
-and pages in both directions.
-
-A cursor is base64url of "<ISO timestamp>|<id>": opaque to clients (they only pass it back), yet
-trivial to debug. Decoding refuses anything else with ValueError, which callers turn into a 422
-(the API) or an error shown with the filters (the dashboard).
-"""
+(base64url of "<ISO timestamp>|<id>", trivial to debug) and pages in both directions."""
 
 from __future__ import annotations
 
@@ -37,17 +32,13 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     return created_at, key
 
 
-# ---------------------------------------------------------------------------------------------
-# Pages in both directions
-
-
 @dataclass
 class Page:
     """One keyset page in display order, with the cursors of its neighbours (None: no more)."""
 
     rows: list[Any]
-    previous: str | None  # the page before this one in display order ("Newer" on the runs list)
-    next: str | None  # the page after it ("Older" on the runs list)
+    previous: str | None  # "Newer" on the runs list
+    next: str | None
 
     @property
     def first(self) -> bool:
@@ -59,10 +50,9 @@ def _key(row: Any, field: str) -> tuple[datetime, int]:
 
 
 def beyond(qs: QuerySet, key: tuple[datetime, int], field: str, descending: bool) -> QuerySet:
-    """The rows after `key` in the order (field, id), descending or ascending.
+    """Return the rows after `key` in the order (field, id), descending or ascending.
 
-    The redundant bound on `field` alone gives the planner an index range to start from; the OR
-    alone would not be used as an index bound.
+    The redundant bound on `field` alone gives the planner an index range to start from.
     """
     when, pk = key
     if descending:
@@ -81,13 +71,7 @@ def page(
     field: str = "created_at",
     descending: bool = True,
 ) -> Page:
-    """A page of `size` rows ordered by (field, id), after the key `after` or before `before`.
-
-    Costs the same on page 1 and page 10,000 in either direction (no OFFSET; served by an index
-    on (field, id)), and equal timestamps neither repeat nor skip a row because the id breaks
-    ties. Going back reads the rows before `before` in the reverse order and turns them round.
-    One cheap existence query tells whether the far side of the page has rows.
-    """
+    """Return a page of `size` rows ordered by (field, id), after `after` or before `before`."""
     order = (f"-{field}", "-id") if descending else (field, "id")
     back = (field, "id") if descending else (f"-{field}", "-id")
     if before is not None:

@@ -1,10 +1,5 @@
-"""A small per-process memo with a time to live, for lookups every API request repeats.
-
-The token behind a bearer secret and the policy version change rarely but are read on every
-request; remembering them for a few seconds per process takes one or two database round trips off
-the ingest path. Whoever changes the value in this process calls `forget`; other processes see the
-change when their entry expires.
-"""
+"""A small per-process memo with a time to live, for lookups every API request repeats (the
+token behind a bearer secret); other processes see a change when their entry expires."""
 
 from __future__ import annotations
 
@@ -15,7 +10,7 @@ from typing import Generic, TypeVar
 
 V = TypeVar("V")
 
-clock = time.monotonic  # what entries expire by (tests move it)
+clock = time.monotonic
 
 _MISSING = object()
 

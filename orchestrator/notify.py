@@ -1,19 +1,8 @@
 """Waking the requests that wait for a row to change: PostgreSQL's LISTEN/NOTIFY, one listening
-connection per process.
+connection per process (outside Django's pool: a LISTEN lives as long as its session).
 
-`announce(channel, id)` sends a NOTIFY in the caller's transaction, so it is heard only once that
-transaction commits (and never if it rolls back). `wait_for(channel, id, timeout, check)` returns
-as soon as `check()` is true, or after `timeout` seconds: on PostgreSQL it sleeps until a
-notification for that id arrives (no query in between), on SQLite it checks every
-`SQLITE_POLL_SECONDS` (a bounded poll: SQLite has no notifications, and it serves development).
-
-The listener is one daemon thread per process holding a dedicated autocommit connection (outside
-Django's pool: a LISTEN lives as long as its session) that reads psycopg's `notifies()` generator
-with a timeout and wakes the waiters registered for each id. A waiter registers before it checks
-the row, so a resolution committed between its check and its sleep still wakes it. While the
-listener is not listening (starting, or reconnecting after the database went away) waiters fall
-back to the bounded poll, and every waiter is woken when it reconnects, since notifications sent
-meanwhile were lost.
+A waiter registers before it checks the row, so a change committed between its check and its
+sleep still wakes it. SQLite, and a listener reconnecting, fall back to a bounded poll.
 """
 
 from __future__ import annotations
@@ -30,17 +19,15 @@ from django.db import connection
 
 logger = logging.getLogger(__name__)
 
-# A review item was resolved; the payload is its id (`ReviewItem._resolve_once`).
+# A review item was resolved; the payload is its id.
 REVIEW_RESOLVED = "failsight_review_resolved"
-# Without notifications (SQLite, or the listener reconnecting): how often a waiter checks.
 SQLITE_POLL_SECONDS = 0.5
-# How long the listener's generator waits before looking whether it should stop.
 LISTEN_TICK_SECONDS = 5.0
 RECONNECT_SECONDS = 1.0
 
 
 def announce(channel: str, pk: int) -> None:
-    """NOTIFY `channel` with `pk`, delivered when the current transaction commits."""
+    """NOTIFY `channel` with `pk`, heard only once the current transaction commits."""
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
@@ -64,7 +51,7 @@ def wait_for(channel: str, pk: int, timeout: float, check: Callable[[], bool]) -
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            _release_connection()  # no pooled connection is held while nothing happens
+            _release_connection()
             wait = remaining if listener.ready.is_set() else min(remaining, SQLITE_POLL_SECONDS)
             event.wait(wait)
             event.clear()
@@ -83,14 +70,12 @@ def _poll(deadline: float, check: Callable[[], bool]) -> bool:
 
 
 def _release_connection() -> None:
-    """Give this thread's database connection back (to the pool) while it sleeps."""
+
     if not connection.in_atomic_block:
         connection.close()
 
 
 class Listener:
-    """The process's LISTEN connection for one channel, and the waiters it wakes."""
-
     _instances: dict[str, Listener] = {}
     _lock = threading.Lock()
 
@@ -115,7 +100,7 @@ class Listener:
 
     @classmethod
     def stop_all(cls) -> None:
-        """Stop every listener of this process (tests, before dropping their database)."""
+        """Stop every listener of this process (before a test drops its database)."""
         with cls._lock:
             for listener in cls._instances.values():
                 listener._stop.set()
@@ -154,7 +139,7 @@ class Listener:
             except Exception as exc:
                 logger.warning("notify: %s listener lost its connection (%s)", self.channel, exc)
             self.ready.clear()
-            self._wake()  # what was announced meanwhile is lost: every waiter checks again
+            self._wake()  # what was announced meanwhile is lost
             self._stop.wait(RECONNECT_SECONDS)
 
     def _listen(self) -> None:

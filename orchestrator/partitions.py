@@ -1,26 +1,8 @@
 """The run table's partitions on PostgreSQL: a week each, created ahead, dropped by retention.
 
-`orchestrator_run` is partitioned by range of `created_at` (see `Run`). A partition spans
-RUN_PARTITION_DAYS days (7 by default, periods counted from Monday 1970-01-05, UTC) and is named
-after its first day, `orchestrator_run_pYYYYMMDD`; `orchestrator_run_default` holds any run no
-partition covers (a clock far off, a test travelling in time), so an insert never fails for want of
-a partition. Beat calls `ensure_ahead` every hour: the coming days are covered before their first
-run. A partition created while the default partition holds runs of its range takes them over
-(moved in the same transaction, then attached), so the default stays small.
-
-Why a week and not a day: every query not bounded by `created_at` (a run by id, a workflow's runs,
-the review queue's joins) plans and locks every partition with all of its indexes, so at 40 daily
-partitions a lookup by id took ~680 locks and 7.5 ms, most of it planning. The bounds of each
-partition are read from the catalog, never assumed from the setting, so partitions of another
-span (days, from before the setting changed) keep working beside new ones: a period partly
-covered gets partitions for its uncovered gaps only.
-
-`drop_before` is the runs' retention: whole partitions older than the cutoff are dropped (their
-claims in `RunKey` deleted by range, the review items of their runs deleted, and references from
-newer runs set to NULL first, as the ORM's CASCADE / SET NULL would), and old runs that sat in the
-default partition are deleted. A run is thus kept up to one partition span past
-RUNS_RETENTION_DAYS. On SQLite (development, unpartitioned) it deletes the old runs through the
-ORM. Nothing here runs on the request path.
+A week rather than a day because every query not bounded by `created_at` plans and locks every
+partition (docs/benchmarks.md). A default partition catches any run no partition covers, and
+bounds are read from the catalog, so partitions of another span keep working beside new ones.
 """
 
 from __future__ import annotations
@@ -39,7 +21,7 @@ from orchestrator.models import ReviewItem, Run
 PARENT = "orchestrator_run"
 DEFAULT = f"{PARENT}_default"
 PREFIX = f"{PARENT}_p"
-# Periods are counted from a Monday, so weekly partitions run Monday to Sunday.
+# A Monday, so weekly partitions run Monday to Sunday.
 EPOCH = date(1970, 1, 5)
 _BOUND = re.compile(r"FROM \('([^']+)'\) TO \('([^']+)'\)")
 
@@ -56,12 +38,12 @@ def is_partitioned() -> bool:
 
 
 def name_of(day: date) -> str:
-    """The name of the partition that starts on `day`."""
+
     return f"{PREFIX}{day:%Y%m%d}"
 
 
 def period_of(day: date) -> tuple[date, date]:
-    """The period of RUN_PARTITION_DAYS days holding `day`: its first day and the day after it."""
+    """Return the first day of the period holding `day` and the day after the period."""
     span = settings.RUN_PARTITION_DAYS
     first = day - timedelta(days=(day - EPOCH).days % span)
     return first, first + timedelta(days=span)
@@ -72,8 +54,7 @@ def _midnight(day: date) -> datetime:
 
 
 def ranges() -> dict[str, tuple[datetime, datetime]]:
-    """Return {partition name: (start, end)} of the range partitions that exist, from the
-    catalog (the default partition has no range and is left out)."""
+    """Return {partition name: (start, end)} of the range partitions that exist."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
@@ -92,7 +73,7 @@ def ranges() -> dict[str, tuple[datetime, datetime]]:
 def _gaps(
     start: datetime, end: datetime, taken: list[tuple[datetime, datetime]]
 ) -> Iterator[tuple[datetime, datetime]]:
-    """The parts of [start, end) that no range of `taken` covers, in order."""
+
     cursor = start
     for lo, hi in sorted(taken):
         if hi <= cursor or lo >= end:
@@ -114,7 +95,7 @@ def create(start: datetime, end: datetime) -> str:
             f"(LIKE {quote(PARENT)} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
         )
         # Deleting from the partition itself fires none of the parent's triggers: the moved
-        # runs keep their claims in RunKey (same id, same created_at).
+        # runs keep their claims.
         cursor.execute(
             f"WITH moved AS (DELETE FROM {quote(DEFAULT)} "
             "WHERE created_at >= %s AND created_at < %s RETURNING *) "
@@ -134,7 +115,7 @@ def create(start: datetime, end: datetime) -> str:
 
 def cover(first: date, last: date) -> list[str]:
     """Create what is missing of the periods holding the days `first` to `last`; return the
-    names created (none if it was all covered, or the table is not partitioned)."""
+    names created."""
     if not is_partitioned():
         return []
     taken = list(ranges().values())
@@ -149,7 +130,7 @@ def cover(first: date, last: date) -> list[str]:
 
 
 def ensure_ahead(ahead: int, today: date | None = None) -> list[str]:
-    """Cover today and the next `ahead` days with partitions; return those created."""
+
     today = today or datetime.now(UTC).date()
     return cover(today, today + timedelta(days=ahead))
 
@@ -164,10 +145,7 @@ def _forget(ids: str, params: list) -> None:
 
 
 def drop_before(cutoff: datetime) -> list[str]:
-    """Drop the runs created before `cutoff` (whole partitions on PostgreSQL); return what went.
-
-    A partition goes once all of its range is before the cutoff; runs before the cutoff in the
-    default partition (or anywhere, unpartitioned) are deleted row by row."""
+    """Drop the runs created before `cutoff` (whole partitions on PostgreSQL); return what went."""
     if not is_partitioned():
         _delete_rows(cutoff)
         return []
@@ -193,7 +171,7 @@ def drop_before(cutoff: datetime) -> list[str]:
 
 
 def _delete_rows(cutoff: datetime, table: str = PARENT, chunk: int = 10_000) -> int:
-    """Delete the runs created before `cutoff` from `table`, a chunk at a time."""
+
     quote = connection.ops.quote_name
     deleted = 0
     while True:
@@ -204,7 +182,7 @@ def _delete_rows(cutoff: datetime, table: str = PARENT, chunk: int = 10_000) -> 
                 )
                 if not ids:
                     return deleted
-                Run.objects.filter(pk__in=ids).delete()  # the ORM's CASCADE and SET NULL
+                Run.objects.filter(pk__in=ids).delete()
                 deleted += len(ids)
                 continue
             select = f"SELECT id FROM {quote(table)} WHERE created_at < %s LIMIT {chunk}"
