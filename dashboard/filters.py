@@ -1,4 +1,5 @@
-"""The runs page's filters, read from the query string; its total; known source and agent names.
+"""The runs page's filters (a form read from the query string); its total; known source and agent
+names.
 
 Every filter lives in the URL, so a filtered view is shareable and the back button works. A value
 the page cannot use (an unknown status, a date that does not parse, a damaged page link) is
@@ -16,21 +17,34 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.core.cache import cache
+from django.core.exceptions import ValidationError
 from django.db import OperationalError, connection, transaction
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.http import QueryDict
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from classifier.taxonomy import UnknownFailureType, parse_failure_type
+from dashboard.filterforms import (
+    ChoiceListField,
+    ClippedField,
+    CursorField,
+    FailureTypesField,
+    IdField,
+    MomentField,
+    OneOfField,
+    QueryForm,
+    TraceIdField,
+    ValuesField,
+    canonical_failure_type,  # noqa: F401  TEMPORARY (H6), for groups.py
+)
 from insights.models import FailureGroup
 from insights.stats import WINDOWS
-from orchestrator import keyset
 from orchestrator import search as run_search
+from orchestrator.analytics import export
 from orchestrator.models import Run, RunQuerySet
 
 PAGE_SIZE = 50
@@ -68,197 +82,106 @@ FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
     "retrying": ("retries waiting for their due time", RunQuerySet.retrying),
     "in_flight": ("runs in flight (started, not finished)", RunQuerySet.in_flight),
 }
+DAMAGED = "This page link is damaged: start again from the newest runs."
 
 
-def canonical_failure_type(name: str, errors: list[str]) -> str:
-    """The taxonomy's name for `name` (an alias such as "auth_error" included), or "" with the
-    reason added to `errors`; "" for no name. Every dashboard filter reads failure types so."""
-    if not name.strip():
-        return ""
-    try:
-        return parse_failure_type(name.strip()).value
-    except UnknownFailureType as exc:
-        errors.append(str(exc))
-        return ""
+class RunFilters(QueryForm):
+    """The runs list's filters. Cleaning also resolves a failure group to its signature and
+    turns a range, or a search without one, into the window the list is read from."""
 
+    status = ChoiceListField(Run.Status.choices)
+    failure_type = FailureTypesField()
+    source = ValuesField()
+    agent = ValuesField()
+    workflow = IdField(what="a workflow id")
+    group = IdField(what="a failure group id")
+    trace_id = TraceIdField()
+    range = OneOfField(choices=RANGES.items())
+    since = MomentField(label="From")
+    until = MomentField(label="To")
+    q = ClippedField(clip=200)
+    flag = ChoiceListField([(name, label) for name, (label, _) in FLAGS.items()])
+    after = CursorField(error_messages={"invalid": DAMAGED})
+    before = CursorField(error_messages={"invalid": DAMAGED})
 
-def _values(params: QueryDict, key: str) -> list[str]:
-    """A multi-valued filter: repeated keys and comma-separated values both work."""
-    return [v.strip() for raw in params.getlist(key) for v in raw.split(",") if v.strip()]
+    def __init__(self, data: QueryDict | None = None, now: datetime | None = None) -> None:
+        super().__init__(data)
+        self.now = now or timezone.now()
+        self.notices: list[str] = []
+        self.signature = ""
 
+    def clean_group(self) -> int | None:
+        pk = self.cleaned_data["group"]
+        if pk is not None:
+            group = FailureGroup.objects.filter(pk=pk).values_list("signature", flat=True)
+            self.signature = group.first() or ""
+            if not self.signature:
+                raise ValidationError(f"There is no failure group #{pk}.")
+        return pk
 
-def _trace_id(raw: str) -> str:
-    """An OpenTelemetry trace id (32 hex digits, any case) in lower case, else ""."""
-    value = raw.strip().lower()
-    return value if len(value) == 32 and not value.strip("0123456789abcdef") else ""
-
-
-@dataclass
-class RunFilter:
-    status: list[str] = field(default_factory=list)
-    failure_type: list[str] = field(default_factory=list)
-    source: list[str] = field(default_factory=list)
-    agent: list[str] = field(default_factory=list)
-    workflow: int | None = None
-    trace_id: str = ""
-    group: int | None = None
-    signature: str = ""
-    range: str = ""
-    since: datetime | None = None
-    until: datetime | None = None
-    q: str = ""
-    flags: list[str] = field(default_factory=list)
-    after: tuple[datetime, int] | None = None
-    before: tuple[datetime, int] | None = None
-    notices: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_query(cls, params: QueryDict, now: datetime | None = None) -> RunFilter:
-        now = now or timezone.now()
-        f = cls(source=_values(params, "source")[:20], agent=_values(params, "agent")[:20])
-        f.status = f._choices(params, "status", Run.Status.values)
-        f.failure_type = f._failure_types(_values(params, "failure_type"))
-        f.flags = f._choices(params, "flag", list(FLAGS))
-        f.range = (f._choices(params, "range", list(RANGES)) or [""])[0]
-        f.workflow = f._number(params, "workflow", "a workflow id")
-        f.group = f._number(params, "group", "a failure group id")
-        f.trace_id = f._trace(params)
-        f.since = f._time(params, "since")
-        f.until = f._time(params, "until")
-        f.after = f._cursor(params, "after")
-        f.before = f._cursor(params, "before")
-        f.q = params.get("q", "").strip()[:200]
-        if f.group is not None:
-            group = FailureGroup.objects.filter(pk=f.group).values_list("signature", flat=True)
-            f.signature = group.first() or ""
-            if not f.signature:
-                f.errors.append(f"There is no failure group #{f.group}.")
-        if f.since and f.until and f.since >= f.until:
-            f.errors.append("“From” must come before “To”.")
-        f._apply_range(now)
-        return f
-
-    def _choices(self, params: QueryDict, key: str, allowed: list[str]) -> list[str]:
-        values = _values(params, key)
-        wrong = [v for v in values if v not in allowed]
-        if wrong:
-            self.errors.append(
-                f"{key.replace('_', ' ')} {', '.join(map(repr, wrong))} is not one of: "
-                f"{', '.join(allowed)}."
-            )
-        return [v for v in values if v in allowed]
-
-    def _failure_types(self, names: list[str]) -> list[str]:
-        """The canonical names of the failure types asked for, aliases included ("auth_error");
-        a name in neither the taxonomy nor its alias table is refused with the reason."""
-        found = [canonical_failure_type(name, self.errors) for name in names]
-        return list(dict.fromkeys(name for name in found if name))
-
-    def _trace(self, params: QueryDict) -> str:
-        raw = params.get("trace_id", "").strip()
-        value = _trace_id(raw)
-        if raw and not value:
-            self.errors.append(f"trace id {raw!r} is not a trace id (32 hex digits).")
-        return value
-
-    def _number(self, params: QueryDict, key: str, what: str) -> int | None:
-        raw = params.get(key, "").strip()
-        if not raw:
-            return None
-        if raw.isdigit() and int(raw) < 2**63:
-            return int(raw)
-        self.errors.append(f"{key} {raw!r} is not {what} (a number).")
-        return None
-
-    def _time(self, params: QueryDict, key: str) -> datetime | None:
-        raw = params.get(key, "").strip()
-        if not raw:
-            return None
-        try:
-            value = parse_datetime(raw)
-        except ValueError:
-            value = None
-        if value is None:
-            label = {"since": "From", "until": "To"}[key]
-            self.errors.append(f"“{label}” {raw!r} is not a date and time (YYYY-MM-DDTHH:MM).")
-            return None
-        return value.replace(tzinfo=UTC) if timezone.is_naive(value) else value
-
-    def _cursor(self, params: QueryDict, key: str) -> tuple[datetime, int] | None:
-        raw = params.get(key, "")
-        if not raw:
-            return None
-        try:
-            return keyset.decode_cursor(raw)
-        except ValueError:
-            self.errors.append("This page link is damaged: start again from the newest runs.")
-            return None
-
-    def _apply_range(self, now: datetime) -> None:
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since >= until:
+            raise ValidationError("“From” must come before “To”.")
         # A tile window aligns to whole steps exactly as the tile counted, so the numbers match.
-        if self.range in WINDOWS:
-            self.since = WINDOWS[self.range].bounds(now)[1]
-        elif self.range == "30d":
-            self.since = now - timedelta(days=30)
-        if not self.q:
-            return
-        until = self.until or now
-        if self.since is None:
-            self.since = until - SEARCH_DEFAULT
-            self.notices.append("Search looks at the last 24 hours unless you pick a range.")
-        elif until - self.since > SEARCH_MAX:
-            self.since = until - SEARCH_MAX
-            self.notices.append("Search covers at most 7 days: the range was shortened.")
+        if data.get("range") in WINDOWS:
+            since = WINDOWS[data["range"]].bounds(self.now)[1]
+        elif data.get("range") == "30d":
+            since = self.now - timedelta(days=30)
+        if data.get("q"):
+            end = until or self.now
+            if since is None:
+                since = end - SEARCH_DEFAULT
+                self.notices.append("Search looks at the last 24 hours unless you pick a range.")
+            elif end - since > SEARCH_MAX:
+                since = end - SEARCH_MAX
+                self.notices.append("Search covers at most 7 days: the range was shortened.")
+        data["since"] = since
+        return data
 
     def apply(self, qs: RunQuerySet) -> RunQuerySet:
-        many = {"status": self.status, "failure_type": self.failure_type}
+        """The runs these (valid) filters match."""
+        data = self.cleaned_data
+        many = {"status": data["status"], "failure_type": data["failure_type"]}
         qs = qs.filtered(
             **{name: values[0] for name, values in many.items() if len(values) == 1},
-            workflow=self.workflow,
-            trace_id=self.trace_id or None,
-            since=self.since,
-            until=self.until,
+            workflow=data["workflow"],
+            trace_id=data["trace_id"] or None,
+            since=data["since"],
+            until=data["until"],
         )
         qs = qs.filter(**{f"{n}__in": v for n, v in many.items() if len(v) > 1})
         for column in ("source", "agent"):
-            if prefixes := getattr(self, column):
+            if prefixes := data[column]:
                 qs = qs.filter(prefix_condition(column, prefixes))
-        if self.signature:
+        if data["group"] is not None:
             qs = qs.filter(signature=self.signature)
-        for flag in self.flags:
+        for flag in data["flag"]:
             qs = FLAGS[flag][1](qs)
-        if self.q:
-            qs = search(qs, self.q, self.since, self.until)
+        if data["q"]:
+            qs = search(qs, data["q"], data["since"], data["until"])
         return qs
 
     @property
     def active(self) -> bool:
-        return bool(
-            self.status
-            or self.failure_type
-            or self.source
-            or self.agent
-            or self.workflow
-            or self.trace_id
-            or self.group
-            or self.since
-            or self.until
-            or self.q
-            or self.flags
+        """Whether any filter narrows the list (a range does, through `since`)."""
+        positions = ("range", "after", "before")
+        return any(
+            v not in (None, "", []) for k, v in self.cleaned_data.items() if k not in positions
         )
 
     @property
     def status_value(self) -> str:
-        return ",".join(self.status)
+        return ",".join(self.cleaned_data.get("status", []))
 
     @property
     def failure_type_value(self) -> str:
-        return ",".join(self.failure_type)
+        return ",".join(self.cleaned_data.get("failure_type", []))
 
     @property
     def flag_labels(self) -> list[str]:
-        return [FLAGS[x][0] for x in self.flags]
+        return [FLAGS[x][0] for x in self.cleaned_data.get("flag", [])]
 
     def unmatched(self) -> list[str]:
         """The source and agent prefixes no known name starts with (said on an empty result)."""
@@ -267,10 +190,20 @@ class RunFilter:
             names = known_names(column, fresh=True)
             if len(names) > KNOWN_NAMES_MAX:
                 continue
-            for prefix in getattr(self, column):
+            for prefix in self.cleaned_data[column]:
                 if not matching(names, prefix):
                     out.append(f"No {column} name starts with “{prefix}”.")
         return out
+
+
+class RunExport(RunFilters):
+    """The runs list's filters and a download's format; its page cursors are read, not used."""
+
+    format = OneOfField(
+        choices=[(name, name) for name in export.FORMATS],
+        empty_value="csv",
+        error_messages={"invalid_choice": "Unknown export format %(value)r: %(allowed)s."},
+    )
 
 
 # ---------------------------------------------------------------------------------------------

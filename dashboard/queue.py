@@ -1,4 +1,4 @@
-"""The review queue's filters, facet counts and grouped view, read from the query string.
+"""The review queue's filters (a form read from the query string), facet counts and grouped view.
 
 Every filter lives in the URL (a filtered queue is a link to share, the back button works). The
 facets are columns of the review item itself (copied from the run when it opens), so counting
@@ -9,7 +9,7 @@ applied, as a faceted search shows them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -32,7 +32,14 @@ from django.db.models import (
 )
 from django.http import QueryDict
 
-from dashboard.filters import canonical_failure_type
+from dashboard.filterforms import (
+    ClippedField,
+    CursorField,
+    FailureTypeField,
+    IdField,
+    OneOfField,
+    QueryForm,
+)
 from orchestrator import keyset
 from orchestrator.models import FailureType, ReviewItem, Workflow
 from orchestrator.vocabulary import Origin
@@ -71,86 +78,38 @@ class FacetOption:
     href: str
 
 
-@dataclass
-class QueueFilter:
-    """The queue's filters; `errors` names each value that was refused (never silently)."""
+class QueueFilters(QueryForm):
+    """The queue's filters; each facet's counts apply every one of them but its own."""
 
-    failure_type: str = ""
-    source: str = ""
-    agent: str = ""
-    workflow: int | None = None
-    age: str = ""
-    claim: str = ""
-    origin: str = ""
-    signature: str = ""
-    state: str = "open"
-    view: str = "list"
-    after: tuple[datetime, int] | None = None
-    before: tuple[datetime, int] | None = None
-    errors: list[str] = field(default_factory=list)
+    failure_type = FailureTypeField()
+    source = ClippedField(clip=100)
+    agent = ClippedField(clip=100)
+    workflow = IdField(what="a workflow id")
+    age = OneOfField(choices=[(name, label) for name, (label, _, _) in AGES.items()])
+    claim = OneOfField(choices=CLAIMS.items())
+    origin = OneOfField(choices=Origin.choices)
+    signature = ClippedField(clip=64)
+    state = OneOfField(choices=STATES.items(), empty_value="open")
+    view = OneOfField(choices=VIEWS.items(), empty_value="list")
+    after = CursorField()
+    before = CursorField()
 
-    @classmethod
-    def from_query(cls, params: QueryDict) -> QueueFilter:
-        f = cls()
-        choices = {
-            "age": list(AGES),
-            "claim": list(CLAIMS),
-            "origin": [o.value for o in Origin],
-            "state": list(STATES),
-            "view": list(VIEWS),
-        }
-        if params.get("show") == "resolved":  # the old "Resolved" link
-            f.state = "resolved"
-        f.failure_type = canonical_failure_type(params.get("failure_type", ""), f.errors)
-        for name, allowed in choices.items():
-            raw = params.get(name, "").strip()
-            if raw and raw not in allowed:
-                label = name.replace("_", " ")
-                f.errors.append(f"{label} {raw!r} is not one of: {_list(allowed)}.")
-            elif raw:
-                setattr(f, name, raw)
-        f.source = params.get("source", "").strip()[:100]
-        f.agent = params.get("agent", "").strip()[:100]
-        f.signature = params.get("signature", "").strip()[:64]
-        f._read_workflow(params.get("workflow", "").strip())
-        f.after = f._cursor(params, "after")
-        f.before = f._cursor(params, "before")
-        return f
-
-    def _read_workflow(self, raw: str) -> None:
-        if raw.isdigit():
-            self.workflow = int(raw)
-        elif raw:
-            self.errors.append(f"workflow {raw!r} is not a workflow id (a number).")
-
-    def _cursor(self, params: QueryDict, name: str) -> tuple[datetime, int] | None:
-        raw = params.get(name, "")
-        if not raw:
-            return None
-        try:
-            return keyset.decode_cursor(raw)
-        except ValueError:
-            self.errors.append("This page link is damaged: start again from the first page.")
-            return None
-
-    # -----------------------------------------------------------------------------------------
+    def clean_state(self) -> str:
+        if self.data.get("show") == "resolved" and not self.data.get("state"):
+            return "resolved"  # the old "Resolved" link
+        return self.cleaned_data["state"]
 
     def conditions(self, user: Any, now: datetime) -> dict[str, Q]:
         """Each active filter's condition, by its name (a facet's, or "signature")."""
-        exact = {
-            "failure_type": self.failure_type,
-            "source": self.source,
-            "agent": self.agent,
-            "origin": self.origin,
-            "signature": self.signature,
-        }
-        out = {name: Q(**{name: value}) for name, value in exact.items() if value}
-        if self.workflow is not None:
-            out["workflow"] = Q(workflow_id=self.workflow)
-        if self.age:
-            out["age"] = _age_condition(self.age, now)
-        if self.claim:
-            out["claim"] = _claim_condition(self.claim, user)
+        data = self.cleaned_data
+        exact = ("failure_type", "source", "agent", "origin", "signature")
+        out = {name: Q(**{name: data[name]}) for name in exact if data[name]}
+        if data["workflow"] is not None:
+            out["workflow"] = Q(workflow_id=data["workflow"])
+        if data["age"]:
+            out["age"] = _age_condition(data["age"], now)
+        if data["claim"]:
+            out["claim"] = _claim_condition(data["claim"], user)
         return out
 
     def apply(self, qs: QuerySet, user: Any, now: datetime, skip: str = "") -> QuerySet:
@@ -162,17 +121,13 @@ class QueueFilter:
 
     @property
     def active(self) -> bool:
-        return any(
-            (self.failure_type, self.source, self.agent, self.workflow, self.age, self.claim)
-        ) or bool(self.origin or self.signature)
+        data = self.cleaned_data
+        facets = ("failure_type", "source", "agent", "age", "claim", "origin", "signature")
+        return data.get("workflow") is not None or any(data.get(name) for name in facets)
 
     def value(self, facet: str) -> str:
-        value = getattr(self, facet)
+        value = self.cleaned_data[facet]
         return "" if value is None else str(value)
-
-
-def _list(values: Any) -> str:
-    return ", ".join(str(v) for v in values)
 
 
 def _age_condition(age: str, now: datetime) -> Q:
@@ -215,7 +170,7 @@ def _claim_bucket(user: Any) -> Case:
 
 
 def facets(
-    pending: QuerySet, f: QueueFilter, user: Any, now: datetime, params: QueryDict
+    pending: QuerySet, f: QueueFilters, user: Any, now: datetime, params: QueryDict
 ) -> tuple[list[tuple[str, str, list[FacetOption]]], int]:
     """Each facet's options with their counts (`facet_counts`), most common first (the chosen
     one always shown), and the open items in all (unfiltered)."""
@@ -230,7 +185,7 @@ def facets(
 
 
 def facet_counts(
-    pending: QuerySet, f: QueueFilter, user: Any, now: datetime
+    pending: QuerySet, f: QueueFilters, user: Any, now: datetime
 ) -> tuple[dict[str, dict[str, int]], int]:
     """{facet: {value: open items}}, each facet counted with every other active filter, and
     the pending items in all.
@@ -334,7 +289,7 @@ def _toggle(kept: list[tuple[str, str]], name: str, value: str, chosen: str) -> 
 
 
 def _workflow_options(
-    pending: QuerySet, f: QueueFilter, user: Any, now: datetime, params: QueryDict
+    pending: QuerySet, f: QueueFilters, user: Any, now: datetime, params: QueryDict
 ) -> list[FacetOption]:
     rows = list(
         f.apply(pending, user, now, skip="workflow")
@@ -365,13 +320,12 @@ def _workflow_options(
 # Pages and groups
 
 
-def list_page(qs: QuerySet, f: QueueFilter) -> keyset.Page:
+def list_page(qs: QuerySet, f: QueueFilters) -> keyset.Page:
     """Open items oldest first (the longest wait at the top), or resolved ones latest first."""
-    if f.state == "resolved":
-        return keyset.page(
-            qs, PAGE_SIZE, after=f.after, before=f.before, field="resolved_at", descending=True
-        )
-    return keyset.page(qs, PAGE_SIZE, after=f.after, before=f.before, descending=False)
+    cursors = {name: f.cleaned_data[name] for name in ("after", "before")}
+    if f.cleaned_data["state"] == "resolved":
+        return keyset.page(qs, PAGE_SIZE, **cursors, field="resolved_at", descending=True)
+    return keyset.page(qs, PAGE_SIZE, **cursors, descending=False)
 
 
 @dataclass

@@ -12,9 +12,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from dashboard.access import EDIT_POLICIES, VIEW, requires
-from dashboard.filters import (
-    canonical_failure_type,
-)
+from dashboard.filterforms import canonical_failure_type
 from dashboard.views.common import download
 from insights import slo
 from orchestrator.analytics import export, retryable

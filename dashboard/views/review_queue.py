@@ -55,7 +55,8 @@ REVIEW_RELATED = ("run", "run__workflow", "workflow", "assignee", "resolved_by",
 def review_queue(request: HttpRequest) -> HttpResponse:
     """Open items oldest first in keyset pages, filtered by facets with counts; or grouped by
     signature; or the resolved ones, the latest decision first."""
-    f = queue.QueueFilter.from_query(request.GET)
+    f = queue.QueueFilters(request.GET)
+    valid = f.is_valid()
     now = timezone.now()
     user = request.user
     items = visible(user, ReviewItem)
@@ -70,7 +71,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
         "page": None,
         "groups": None,
     }
-    if not f.errors:
+    if valid:
         context |= _queue_results(request, f, items, pending, now)
     if context["open_total"] is None:
         context["open_total"] = pending.count()
@@ -79,15 +80,15 @@ def review_queue(request: HttpRequest) -> HttpResponse:
         template += "#results"
     # A refused filter is the client's mistake (400) on a whole page; htmx swaps only 2xx, so a
     # fragment answers 200 and shows the same errors in place.
-    status = 400 if f.errors and not wants_fragment(request) else 200
+    status = 400 if not valid and not wants_fragment(request) else 200
     return render(request, template, context, status=status)
 
 
 def _queue_results(
-    request: HttpRequest, f: queue.QueueFilter, items: Any, pending: Any, now: Any
+    request: HttpRequest, f: queue.QueueFilters, items: Any, pending: Any, now: Any
 ) -> dict[str, Any]:
     user = request.user
-    if f.state == "resolved":
+    if f.cleaned_data["state"] == "resolved":
         resolved = f.apply(items.filter(state=ReviewItem.State.RESOLVED), user, now)
         page = queue.list_page(resolved.select_related("workflow", "resolved_by"), f)
         _decorate(page.rows, user)
@@ -99,7 +100,7 @@ def _queue_results(
         "open_total": open_total,
         "matching": filtered.count() if f.active else None,
     }
-    if f.view == "groups":
+    if f.cleaned_data["view"] == "groups":
         # Each group's resolve form (and the resolutions it offers) loads when opened:
         # `review_item` with part=group.
         groups, total = queue.signature_groups(filtered, user)

@@ -16,7 +16,8 @@ from dashboard.access import REVIEW, VIEW, get_visible, requires, visible
 from dashboard.filters import (
     PAGE_SIZE,
     RANGES,
-    RunFilter,
+    RunExport,
+    RunFilters,
     Total,
     known_names,
     total,
@@ -45,7 +46,8 @@ from orchestrator.models import (
 def runs(request: HttpRequest) -> HttpResponse:
     """Runs newest first, filtered from the query string, in keyset pages both ways, with their
     total; a filter the page cannot use is shown as an error instead of being ignored."""
-    filters = RunFilter.from_query(request.GET)
+    filters = RunFilters(request.GET)
+    valid = filters.is_valid()
     context: dict[str, Any] = {
         "filters": filters,
         "page": None,
@@ -61,12 +63,12 @@ def runs(request: HttpRequest) -> HttpResponse:
         "runs_prefix": reverse("dashboard:runs"),
         "workflows_prefix": reverse("dashboard:workflows"),
     }
-    if not filters.errors:
+    if valid:
         context |= _runs_results(request, filters)
     template = "dashboard/runs.html#results" if wants_fragment(request) else "dashboard/runs.html"
     # A refused filter is the client's mistake (400) on a whole page; htmx swaps only 2xx, so a
     # fragment answers 200 and shows the same errors in place.
-    status = 400 if filters.errors and not wants_fragment(request) else 200
+    status = 400 if not valid and not wants_fragment(request) else 200
     return render(request, template, context, status=status)
 
 
@@ -75,12 +77,11 @@ def runs(request: HttpRequest) -> HttpResponse:
 def runs_export(request: HttpRequest) -> HttpResponse:
     """The runs list's filters as a download: CSV (`format=csv`) or JSON Lines (`format=jsonl`),
     streamed over keyset pages, every matching run (the list's page cursors are ignored)."""
-    filters = RunFilter.from_query(request.GET)
-    fmt = request.GET.get("format", "csv")
-    if fmt not in export.FORMATS:
-        filters.errors.append(f"Unknown export format {fmt!r}: csv or jsonl.")
-    if filters.errors:
-        return HttpResponse("\n".join(filters.errors) + "\n", status=400, content_type="text/plain")
+    filters = RunExport(request.GET)
+    if not filters.is_valid():
+        text = "\n".join(filters.error_texts) + "\n"
+        return HttpResponse(text, status=400, content_type="text/plain")
+    fmt = filters.cleaned_data["format"]
     matching = filters.apply(visible(request.user, Run))
     return download(export.runs_export(matching, fmt), fmt, "runs")
 
@@ -90,17 +91,18 @@ def runs_export(request: HttpRequest) -> HttpResponse:
 def runs_total(request: HttpRequest) -> HttpResponse:
     """How many runs the list's filters match: the runs page asks once it is shown (htmx), so
     a count that reads many rows never holds the list back."""
-    filters = RunFilter.from_query(request.GET)
-    if filters.errors:  # the list shows them; a total of nothing would add nothing
+    filters = RunFilters(request.GET)
+    if not filters.is_valid():  # the list shows the errors; a total of nothing adds nothing
         return HttpResponse("")
     matching = filters.apply(visible(request.user, Run))
     return render(request, "dashboard/_runs_total.html", {"total": total(matching)})
 
 
-def _runs_results(request: HttpRequest, filters: RunFilter) -> dict[str, Any]:
+def _runs_results(request: HttpRequest, filters: RunFilters) -> dict[str, Any]:
     matching = filters.apply(visible(request.user, Run))
     qs = matching.select_related("workflow").defer(*LIST_DEFER)
-    page = keyset.page(qs, PAGE_SIZE, after=filters.after, before=filters.before)
+    cursors = {name: filters.cleaned_data[name] for name in ("after", "before")}
+    page = keyset.page(qs, PAGE_SIZE, **cursors)
     for run in page.rows:
         run.actions = actions.applicable(run)
     offered = {a for run in page.rows for a in run.actions}

@@ -114,8 +114,8 @@ def test_the_one_statement_facet_counts_equal_a_group_by_per_facet(queue, operat
         f"workflow={queue['a'].workflow_id}&claim=unclaimed",
         "signature=news_api-timeout&source=news_api",
     ]:
-        f = queue_module.QueueFilter.from_query(QueryDict(query))
-        assert not f.errors, query
+        f = queue_module.QueueFilters(QueryDict(query))
+        assert f.is_valid(), query
         expected = {
             name: dict(
                 f.apply(annotated, operator, now, skip=name)

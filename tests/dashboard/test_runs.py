@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard.filters import PAGE_SIZE, RunFilter
+from dashboard.filters import PAGE_SIZE, RunFilters
 from orchestrator.models import Run
 
 from .conftest import ago, make_failure, make_run, make_workflow, signed_in
@@ -111,8 +111,9 @@ def test_search_is_bounded_to_a_window(operator_client):
     assert ids(response) == []
     assert "last 24 hours" in response.content.decode()
     assert len(ids(operator_client.get(RUNS + "?q=needle&range=7d"))) == 1
-    f = RunFilter.from_query(_query("q=needle&since=2020-01-01T00:00"), now=timezone.now())
-    assert timezone.now() - f.since <= timedelta(days=7, seconds=1)
+    f = RunFilters(_query("q=needle&since=2020-01-01T00:00"), now=timezone.now())
+    assert f.is_valid()
+    assert timezone.now() - f.cleaned_data["since"] <= timedelta(days=7, seconds=1)
     assert "at most 7 days" in f.notices[0]
 
 
