@@ -39,7 +39,6 @@ from dashboard.filterforms import (
     QueryForm,
     TraceIdField,
     ValuesField,
-    canonical_failure_type,  # noqa: F401  TEMPORARY (H6), for groups.py
 )
 from insights.models import FailureGroup
 from insights.stats import WINDOWS

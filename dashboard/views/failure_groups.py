@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.access import REVIEW, VIEW, get_visible, requires, visible
-from dashboard.groups import HAS, GroupFilter, GroupRow
+from dashboard.groups import HAS, GroupFilters, GroupRow
 from dashboard.views.common import LIST_DEFER, wants_fragment
 from insights import groups
 from insights.models import FailureGroup
@@ -28,7 +28,8 @@ from orchestrator.models import (
 @require_GET
 def failure_groups(request: HttpRequest) -> HttpResponse:
     """Failures grouped by signature, most recently seen first, with their counts in a window."""
-    f = GroupFilter.from_query(request.GET)
+    f = GroupFilters(request.GET)
+    valid = f.is_valid()
     now = timezone.now()
     context: dict[str, Any] = {
         "f": f,
@@ -39,26 +40,28 @@ def failure_groups(request: HttpRequest) -> HttpResponse:
         "failure_types": FailureType.choices,
         "has_choices": [(k, label) for k, (label, _) in HAS.items()],
     }
-    if not f.errors:
+    if valid:
         context |= _group_rows(request, f, now)
     template = "dashboard/groups.html"
     if wants_fragment(request):
         template += "#results"
-    status = 400 if f.errors and not wants_fragment(request) else 200
+    status = 400 if not valid and not wants_fragment(request) else 200
     return render(request, template, context, status=status)
 
 
-def _group_rows(request: HttpRequest, f: GroupFilter, now: Any) -> dict[str, Any]:
+def _group_rows(request: HttpRequest, f: GroupFilters, now: Any) -> dict[str, Any]:
     qs = f.apply(visible(request.user, FailureGroup))
-    window = groups.GROUP_WINDOWS.get(f.range)
+    data = f.cleaned_data
+    window = groups.GROUP_WINDOWS.get(data["range"])
     counts: dict[int, dict[str, int]] = {}
     if window is not None:
         counts = groups.window_counts(window, now)
-        column = HAS[f.has][1] if f.has else "count"
+        column = HAS[data["has"]][1] if data["has"] else "count"
         qs = qs.filter(pk__in=[pk for pk, c in counts.items() if c[column] > 0])
-    elif f.has:
-        qs = qs.filter(**{f"{HAS[f.has][1]}__gt": 0})
-    page = keyset.page(qs, 50, after=f.after, before=f.before, field="last_seen")
+    elif data["has"]:
+        qs = qs.filter(**{f"{HAS[data['has']][1]}__gt": 0})
+    cursors = {name: data[name] for name in ("after", "before")}
+    page = keyset.page(qs, 50, **cursors, field="last_seen")
     spark_window = window or groups.GROUP_WINDOWS["30d"]
     lines = groups.sparklines(spark_window, now, [g.pk for g in page.rows])
     rows = [GroupRow(g, counts.get(g.pk, {}), lines[g.pk]) for g in page.rows]
