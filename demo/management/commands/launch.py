@@ -248,8 +248,8 @@ class Command(BaseCommand):
         self.stdout.write(f"Celery worker with beat on {_broker_label()}")
 
     def _start_web(self, addr: str, env: dict[str, str]) -> None:
-        manage = str(Path(settings.BASE_DIR) / "manage.py")
-        child = self._spawn("web", [sys.executable, manage, "runserver", addr, "--noreload"], env)
+        """The web server as shipped (`config.serve`, as the Procfile's `web`) on `addr`."""
+        child = self._spawn("web", [sys.executable, "-m", "config.serve"], env | {"BIND": addr})
         host, _, port = addr.rpartition(":")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and child.alive() and not self.stop.is_set():
