@@ -1,24 +1,8 @@
 """The synchronous agent API: `AgentClient`, `Review` handles, `verify_signature`, `ClientError`.
 
-    client = AgentClient("http://failsight:8000", token)
-    with client.track("news-agent", "news_api", "search", attempted={"q": "film"}) as call:
-        call.partial_results.append(first_page)      # kept if the call fails later
-        call.results = fetch_everything()
-
-The client retries its own HTTP calls only when the classifier says a retry can help (a timeout, a
-reset connection, a 5xx, a 429 after its Retry-After), never a 401 or a 422; every report carries an
-idempotency key that stays the same across those retries, so a retried report never doubles a run.
-
-What `track` raises is classified here, with the provider overrides operators edit on the server:
-every answer carries `X-Policy-Version`, and when it differs from the version of the overrides the
-client holds, the overrides are fetched again from `GET /policies` (once per version; a failed
-fetch keeps the overrides it had). Like the whole package, this module talks to the server over
-HTTP only: it imports `classifier`, httpx and the standard library, nothing of the server's.
-
-`track` reports in the background by default: the run goes onto the queue of a `Reporter` (the
-sibling module `background`, which this one imports and which imports nothing of this one) and
-the agent's thread goes on. `strict=True` reports synchronously instead, as before: `call.run` is
-the stored run, and a report that fails raises.
+The client retries its own calls only when the classifier says a retry can help, under one
+idempotency key, so a retried report never doubles a run. What `track` raises is classified with
+the server's provider overrides, fetched again whenever an answer names a newer policy version.
 """
 
 from __future__ import annotations
@@ -45,14 +29,10 @@ from classifier import Classifier, Failure, FailureCategory, Overrides, classify
 from classifier.envelope import error_envelope, success_envelope
 from orchestrator.client.background import Reporter, ReportStats, default_spool_path
 
-# The package's name, as before the split (README: "The Python client"), for both its modules.
 logger = logging.getLogger("orchestrator.client")
 
-# The header every answer of the API carries (the server's `X-Policy-Version`).
 POLICY_VERSION_HEADER = "X-Policy-Version"
-# After a failed fetch of the policies, how long before the next attempt (seconds).
 POLICY_RETRY_SECONDS = 30.0
-# The envelope fields a report sends, when set.
 REPORTED_FIELDS = (
     "status",
     "failure_type",
@@ -90,10 +70,8 @@ class Call:
     partial_results: list[Any] = field(default_factory=list)
     alternatives: list[str] = field(default_factory=list)
     envelope: dict[str, Any] | None = None
-    # The stored run (strict mode only: in the background it is stored later, under `key`).
-    run: dict[str, Any] | None = None
-    # The run's idempotency key, the same across every retry and re-send of its report.
-    key: str = ""
+    run: dict[str, Any] | None = None  # strict mode only
+    key: str = ""  # the run's idempotency key
 
 
 class AgentClient:
@@ -115,13 +93,10 @@ class AgentClient:
         flush_interval: float = 1.0,
         flush_timeout: float = 5.0,
     ) -> None:
-        """`classifier`, if given, classifies what `track` raises (instead of one holding the
-        server's overrides, which `sync_policies` keeps current) and the client's own errors.
+        """`classifier`, if given, replaces the one holding the server's overrides.
 
-        `strict` reports each tracked run synchronously (raising if that fails). Otherwise runs
-        wait on a queue of `queue_size` for the reporting thread, which sends `batch_size` at a
-        time at least every `flush_interval` seconds, spools to `spool_path` (default: a file
-        per server and token under the user's cache directory) while the server is unreachable,
+        `strict` reports each tracked run synchronously (raising if that fails). Otherwise a
+        thread sends them in batches, spools them to `spool_path` while the server is unreachable,
         and on `close()` or exit sends what is left for at most `flush_timeout` seconds."""
         root = base_url.rstrip("/")
         root = root if root.endswith("/api/v1") else f"{root}/api/v1"
@@ -134,8 +109,8 @@ class AgentClient:
         self.classify_exc = classifier.classify if classifier else classify
         self.classifier = classifier
         self.sync_policies = sync_policies and classifier is None
-        self.policy_version: str | None = None  # the version of the overrides held
-        self.server_policy_version: str | None = None  # the latest version an answer named
+        self.policy_version: str | None = None
+        self.server_policy_version: str | None = None
         self._policy_classifier = Classifier()
         self._policy_lock = threading.Lock()
         self._policy_failed_at: float | None = None
@@ -153,7 +128,7 @@ class AgentClient:
 
     @property
     def stats(self) -> ReportStats:
-        """What background reporting did so far (a snapshot; all zero in strict mode)."""
+
         return self.reporter.snapshot() if self.reporter else ReportStats()
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -171,8 +146,6 @@ class AgentClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- the API ---------------------------------------------------------------------------------
 
     def report(
         self,
@@ -198,17 +171,13 @@ class AgentClient:
         workflow: int | None = None,
         tried: list[str] | None = None,
     ) -> dict[str, Any]:
-        """Ask what to do after a failure. With `run_id` (a failed run this agent reported) the
-        decision is the coordinator's own, recorded on the run once (asking again returns it);
-        an `escalate` then carries `review` ({"id", "url"}): `client.review(id)` waits on it.
-        Without a run, `failure` and `source` say what failed and nothing is recorded."""
+        """Ask what to do after a failure. With `run_id` the decision is recorded on the run
+        once; without, `failure` and `source` say what failed and nothing is recorded."""
         body = {"run": run_id, "failure": failure, "attempt": attempt, "source": source}
         body |= {"workflow": workflow, "tried": tried or []}
         return self._request(
             "POST", "/decisions", json={k: v for k, v in body.items() if v not in (None, [])}
         )
-
-    # -- the run lifecycle and human review ----------------------------------------------------
 
     def start(
         self,
@@ -218,9 +187,8 @@ class AgentClient:
         attempted: dict[str, Any] | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
-        """Report a run as started (`running`) and return it: its `id` is what `finish`,
-        `decide` and `escalate` name. Sent synchronously (the agent needs the id), with an
-        idempotency key kept across the client's own retries."""
+        """Report a run as started (`running`) and return it, synchronously: the agent needs its
+        id."""
         body = {"status": "running", "agent": agent, "source": source, "operation": operation}
         body |= {"attempted": attempted or {}, "started_at": _utc_now()}
         body |= {k: v for k, v in fields.items() if v is not None}
@@ -237,9 +205,8 @@ class AgentClient:
         partial_results: list[Any] | None = None,
         attempted: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Finish a started run with its envelope, or with the exception it failed with
-        (classified here, with the server's overrides for `source`); return the stored run.
-        Finishing again with the same outcome is harmless (the server returns the run)."""
+        """Finish a started run with its envelope, or with the exception it failed with; return
+        the stored run."""
         if isinstance(outcome, BaseException):
             envelope = error_envelope(
                 outcome,
@@ -255,30 +222,28 @@ class AgentClient:
         return self._request("PATCH", f"/runs/{run_id}", json=body)
 
     def start_workflow(self, name: str, topics: list[str], **fields: Any) -> dict[str, Any]:
-        """Start a workflow this agent's own coordinator runs (`"coordinator": "external"`):
-        report its runs with `workflow=<id>, topic=…`, then `finish_workflow`."""
+        """Start a workflow this agent's own coordinator runs: report its runs with
+        `workflow=<id>, topic=…`, then `finish_workflow`."""
         body = {"name": name, "topics": topics, "coordinator": "external"} | fields
         key = uuid.uuid4().hex
         return self._request("POST", "/workflows", json=body, headers={"Idempotency-Key": key})
 
     def finish_workflow(self, workflow_id: int) -> dict[str, Any]:
-        """Settle the workflow's coverage from its runs (it stays `awaiting_review` while one of
-        its review items is open: finish it again after acting on the resolution)."""
+        """Settle the workflow's coverage from its runs (not while a review item is open)."""
         return self._request("POST", f"/workflows/{workflow_id}/finish")
 
     def escalate(self, run_id: int, reason: str) -> Review:
-        """Send a failed run to human review; the handle waits for the resolution (`.wait`)
-        and acknowledges it (`.ack`). A run with an item already open returns that item."""
+        """Send a failed run to human review; return a handle to `.wait` on and `.ack`."""
         data = self._request("POST", "/reviews", json={"run": run_id, "reason": reason})
         return Review(self, data)
 
     def review(self, item_id: int) -> Review:
-        """A handle on a review item (from a decision's `review`, say)."""
+
         return Review(self, self._request("GET", f"/reviews/{item_id}"))
 
     def resolutions(self, page_size: int = 50) -> Iterator[Review]:
-        """The resolutions of this token's review items not acknowledged yet, the earliest
-        first; each is a handle to act on and `.ack()`. Pages are fetched as the loop goes."""
+        """Yield the resolutions of this token's review items not acknowledged yet, earliest
+        first."""
         params: dict[str, Any] = {"state": "resolved", "delivered": "false", "limit": page_size}
         while True:
             page = self._request("GET", "/reviews", params=params)
@@ -292,17 +257,14 @@ class AgentClient:
         return self._request("POST", "/classify", json=description)
 
     def policies(self) -> dict[str, Any]:
-        """The routing table and the enabled provider overrides, with their version."""
+
         return self._request("GET", "/policies")
 
-    # -- the server's overrides, for classifying here --------------------------------------------
-
     def report_classifier(self) -> Classifier:
-        """The classifier for what `track` raises: the one given, else one holding the server's
-        enabled provider overrides, fetched again first if an answer named a newer version."""
+        """Return the classifier for what `track` raises."""
         if self.classifier is not None:
             return self.classifier
-        # In the background the reporting thread fetches them: never the agent's thread.
+        # Never on the agent's thread when a reporting thread exists.
         if self.sync_policies and self.reporter is None and self._policies_stale():
             self.refresh_policies()
         return self._policy_classifier
@@ -322,7 +284,7 @@ class AgentClient:
             return True
 
     def _fetch_policies(self) -> dict[str, Any]:
-        # One attempt, no retry loop: a classification must never wait on a struggling server.
+        # No retry loop: a classification must never wait on a struggling server.
         response = self.http.get("/policies")
         self._note_policy_version(response)
         response.raise_for_status()
@@ -343,8 +305,6 @@ class AgentClient:
         if version:
             self.server_policy_version = version
 
-    # -- tracking subagent calls -----------------------------------------------------------------
-
     @contextlib.contextmanager
     def track(
         self,
@@ -356,10 +316,7 @@ class AgentClient:
         reraise: bool = True,
         **fields: Any,
     ) -> Iterator[Call]:
-        """Time the block, classify what it raises, report the envelope with its partial results.
-
-        In the background (the default) the report is queued and `call.key` names it; with
-        `strict=True` it is sent before the block exits and `call.run` is the stored run."""
+        """Time the block, classify what it raises, report the envelope with its partial results."""
         call = Call(
             attempted=dict(attempted or {}, **({"operation": operation} if operation else {})),
             key=uuid.uuid4().hex,
@@ -431,8 +388,6 @@ class AgentClient:
         except Exception:  # the agent's code never pays for our reporting
             self.reporter.count_lost("could not queue a run", exc_info=True)
 
-    # -- HTTP with classified retries --------------------------------------------------------------
-
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         for attempt in range(1, self.max_attempts + 1):
             try:
@@ -451,8 +406,7 @@ class AgentClient:
 
     def _retry_delay(self, failure: Failure, attempt: int) -> float | None:
         """Return how long to wait before retrying, or None if retrying cannot help."""
-        # The classifier's own judgement (status, provider flags such as x-should-retry), except
-        # that an error it cannot classify is not worth a blind retry of our own request.
+        # An error the classifier cannot classify is not worth a blind retry of our own request.
         unknown = failure.category == FailureCategory.UNCLASSIFIED
         if attempt >= self.max_attempts or not failure.retryable or unknown:
             return None
@@ -463,9 +417,9 @@ class AgentClient:
 
 class Review:
     """A review item as an agent holds it: its state, and the resolution once an operator
-    decided (`resolution`: action, input, source, failure_type, note, resolved_by, resolved_at)."""
+    decided."""
 
-    # The server answers a long poll after at most this long; the client asks again until done.
+    # The server answers a long poll after at most this long.
     LONGEST_POLL = 30.0
 
     def __init__(self, client: AgentClient, data: dict[str, Any]) -> None:
@@ -493,14 +447,13 @@ class Review:
 
     def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
         """Long-poll until an operator resolves the item; return the resolution, or None if
-        `timeout` seconds passed first (None: wait as long as it takes)."""
+        `timeout` seconds passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.resolution is None:
             left = self.LONGEST_POLL if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 return None
             poll = min(self.LONGEST_POLL, left)
-            # The answer may take `poll` seconds on top of the server's usual time.
             patience = (self.client.http.timeout.read or 10.0) + poll
             data = self.client._request(
                 "GET", f"/reviews/{self.id}", params={"wait": round(poll, 3)}, timeout=patience
@@ -509,7 +462,7 @@ class Review:
         return self.resolution
 
     def ack(self) -> dict[str, Any]:
-        """Tell the server the resolution was picked up: it leaves `client.resolutions()`."""
+        """Tell the server the resolution was picked up."""
         self._update(self.client._request("POST", f"/reviews/{self.id}/ack"))
         return self.data
 
@@ -520,8 +473,8 @@ class Review:
 def verify_signature(
     secret: str, header: str, body: bytes, tolerance: float = 300.0, now: float | None = None
 ) -> bool:
-    """Check a webhook's `Failsight-Signature` (t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">)
-    against the token's signing secret; a timestamp older than `tolerance` s is refused."""
+    """Return whether a webhook's `Failsight-Signature` (t=<unix>,v1=<hex HMAC-SHA256 of
+    "<t>.<body>">) matches the token's signing secret within `tolerance` seconds."""
     parts = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
     try:
         stamp = int(parts["t"])
@@ -544,7 +497,7 @@ def _body(exc: httpx.HTTPError) -> Any:
 
 
 def report_body(envelope: dict[str, Any], *, agent: str, source: str, **fields: Any) -> dict:
-    """The body of a run report: the envelope's fields that are set, who ran it, and `fields`."""
+
     body = {k: envelope[k] for k in REPORTED_FIELDS if envelope.get(k) is not None}
     body |= {"agent": agent, "source": source}
     return body | {k: v for k, v in fields.items() if v is not None}

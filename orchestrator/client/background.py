@@ -1,19 +1,6 @@
-"""Reporting in the background: `Reporter`, its `Spool` and its `ReportStats`, the flush at exit.
-
-`AgentClient.track` reports in the background by default, as the SDKs of tracing tools do (README:
-"The Python client"): the run goes onto a bounded queue and the agent's thread goes on; a daemon
-thread (`Reporter`) sends the queue in batches to `POST /runs/batch` (every second, or as soon
-as 100 runs wait), retries a batch as the classifier advises, spools batches to a local file
-while the server stays unreachable and sends that file again when it answers (or on the next
-start), and flushes on exit (`close()`, and at interpreter exit). A run's idempotency key is
-chosen when it is queued and travels with it through retries and the spool, so a run is never
-stored twice. A reporting failure is logged and counted in `client.stats`, never raised into the
-agent's code. Fetching the overrides is the reporting thread's job too: a failure is classified
-with the overrides held at that moment, without waiting on the network.
-
-The `Reporter` works through the `AgentClient` it is given (its HTTP client, classifier and retry
-advice) without importing the module `api`: that module builds the reporter, so it imports this
-one, never the reverse.
+"""Reporting in the background: a daemon thread sends queued runs in batches, spools them to a
+local file while the server is unreachable, and flushes at exit. A run's idempotency key travels
+with it, so it is never stored twice; a reporting failure is counted, never raised into the agent.
 """
 
 from __future__ import annotations
@@ -36,15 +23,13 @@ from typing import Any
 
 import httpx
 
-# The package's name, as before the split (README: "The Python client"), for both its modules.
 logger = logging.getLogger("orchestrator.client")
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def default_spool_path(base_url: str, token: str) -> Path:
-    """A spool file per server and token (a run re-sent under another token would be another
-    report) under the user's cache directory: $XDG_CACHE_HOME, else ~/.cache."""
+    """Return a spool file per server and token (under another token a run is another report)."""
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     name = hashlib.sha256(f"{base_url}\n{token}".encode()).hexdigest()[:16]
     return Path(cache) / "failsight" / f"spool-{name}.jsonl"
@@ -52,18 +37,16 @@ def default_spool_path(base_url: str, token: str) -> Path:
 
 @dataclass
 class ReportStats:
-    """Counts of background reporting, in runs. `lost` counts runs that will never reach the
-    server (queue full, a report the server refused whole, the spool full); `rejected` the runs
-    it refused one by one (their reasons are logged)."""
+    """Counts of background reporting, in runs; `lost` runs will never reach the server."""
 
     queued: int = 0
     created: int = 0
-    existing: int = 0  # already stored (a re-send after a lost answer): nothing stored twice
+    existing: int = 0  # a re-send after a lost answer
     rejected: int = 0
     lost: int = 0
     spooled: int = 0
-    resent: int = 0  # runs from the spool that reached the server
-    send_failures: int = 0  # batch attempts that failed (each retry counts)
+    resent: int = 0
+    send_failures: int = 0
     last_error: str = ""
 
     @property
@@ -74,10 +57,7 @@ class ReportStats:
 class Spool:
     """Runs waiting for the server, one JSON object per line, in a file that outlives the process.
 
-    Each change happens under an exclusive lock on a file beside it (where the platform has
-    flock), so processes sharing a spool never interleave writes; none holds it over the network.
-    A re-sent run is removed by its idempotency key, so runs spooled meanwhile are kept, and a
-    run sent twice (a crash between the answer and the removal) is stored once by the server.
+    Changes hold a flock on a file beside it, so processes sharing a spool never interleave writes.
     """
 
     def __init__(self, path: Path, max_bytes: int = 64 * 1024 * 1024) -> None:
@@ -118,7 +98,7 @@ class Spool:
             return self._read()
 
     def remove(self, keys: set[str]) -> None:
-        """Drop the runs with these idempotency keys (they reached the server)."""
+        """Drop the runs with these idempotency keys: runs spooled meanwhile are kept."""
         with self._locked():
             kept = [item for item in self._read() if item.get("idempotency_key") not in keys]
             if not kept:
@@ -140,7 +120,7 @@ class Spool:
         for line in lines:
             try:
                 item = json.loads(line)
-            except ValueError:  # a line cut by a crash mid-write: the rest is still good
+            except ValueError:  # a line cut by a crash mid-write
                 logger.warning("skipping an unreadable line of the spool %s", self.path)
                 continue
             if isinstance(item, dict):
@@ -149,13 +129,10 @@ class Spool:
 
 
 class _Flush:
-    """A marker on the queue: send what came before it now, then set `done`."""
-
     def __init__(self) -> None:
         self.done = threading.Event()
 
 
-# Reporters alive in this process, closed (flushed) at interpreter exit.
 _LIVE_REPORTERS: weakref.WeakSet[Reporter] = weakref.WeakSet()
 
 
@@ -168,17 +145,14 @@ def _flush_at_exit() -> None:
 class Reporter:
     """The reporting thread of an AgentClient: the queue, batches, retries, the spool."""
 
-    # While the server is unreachable, batches go to the spool and the server is probed again
-    # after this many seconds, doubling up to the cap: no retry storm against a server that is
-    # down, and an answer within half a minute of its return.
+    # While the server is unreachable it is probed again after these, doubling: no retry storm.
     PROBE_FIRST = 1.0
     PROBE_MAX = 30.0
-    # How long an idle reporting thread waits for a run before looking at its other duties.
     IDLE_WAIT = 0.2
 
     def __init__(
         self,
-        client: Any,  # the AgentClient (module api) that builds this reporter
+        client: Any,  # the AgentClient: module api imports this one, never the reverse
         spool_path: Path,
         *,
         queue_size: int,
@@ -196,7 +170,7 @@ class Reporter:
         self._stats_lock = threading.Lock()
         self._start()
         _LIVE_REPORTERS.add(self)
-        if hasattr(os, "register_at_fork"):  # a forked child gets a thread of its own
+        if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
             os.register_at_fork(after_in_child=lambda: (r := ref()) and r._start())
 
@@ -206,14 +180,12 @@ class Reporter:
         self._closed = False
         self._down_until = 0.0
         self._probe = self.PROBE_FIRST
-        self._spool_dirty = True  # what an earlier run of the agent left is not known yet
+        self._spool_dirty = True  # an earlier run of the agent may have left some
         self.thread = threading.Thread(target=self._run, name="failsight-reporter", daemon=True)
         self.thread.start()
 
-    # -- the agent's side ------------------------------------------------------------------
-
     def put(self, item: dict[str, Any]) -> None:
-        """Queue one run for the reporting thread; never blocks, never raises."""
+        """Queue one run for the reporting thread; never blocks."""
         if self._closed:
             self.count_lost("the client is closed: run not reported")
             return
@@ -251,15 +223,11 @@ class Reporter:
             return
         self._closed = True
         self._closing.set()
-        # Wake the thread if it waits for more runs to fill a batch (up to `flush_interval`):
-        # otherwise the join below would time out and the batch die with the daemon thread. A
-        # full queue needs no wake-up: the batch fills at once.
+        # Wake a thread waiting to fill a batch, or the join below would time out.
         with contextlib.suppress(queue.Full):
             self.queue.put_nowait(_Flush())
         self.thread.join(self.flush_timeout + 1.0)
         _LIVE_REPORTERS.discard(self)
-
-    # -- the reporting thread ----------------------------------------------------------------
 
     def _run(self) -> None:
         self._guarded(self._refresh_policies)
@@ -269,14 +237,13 @@ class Reporter:
             if batch:
                 self._guarded(self._deliver, batch)
             elif self._spool_dirty and time.monotonic() >= self._down_until:
-                self._guarded(self._resend_spool)  # the server may be back, no run came to tell
+                self._guarded(self._resend_spool)  # the server may be back
             for marker in markers:
                 marker.done.set()
         self._guarded(self._drain_on_close)
 
     def _guarded(self, step: Callable[..., Any], *args: Any) -> None:
-        """Run one step of the thread; a bug in it loses that batch (logged, counted), never the
-        thread, and never the agent."""
+        """Run one step of the thread; a bug in it loses that batch, never the thread."""
         try:
             step(*args)
         except Exception:
@@ -285,8 +252,7 @@ class Reporter:
                 self.count_lost(f"{len(args[0])} runs lost to an unexpected error", len(args[0]))
 
     def _collect(self) -> tuple[list[dict[str, Any]], list[_Flush]]:
-        """Take runs until the batch is full or `flush_interval` has passed since the first;
-        a flush marker ends it at once. Empty after a short idle wait (to notice closing)."""
+        """Take runs until the batch is full or `flush_interval` has passed since the first."""
         batch: list[dict[str, Any]] = []
         markers: list[_Flush] = []
         deadline = time.monotonic() + self.IDLE_WAIT
@@ -308,11 +274,11 @@ class Reporter:
         return batch, markers
 
     def _deliver(self, batch: list[dict[str, Any]], from_spool: bool = False) -> bool:
-        """Send a batch, or spool it when the server cannot take it now; True if it was sent."""
+
         batch, body = self._encoded(batch)
         if not batch:
             return True
-        if time.monotonic() < self._down_until:  # known down: no attempt until the probe
+        if time.monotonic() < self._down_until:
             self._to_spool(batch, from_spool)
             return False
         answer = self._send(batch, body)
@@ -322,13 +288,13 @@ class Reporter:
         self._count(batch, answer, from_spool)
         self._down_until, self._probe = 0.0, self.PROBE_FIRST
         if not from_spool and self._spool_dirty:
-            self._resend_spool()  # the server answers again: what waited goes next
+            self._resend_spool()
         self._refresh_policies()
         return True
 
     def _encoded(self, batch: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes]:
-        """The runs JSON can carry, and the batch's body: a run holding a value JSON cannot
-        (an object, NaN) is lost alone, counted, instead of failing its whole batch."""
+        """Return the runs JSON can carry and the batch's body: a run JSON cannot hold is lost
+        alone, instead of failing its whole batch."""
         kept, parts = [], []
         for item in batch:
             try:
@@ -340,8 +306,8 @@ class Reporter:
         return kept, ('{"runs":[' + ",".join(parts) + "]}").encode()
 
     def _send(self, batch: list[dict[str, Any]], body: bytes) -> list[dict[str, Any]] | None:
-        """POST the batch, retrying as the classifier advises; its results, or None when it
-        should wait in the spool. A batch refused whole (a 401, a 413 …) is lost, and counted."""
+        """POST the batch, retrying as the classifier advises; return its results, or None when it
+        should wait in the spool."""
         client = self.client
         for attempt in range(1, client.max_attempts + 1):
             try:
@@ -385,10 +351,10 @@ class Reporter:
 
     def _to_spool(self, batch: list[dict[str, Any]], from_spool: bool) -> None:
         if from_spool:
-            return  # still in the spool
+            return
         try:
             written = self.spool.append(batch)
-        except (OSError, TypeError, ValueError):  # no disk, or a value JSON cannot hold
+        except (OSError, TypeError, ValueError):
             logger.warning("failsight: cannot write the spool %s", self.spool.path, exc_info=True)
             written = False
         if not written:
@@ -399,7 +365,7 @@ class Reporter:
             self._stats.spooled += len(batch)
 
     def _resend_spool(self) -> None:
-        """Send the spooled runs, oldest first, removing each batch once the server answered."""
+
         try:
             items = self.spool.read()
         except OSError:
@@ -413,13 +379,13 @@ class Reporter:
                 return
             try:
                 self.spool.remove({item.get("idempotency_key") for item in batch})
-            except OSError:  # sent again later and found stored: nothing doubles
+            except OSError:
                 logger.warning("failsight: cannot rewrite the spool", exc_info=True)
                 return
         self._spool_dirty = False
 
     def _drain_on_close(self) -> None:
-        """Send what is still queued until `flush_timeout` runs out; spool the rest."""
+
         deadline = time.monotonic() + self.flush_timeout
         pending: list[dict[str, Any]] = []
         while True:
