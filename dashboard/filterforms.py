@@ -73,14 +73,26 @@ class ValuesField(forms.Field):
         return list(value or [])[: self.max_values]
 
 
-def _allowed(choices: Iterable[tuple[Any, Any]]) -> str:
-    return ", ".join(str(value) for value, _ in choices if value != "")
+NOT_ONE_OF = "%(noun)s %(value)s is not one of: %(allowed)s."
+
+
+def _not_one_of(field: forms.Field, wrong: list[str]) -> ValidationError:
+    """The refusal of `wrong` values by a field of a closed list, naming what it allows."""
+    choices: Iterable[tuple[Any, Any]] = getattr(field, "choices", [])
+    params = {
+        "noun": str(field.label).lower(),
+        "value": ", ".join(map(repr, wrong)),
+        "allowed": ", ".join(str(value) for value, _ in choices if value != ""),
+    }
+    return ValidationError(
+        field.error_messages["invalid_choice"], code="invalid_choice", params=params
+    )
 
 
 class ChoiceListField(ValuesField):
     """Several values of a closed list; every value outside it is named in one message."""
 
-    default_error_messages = {"invalid_choice": "%(noun)s %(value)s is not one of: %(allowed)s."}
+    default_error_messages = {"invalid_choice": NOT_ONE_OF}
 
     def __init__(self, choices: Iterable[tuple[str, Any]], **kwargs: Any) -> None:
         self.choices = list(choices)
@@ -89,36 +101,20 @@ class ChoiceListField(ValuesField):
     def validate(self, value: list[str]) -> None:
         known = {str(v) for v, _ in self.choices}
         if wrong := [v for v in value if v not in known]:
-            raise ValidationError(
-                self.error_messages["invalid_choice"],
-                code="invalid_choice",
-                params={
-                    "noun": str(self.label).lower(),
-                    "value": ", ".join(map(repr, wrong)),
-                    "allowed": _allowed(self.choices),
-                },
-            )
+            raise _not_one_of(self, wrong)
 
 
 class OneOfField(forms.TypedChoiceField):
     """One value of a closed list, or `empty_value` when the query has none."""
 
-    default_error_messages = {"invalid_choice": "%(noun)s %(value)r is not one of: %(allowed)s."}
+    default_error_messages = {"invalid_choice": NOT_ONE_OF}
 
     def to_python(self, value: Any) -> str:
         return super().to_python(value).strip()
 
     def validate(self, value: str) -> None:
         if value and not self.valid_value(value):
-            raise ValidationError(
-                self.error_messages["invalid_choice"],
-                code="invalid_choice",
-                params={
-                    "noun": str(self.label).lower(),
-                    "value": value,
-                    "allowed": _allowed(self.choices),
-                },
-            )
+            raise _not_one_of(self, [value])
 
 
 class FailureTypeField(forms.CharField):

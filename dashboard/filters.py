@@ -201,7 +201,7 @@ class RunExport(RunFilters):
     format = OneOfField(
         choices=[(name, name) for name in export.FORMATS],
         empty_value="csv",
-        error_messages={"invalid_choice": "Unknown export format %(value)r: %(allowed)s."},
+        error_messages={"invalid_choice": "Unknown export format %(value)s: %(allowed)s."},
     )
 
 
