@@ -21,8 +21,10 @@ run: $(STAMP)
 test: $(STAMP) browser-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Without the slow tests (real workers, servers, browsers), on $(WORKERS) processes (pytest-xdist).
+WORKERS ?= 2
 fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -4,10 +4,13 @@ the guard that makes a test needing a real service fail (not skip) in CI."""
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection, connections
+from django.test.utils import override_settings
 
 from orchestrator.coordination.registry import use_registry
 from orchestrator.models import ApiToken
@@ -17,6 +20,31 @@ from orchestrator.models import ApiToken
 TEST_SOURCES = "demo.inprocess"
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# pytest-xdist's worker number (gw0 is 0, and a run without workers too).
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The user fixtures set passwords: a fast hasher, not PBKDF2 and its million rounds.
+    override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]).enable()
+    own_cache_per_worker()
+
+
+def own_cache_per_worker() -> None:
+    """Give each further xdist worker the Redis database after CACHE_URL's (gw1 the next, …).
+
+    Tests clear the cache (the rate limiter counts in it) and pages cache tiles under rollup
+    versions that every worker's database numbers alike, so workers must not share it. The
+    variable is changed too, for the servers and workers a test starts.
+    """
+    url = os.environ.get("CACHE_URL", "")
+    if not WORKER or not url.startswith(("redis://", "rediss://")):
+        return
+    parts = urlsplit(url)
+    own = urlunsplit(parts._replace(path=f"/{int(parts.path.strip('/') or 0) + WORKER}"))
+    os.environ["CACHE_URL"] = own
+    override_settings(CACHES={"default": settings.CACHES["default"] | {"LOCATION": own}}).enable()
 
 
 def require_service(available: bool, what: str) -> None:
@@ -30,8 +58,6 @@ def require_service(available: bool, what: str) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _demo_sources() -> None:
-    from django.conf import settings
-
     settings.FAILSIGHT_SOURCE_MODULES = [TEST_SOURCES]
     use_registry(None)
 

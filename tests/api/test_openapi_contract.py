@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from django.db import OperationalError, connection
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from orchestrator.coordination.policy_changes import save_policy_change
 from orchestrator.models import PolicyState, ProviderOverride, Run, Workflow
@@ -19,9 +19,11 @@ API = "/api/v1"
 OK_RUN = {"status": "ok", "agent": "a", "source": "s"}
 
 
-@pytest.fixture
-def schema(client, db) -> dict[str, Any]:
-    return json.loads(client.get(f"{API}/openapi.json").content)
+@pytest.fixture(scope="module")
+def schema(django_db_setup, django_db_blocker) -> dict[str, Any]:
+    # Generated once for the module: the tests only read it.
+    with django_db_blocker.unblock():
+        return json.loads(Client().get(f"{API}/openapi.json").content)
 
 
 @pytest.fixture
