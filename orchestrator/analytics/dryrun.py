@@ -1,31 +1,9 @@
 """A routing table's dry run: the last days' stored failures replayed through `routing.decide`
 under a proposed table and under the current one, before the proposal is saved.
 
-Reading is two aggregate queries, never one row per failure: the failures of the window grouped
-by what routing reads (failure type, source, attempt, retry signal, Retry-After in whole seconds,
-whether partial results were kept) with the decision recorded for them, and what actually
-happened after each recorded retry or switch (did the next attempt, or the run on the other
-source, succeed?). Above `SAMPLE_ABOVE` failures the groups read a deterministic sample of the
-ids (`id mod 1000`) and the figures are scaled up and labelled sampled; the outcomes, which cost
-an index lookup per recorded decision, are estimated from the failures of a sample of about
-`OUTCOMES_ABOVE` (their count is the `evidence` shown). The replay itself (`replay`)
-is pure: groups and a snapshot in, figures out.
-
-How a replayed decision is costed:
-
-- a retry is one more call that waits its expected delay (the jitter's middle, never sooner than
-  the Retry-After); it recovers the run with the rate at which recorded retries of that failure
-  type on that source succeeded, and is a wasted call otherwise;
-- a switch is one call on another source, recovering with the rate recorded switches from that
-  source for that type had;
-- an escalation is one review item (the review load per day divides them by the days);
-- accept-partial and abort cost no call and recover nothing.
-
-A rate with no recorded evidence for the source falls back to the failure type's rate over all
-sources, then to the action's over everything, then to 0 (`evidence` says how many decisions
-backed each rate). Context routing cannot see in a stored run is read from history: a source has
-an alternative when a switch away from it was recorded in the window, and a credential refresher
-when an auth failure on it was retried; budgets and breakers are taken at rest.
+The failures are read grouped by what routing reads (a deterministic sample of ids above
+`SAMPLE_ABOVE`). A replayed retry or switch recovers a run at the rate recorded ones of that type
+on that source succeeded (else of that type, else of that action), and is a wasted call otherwise.
 """
 
 from __future__ import annotations
@@ -54,8 +32,6 @@ ATTEMPT_CAP = 21  # beyond the most attempts a rule allows (20), attempts route 
 
 @dataclass(frozen=True)
 class FailureKey:
-    """What routing reads of one stored failure, and the decision recorded for it."""
-
     failure_type: str
     source: str
     attempt: int
@@ -67,15 +43,13 @@ class FailureKey:
 
 @dataclass(frozen=True)
 class History:
-    """The window's failures as groups, and the recorded outcomes of retries and switches."""
-
     since: datetime
     until: datetime
     days: float
-    failures: int  # in the window, all of them
-    read: int  # those read (all, or the sample)
+    failures: int
+    read: int  # all, or the sample
     groups: Mapping[FailureKey, int]
-    fraction: float  # of the ids read: 1 unless sampled
+    fraction: float
     # (action, failure_type, source) -> (decisions recorded, of them followed by a success)
     outcomes: Mapping[tuple[str, str, str], tuple[int, int]]
 
@@ -99,8 +73,6 @@ class History:
 
 @dataclass
 class Figures:
-    """What one routing table does with the window's failures."""
-
     failures: float = 0
     retries: float = 0
     waiting_seconds: float = 0
@@ -133,17 +105,13 @@ class Figures:
         return {k: round(getattr(self, k) - getattr(other, k), 2) for k in self.NUMBERS}
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading the history
-
-
 def window(days: float, now: datetime | None = None) -> tuple[datetime, datetime]:
     until = now or timezone.now()
     return until - timedelta(days=days), until
 
 
 def load_history(days: float = DEFAULT_DAYS, now: datetime | None = None) -> History:
-    """Read the window's failures (a sample above SAMPLE_ABOVE) as groups and outcomes."""
+
     since, until = window(days, now)
     total = Run.objects.filter(
         RunSets.FAILURES, created_at__gte=since, created_at__lt=until
@@ -151,19 +119,15 @@ def load_history(days: float = DEFAULT_DAYS, now: datetime | None = None) -> His
     keep = SAMPLE_BUCKETS
     if total > SAMPLE_ABOVE:
         keep = max(1, math.ceil(SAMPLE_BUCKETS * SAMPLE_ABOVE / total))
-    # The outcomes cost an index lookup per recorded decision: a smaller sample estimates rates.
+    # An index lookup per recorded decision: a smaller sample estimates the rates.
     outcome_keep = min(keep, max(1, math.ceil(SAMPLE_BUCKETS * OUTCOMES_ABOVE / max(total, 1))))
     groups, outcomes = _read(since, until, keep, outcome_keep)
     read = sum(groups.values()) if keep < SAMPLE_BUCKETS else total
     return History(since, until, days, total, read, groups, keep / SAMPLE_BUCKETS, outcomes)
 
 
-# One pass over the window's failures, grouped by what routing reads, with what followed each
-# recorded retry (the task's next attempt, on the unique (retry_of, attempt) index) or switch (the
-# run it started, on the switched_from index). The lookups are scalar subqueries inside a CASE,
-# run only for the outcome sample's retries and switches (a join would let the planner hash the
-# whole table instead); only a finished run counts. Plain SQL that PostgreSQL and SQLite both
-# read (Django gives SQLite MOD and CEILING).
+# What followed each sampled retry or switch is a scalar subquery on the (retry_of, attempt) and
+# switched_from indexes: a join would let the planner hash the whole table instead.
 _READ_SQL = """
 SELECT failure_type, source, attempt, retryable, CEILING(retry_after),
        CASE WHEN partial_count > 0 THEN 1 ELSE 0 END, decision,
@@ -203,8 +167,7 @@ def _read(
     }
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            # Compiling this one query (JIT, on by default) costs longer than running it, and
-            # its grouping of up to SAMPLE_ABOVE rows fits in memory rather than spilling.
+            # JIT compiling this query costs longer than running it.
             cursor.execute("SET LOCAL jit = off")
             cursor.execute("SET LOCAL work_mem = '32MB'")
         cursor.execute(_READ_SQL, params)
@@ -234,17 +197,11 @@ def _read(
     return groups, outcomes
 
 
-# ---------------------------------------------------------------------------------------------
-# The replay (pure)
-
-
 def _middle() -> float:
     return 0.5  # the jitter's expected value: full jitter's mean is half the cap
 
 
 class Rates:
-    """Success rates of recorded retries and switches, with the fallbacks the module names."""
-
     def __init__(self, outcomes: Mapping[tuple[str, str, str], tuple[int, int]]) -> None:
         self.exact = dict(outcomes)
         self.by_type: dict[tuple[str, str], list[int]] = {}
@@ -267,7 +224,7 @@ class Rates:
 
 
 def replay(history: History, snapshot: routing.PolicySnapshot) -> Figures:
-    """Return what `snapshot` decides for the history's failures, costed as the module says."""
+    """Return what `snapshot` decides for the history's failures."""
     rates = Rates(history.outcomes)
     switchable, refreshable = history.switchable(), history.refreshable()
     figures = Figures()
@@ -322,14 +279,10 @@ def _count(figures: Figures, key: FailureKey, n: float, d: routing.Decision, rat
         figures.accepted_partial += n
 
 
-# ---------------------------------------------------------------------------------------------
-# The comparison
-
-
 def proposed_snapshot(
     current: routing.PolicySnapshot, rows: Iterable[Mapping[str, Any]]
 ) -> routing.PolicySnapshot:
-    """The current table with `rows` (one per failure type, any subset of its fields) over it."""
+    """Return the current table with `rows` (any subset of a rule's fields) over it."""
     rules = dict(current.rules)
     for row in rows:
         ftype = row["failure_type"]
@@ -341,8 +294,7 @@ def proposed_snapshot(
 def compare(
     history: History, current: routing.PolicySnapshot, proposed: routing.PolicySnapshot
 ) -> dict[str, Any]:
-    """Both tables' figures over one history, their difference (proposed minus current) and how
-    the history was read."""
+    """Return both tables' figures over one history and their difference."""
     now_figures, new_figures = replay(history, current), replay(history, proposed)
     return {
         "since": history.since,

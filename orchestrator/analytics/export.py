@@ -1,12 +1,5 @@
 """Exports: runs as CSV or JSON Lines, a workflow's coverage report as JSON or Markdown, and any
-table of figures as CSV.
-
-A runs export is a generator of encoded lines over keyset pages of `EXPORT_BATCH` runs (the same
-(created_at, id) key the runs list pages on), so a million matching runs stream out without ever
-being held in memory or counted, and page 1,000 costs what page 1 does. Only the columns named
-in `RUN_COLUMNS` are read (`values_list`), never the bulky JSON of results. What to export (the
-filters) is the caller's; this module only writes.
-"""
+table of figures as CSV. Runs stream over keyset pages, never held in memory or counted."""
 
 from __future__ import annotations
 
@@ -82,7 +75,7 @@ def _cell(value: Any) -> Any:
 
 
 def csv_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[bytes]:
-    """Encoded CSV, the header first, one line per row (RFC 4180 quoting)."""
+
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)
@@ -96,15 +89,14 @@ def csv_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[
 
 
 def _guard(value: Any) -> Any:
-    """Text that a spreadsheet would run as a formula (=, +, -, @ first) is prefixed with a
-    quote: an agent's detail must never become a formula in an operator's spreadsheet."""
+    """Quote text a spreadsheet would run as a formula: an agent's detail must never become one."""
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return value
 
 
 def jsonl_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[bytes]:
-    """One JSON object per line, keyed by `header`."""
+
     chunk: list[bytes] = []
     for row in rows:
         chunk.append(orjson.dumps(dict(zip(header, row, strict=True))) + b"\n")
@@ -115,13 +107,9 @@ def jsonl_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterato
 
 
 def runs_export(qs: RunQuerySet, fmt: str) -> Iterator[bytes]:
-    """The runs of `qs` streamed in `fmt` ("csv" or "jsonl")."""
+
     write = csv_lines if fmt == "csv" else jsonl_lines
     return write(RUN_COLUMNS, iter_runs(qs))
-
-
-# ---------------------------------------------------------------------------------------------
-# A workflow's coverage report
 
 
 def coverage_report(wf: Workflow) -> dict[str, Any]:
@@ -138,7 +126,7 @@ def coverage_report(wf: Workflow) -> dict[str, Any]:
 
 
 def _md(text: Any) -> str:
-    """Text safe inside a Markdown table cell or line: no pipes, no line breaks, no markup."""
+
     out = str(text).replace("\\", "\\\\").replace("|", "\\|")
     for ch in "*_`[]<>#":
         out = out.replace(ch, "\\" + ch)
@@ -146,7 +134,7 @@ def _md(text: Any) -> str:
 
 
 def coverage_markdown(report: dict[str, Any]) -> str:
-    """The coverage report as Markdown: a table of topics and verdicts, then each topic's why."""
+
     title = f"# Coverage of workflow {report['workflow']}: {_md(report['name'])}"
     lines = [title, "", f"Status: {report['status']}" + ("" if report["final"] else " (so far)")]
     if report["summary"]:

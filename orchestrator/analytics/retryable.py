@@ -1,18 +1,5 @@
-"""The retry signal audited against what happened: where the retryable flag was wrong.
-
-Two lists, each by source, failure type and signal (the evidence that decided the category) and
-the run's most reliable match (`ProviderOverride.best_signal`: its provider code, else its status,
-else its exception type), so each row can become a provider override in one click:
-
-- *retries spent on non-retryable failures*: failures flagged `retryable: false` that were
-  retried anyway (`RunQuerySet.futile_retries`, the credential refresh aside); should be none;
-- *retryable failures that never recovered*: tasks whose failures said a retry could help (or
-  said nothing, of a type a retry can help), that
-  were retried at least `RETRY_AUDIT_MIN_RETRIES` times and never succeeded: candidates for an
-  override marking that signal not retryable.
-
-Both are aggregates over the window's failures (the (status, created_at) index), one row per
-group, never one per run.
+"""The retry signal audited against what happened: retries spent on failures flagged not
+retryable, and retryable failures that never recovered, each row a provider override in one click.
 """
 
 from __future__ import annotations
@@ -87,10 +74,7 @@ def futile(days: float = DEFAULT_DAYS, now: datetime | None = None) -> list[Audi
 def never_recovered(
     days: float = DEFAULT_DAYS, now: datetime | None = None, retries: int | None = None
 ) -> list[AuditRow]:
-    """Tasks (counted once) flagged retryable, retried at least `retries` times, never a success.
-
-    Read from each such task's failed attempt number `retries + 1` (the failure the last of those
-    retries ended in), with no successful attempt anywhere in its task."""
+    """Tasks (counted once) flagged retryable, retried at least `retries` times, never a success."""
     least = retries or settings.RETRY_AUDIT_MIN_RETRIES
     root = Coalesce("retry_of_id", "id")
     succeeded = Run.objects.filter(
