@@ -148,8 +148,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A page whose database is down answers 503 with Retry-After (the API: its envelope).
     "dashboard.unavailable.DatabaseUnavailableMiddleware",
-    # An API body sent chunked is read (within API_MAX_BODY_BYTES) or refused with 411.
-    "orchestrator.api.errors.ChunkedBodyMiddleware",
+    # An API body is read whole (within API_MAX_BODY_BYTES) or refused: 400, 411 or 413.
+    "orchestrator.api.errors.RequestBodyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

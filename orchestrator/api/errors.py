@@ -9,7 +9,7 @@ screen"), so an agent can feed our answer to its own classifier and routing unch
      "alternatives": ["…"]}
 
 `install_handlers(api)` registers the handlers once on the NinjaAPI, so every router mounted on it
-answers the same way. Reading the body (chunked ones too: `ChunkedBodyMiddleware`) and the JSON
+answers the same way. Reading the body (chunked ones too: `RequestBodyMiddleware`) and the JSON
 body parser live here too because their refusals (411, 413, too deep, an integer too wide to keep,
 malformed) are errors of this shape, and it is where NUL characters are neutralised for every
 router at once.
@@ -358,13 +358,22 @@ def _chunked(request: HttpRequest) -> bool:
     return "chunked" in encoding
 
 
+def _declared_length(request: HttpRequest) -> int | None:
+    declared = request.META.get("CONTENT_LENGTH", "")
+    return int(declared) if declared.isdigit() else None
+
+
 def read_body(request: HttpRequest) -> bytes:
-    """The request body, never more than API_MAX_BODY_BYTES (413 beyond).
+    """The request body, never more than API_MAX_BODY_BYTES (413 beyond), and whole (400 when
+    it ends early).
 
     A body sent with `Transfer-Encoding: chunked` has no Content-Length, so Django would read it
     as empty: it is read here from the server's stream, which a server that decodes chunked bodies
     ends at the last chunk (the server says so with `wsgi.input_terminated`). A server that does not
     (Django's development server) cannot tell where such a body ends: 411, send a Content-Length.
+    The web server ends the stream early, without an error, when the client stops sending or a
+    chunk's framing is broken: a body shorter than its Content-Length, or a chunked one that
+    yields nothing, is refused rather than read as whatever arrived.
     """
     limit = settings.API_MAX_BODY_BYTES
     if hasattr(request, "_body") or not _chunked(request):
@@ -374,6 +383,13 @@ def read_body(request: HttpRequest) -> bytes:
             raise _too_big() from None
         if len(body) > limit:
             raise _too_big()
+        declared = _declared_length(request)
+        if declared is not None and len(body) < declared:
+            raise invalid(
+                f"The body ended after {len(body)} of the {declared} bytes its Content-Length"
+                " declares.",
+                status=400,
+            )
         return body
     if not request.META.get("wsgi.input_terminated"):
         raise ApiError(
@@ -389,6 +405,8 @@ def read_body(request: HttpRequest) -> bytes:
         if size > limit:
             raise _too_big()  # stop reading: the rest never reaches memory
         pieces.append(piece)
+    if not size:
+        raise invalid("The chunked body is empty or its chunk framing is malformed.", status=400)
     body = b"".join(pieces)
     request._body = body  # type: ignore[attr-defined]  # what request.body answers from now on
     return body
@@ -424,11 +442,12 @@ class ApiHostMiddleware:
         return self.get_response(request)
 
 
-class ChunkedBodyMiddleware:
-    """Read a chunked body under /api/ before the view (or answer its 411/413 envelope).
+class RequestBodyMiddleware:
+    """Read a body under /api/ before the view (or answer its 400/411/413 envelope).
 
     ninja looks at `request.body` before it calls the parser, and Django reads a body without
-    Content-Length as empty: without this, a chunked report would be a 422 "field required".
+    Content-Length as empty: without this, a chunked report would be a 422 "field required", and
+    so would a body cut off before any byte of it arrived.
     """
 
     PREFIX = "/api/"
@@ -437,7 +456,9 @@ class ChunkedBodyMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path_info.startswith(self.PREFIX) and _chunked(request):
+        if request.path_info.startswith(self.PREFIX) and (
+            _chunked(request) or _declared_length(request)
+        ):
             try:
                 read_body(request)
             except ApiError as error:
