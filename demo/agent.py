@@ -3,16 +3,8 @@
 
     python -m demo.agent --url http://127.0.0.1:8000 --token fs_… --provider http://127.0.0.1:PORT
 
-Every `--every` seconds it starts an account-enrichment job: an external workflow whose topics
-are accounts, each looked up on the demonstration provider (`GET /v1/internal_db/search`, the
-agent's "crm_api" tool). Each lookup is a run reported as started and finished; a failure asks
-Failsight for a decision on that run and follows it (a retry after its delay, up to the decision,
-or giving the topic up). Now and then (always in its first job) the agent's key is stale, a real
-401: no credential refresher is registered for its tool, so the decision is `escalate` and the
-review item waits in the queue beside the built-in coordinator's. The agent never blocks on it:
-each second it reads `client.resolutions()` and acts on each (a retry with a fresh key, the
-operator's edited input if there is one; abort or accept partial gives the topic up),
-acknowledges it, and finishes the job's workflow again. SIGTERM stops it (as `make run` does).
+Its first job's key is always stale, a real 401 with no refresher: the escalation waits in the
+review queue, and the agent acts on `client.resolutions()` without ever blocking on it.
 """
 
 from __future__ import annotations
@@ -52,12 +44,10 @@ class ExternalAgent:
         self.provider = httpx.Client(base_url=provider, timeout=5)
         self.rng = random.Random(seed)
         self.jobs: dict[int, Job] = {}
-        self.reviews: dict[int, Job] = {}  # review item id → the job waiting on it
+        self.reviews: dict[int, Job] = {}
         self.key = ""
         self.started = 0
         self.stop = threading.Event()
-
-    # -- the tool ----------------------------------------------------------------------------
 
     def fresh_key(self) -> str:
         response = self.provider.post("/v1/keys", json={"source": "internal_db"})
@@ -65,21 +55,18 @@ class ExternalAgent:
         return response.json()["api_key"]
 
     def lookup(self, query: dict[str, Any]) -> list[Any]:
-        """The tool call: a real HTTP request that fails as the provider decides."""
+
         headers = {"Authorization": f"Bearer {query.get('api_key') or self.key}"}
         params = {"q": f"account {query['account']}", "page": 1}
         response = self.provider.get("/v1/internal_db/search", params=params, headers=headers)
         response.raise_for_status()
         return response.json()["results"]
 
-    # -- the coordinator loop ------------------------------------------------------------------
-
     def start_job(self) -> None:
         topics = self.rng.sample(ACCOUNTS, 2)
         wf = self.client.start_workflow(f"enrich {', '.join(topics)}", topics, goal="CRM data")
         job = Job(wf["id"], topics)
         self.jobs[job.workflow] = job
-        # A key rotated under the agent (the first job's always): a human must step in.
         stale = self.started == 0 or self.rng.random() < 0.5
         self.started += 1
         for topic in topics:
@@ -133,12 +120,12 @@ class ExternalAgent:
             job = self.reviews.pop(review.id, None)
             if job is not None:
                 self.apply(job, review.id, review.resolution or {})
-            review.ack()  # picked up (one of ours from an earlier run is acknowledged too)
+            review.ack()  # one of ours from an earlier run is acknowledged too
 
     def apply(self, job: Job, item: int, resolution: dict[str, Any]) -> None:
         topic, attempt, waited = job.waiting.pop(item)
         if resolution.get("action") in ("retry", "retry_edited"):
-            self.key = self.fresh_key()  # the operator fixed the credentials: ask for a new key
+            self.key = self.fresh_key()
             edited = resolution.get("input") or {}
             query = {"account": edited.get("account", waited["account"]), "api_key": ""}
             self.attempt(job, topic, query, attempt + 1, waited["first"])
@@ -159,7 +146,7 @@ class ExternalAgent:
                     self.start_job()
                     next_job = clock + every
                 self.act_on_resolutions()
-            except (ClientError, httpx.HTTPError) as exc:  # the server or provider is away
+            except (ClientError, httpx.HTTPError) as exc:
                 logger.warning("crm-agent: %s; trying again shortly", exc)
             self.stop.wait(1.0)
             clock += 1.0

@@ -1,18 +1,8 @@
-"""The demonstration's sources: subagents that call the fault-injecting provider over HTTP.
+"""The demonstration's sources: subagents that call the fault-injecting provider over HTTP and
+raise whatever httpx raises; nothing here interprets a failure.
 
-Registered by `FAILSIGHT_SOURCE_MODULES=demo.http_sources` (what `manage.py launch` sets); the
-provider is at FAILSIGHT_PROVIDER_URL. Each source pages through `GET /v1/NAME/search` with httpx,
-adding each page to the run's partial results as it arrives, and raises whatever httpx raises: a
-status error on a real response, a timeout, a dropped connection, or a JSON error on a garbled
-body.
-Nothing here interprets a failure: that is the classifier's job.
-
-API keys are fetched per process and expire at the provider; every source but `internal_db` (a
-service credential, never refreshed) declares a refresher that fetches a new key, which the
-coordinator calls once before retrying an auth failure.
-
-A workflow's `input.faults` may script the provider for a (source, topic): `{"NAME:TOPIC":
-"http:429:2"}`, or a list with one behaviour per attempt; it travels as the `X-Demo-Fault` header.
+A workflow's `input.faults` may script the provider for a (source, topic), `{"NAME:TOPIC":
+"http:429:2"}` or one behaviour per attempt; it travels as the `X-Demo-Fault` header.
 """
 
 from __future__ import annotations
@@ -53,7 +43,7 @@ def register(registry: Any) -> None:
 
 
 def _client() -> httpx.Client:
-    """One pooled client per thread and process (a client must not cross a fork)."""
+    """Return one pooled client per thread and process (a client must not cross a fork)."""
     client = getattr(_state, "client", None)
     if client is None or _state.pid != os.getpid():
         client = httpx.Client(base_url=provider_url(), timeout=timeout())

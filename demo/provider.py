@@ -13,10 +13,8 @@ The API the demo sources call:
     GET  /v1/stats                              counters: requests by source, status and fault
     GET  /healthz
 
-Each search answers with a *behaviour*. A request may name one in `X-Demo-Fault` (the workflow's
-fault plan, for scripted demonstrations and tests); otherwise it is drawn from the seeded fault mix:
-the draw hashes (seed, source, query, page, how many times this page was asked for), so the same
-seed and the same calls give the same faults whatever the timing. Behaviours:
+Each search answers with a *behaviour*, named in `X-Demo-Fault` or drawn from the seeded fault mix
+(a hash of the call, so the same seed and calls give the same faults whatever the timing):
 
     ok[:N]              N results (pages of 3)          empty            a valid empty result
     slow:S[:THEN]       answer after S seconds          drop             close without answering
@@ -24,15 +22,9 @@ seed and the same calls give the same faults whatever the timing. Behaviours:
     http:CODE[:RA]      that status with the provider's error body (429/503 with Retry-After: RA)
     partial:K:THEN      page 1 has K results and a next page; page 2 does THEN
 
-403, 404 and 422 drawn from the mix stick to their (source, query), as a real provider's would.
-The mix is `behaviour=weight,...` (`--mix`, or FAILSIGHT_PROVIDER_MIX); see DEFAULT_MIX.
-
-Every request is appended to the `--log` file as one JSON line (its arrival time, source, query,
-page, fault, status, Retry-After, and when it was answered) and counted. A request is judged at
-its arrival: one that arrives for a query before the Retry-After given to an earlier request of
-that query has passed is counted as `early_repeats` (a well-behaved coordinator keeps it at zero).
-A slow answer finishing late is not a repeat: a request that arrived before the Retry-After was
-given cannot have ignored it.
+403, 404 and 422 stick to their (source, query). The mix is `behaviour=weight,...` (`--mix`, or
+FAILSIGHT_PROVIDER_MIX). A request arriving before an earlier Retry-After for its query has passed
+counts as an `early_repeat` (a well-behaved coordinator keeps it at zero).
 """
 
 from __future__ import annotations
@@ -62,7 +54,7 @@ SOURCES = {
     "scholar_mirror": "scholar",
     "internal_db": "internal",
 }
-# Keys of these sources never expire (a service credential); the others expire after --key-ttl.
+# A service credential: never expires.
 SERVICE_KEYS = {"internal_db"}
 PAGE_SIZE = 3
 DEFAULT_MIX = (
@@ -86,7 +78,7 @@ ERROR_BODIES: dict[int, dict[str, Any]] = {
 
 
 def parse_mix(spec: str) -> list[tuple[str, int]]:
-    """Parse `behaviour=weight,...`; raise ValueError with the offending entry."""
+
     mix = []
     for entry in filter(None, (e.strip() for e in spec.split(","))):
         behaviour, sep, weight = entry.rpartition("=")
@@ -99,8 +91,6 @@ def parse_mix(spec: str) -> list[tuple[str, int]]:
 
 
 class Provider:
-    """The provider's state: keys, fault draws, sticky failures, counters and the request log."""
-
     def __init__(self, seed: int, mix: list[tuple[str, int]], key_ttl: float, log: str = ""):
         self.seed = seed
         self.mix = mix
@@ -133,7 +123,7 @@ class Provider:
             self.keys.pop(key, None)
 
     def behaviour(self, source: str, query: str, page: int, planned: str) -> str:
-        """Return what this request does: the plan, a pending page-2 fault, a sticky or a draw."""
+
         with self.lock:
             n = self.asked[(source, query, page)]
             self.asked[(source, query, page)] += 1
@@ -163,7 +153,7 @@ class Provider:
         return self.mix[-1][0]  # pragma: no cover - the weights sum to total
 
     def arrive(self, source: str, query: str) -> float:
-        """Note a request's arrival, judged against the Retry-After given so far; return when."""
+        """Note a request's arrival, judged against the Retry-After given so far."""
         now = time.time()
         with self.lock:
             self.counts["requests"] += 1
@@ -183,7 +173,7 @@ class Provider:
         ra: str,
         arrived: float,
     ) -> None:
-        """Note a request's answer (a Retry-After counts from the moment it is given)."""
+        """Note a request's answer: a Retry-After counts from the moment it is given."""
         now = time.time()
         with self.lock:
             self.counts[f"status:{status or 'dropped'}"] += 1
@@ -327,7 +317,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout)
+        except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
 
@@ -347,7 +337,7 @@ def serve(
     key_ttl: float = 90.0,
     log: str = "",
 ) -> tuple[Server, Provider]:
-    """Bind the provider (it serves once `serve_forever` runs); return the server and its state."""
+    """Bind the provider; return the server and its state."""
     provider = Provider(seed, parse_mix(mix), key_ttl, log)
     handler = type("BoundHandler", (Handler,), {"provider": provider})
     return Server((host, port), handler), provider

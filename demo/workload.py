@@ -1,11 +1,7 @@
 """The demonstration's workload: research workflows, started one after another, and a live summary.
 
-It opens with a short *tour*: three workflows whose fault plans make sure that, within the first
-minute, every failure type of the taxonomy happens once, a rate limit is waited out, a key expires
-and is refreshed, a source is switched, partial and valid-empty results are kept, a coverage report
-shows a gap with its reason, and two runs wait in the review queue (resolving them lets the back
-office workflow finish). After the tour, workflows come from a seeded random stream and the
-provider's own seeded fault mix decides what fails.
+A short tour first, whose fault plans make every failure type happen within the first minute;
+then a seeded random stream, with the provider's fault mix deciding what fails.
 """
 
 from __future__ import annotations
@@ -115,7 +111,7 @@ def start_random(rng: random.Random) -> Workflow:
 
 
 def summary() -> str:
-    """One line: runs by outcome, retries waiting, workflows by status, open reviews."""
+
     runs = Counter(dict(Run.objects.values_list("status").annotate(n=Count("pk")).order_by()))
     flows = Counter(dict(Workflow.objects.values_list("status").annotate(n=Count("pk")).order_by()))
     open_reviews = ReviewItem.objects.filter(state__in=ReviewItem.PENDING).count()

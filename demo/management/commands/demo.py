@@ -1,10 +1,5 @@
-"""`python manage.py demo [--workflows N]`: start demonstration workflows through the coordinator.
-
-They run on the in-process fault-injecting sources (`demo.inprocess`) with a seeded mix of
-failures, so the dashboard has workflows, runs, review items and coverage to show. A worker with
-the same sources must be running for them to progress:
-`FAILSIGHT_SOURCE_MODULES=demo.inprocess celery -A config worker -B`.
-"""
+"""`python manage.py demo [--workflows N]`: start demonstration workflows on the in-process
+fault-injecting sources, for a worker running the same sources to progress."""
 
 from __future__ import annotations
 
