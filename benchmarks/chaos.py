@@ -65,14 +65,11 @@ from tests.services import (  # noqa: E402
 )
 
 LEASE = 5
-WINDOW = 5  # lost-dispatch and nudge windows
-SWEEP = 1
+WINDOW = LEASE  # the lost-dispatch and nudge windows follow the lease
+SWEEP = 1  # settings.CELERY_SWEEP_SECONDS
+RESEND = 5  # settings.OUTBOX_RESEND_SECONDS: an outbox message the broker refused is sent again
 RECOVERY = {
     "RUN_LEASE_SECONDS": str(LEASE),
-    "LOST_DISPATCH_SECONDS": str(WINDOW),
-    "NUDGE_SECONDS": str(WINDOW),
-    "OUTBOX_RESEND_SECONDS": "2",
-    "CELERY_SWEEP_SECONDS": str(SWEEP),
     "CELERY_VISIBILITY_TIMEOUT": "10",
     "CELERY_CONCURRENCY": "2",
     "WEB_CONCURRENCY": "2",
@@ -516,8 +513,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         def bound(live: int) -> float:
             # A lost step waits for a nudge and the runs it then sends may be lost too: two
-            # windows after the lease, a sweep each, and twice the fault-free time of the work.
-            return LEASE + 2 * WINDOW + 2 * SWEEP + 2 * pace * max(live, per)
+            # windows after the lease, a sweep each, an outbox resend, and twice the fault-free
+            # time of the work.
+            return LEASE + 2 * WINDOW + 2 * SWEEP + RESEND + 2 * pace * max(live, per)
 
         steps = {
             "sigkill": lambda: sigkill(stack, rng, max(per, 2 * args.kills), args.kills, bound),

@@ -1,6 +1,7 @@
-"""One settings file. Every knob comes from the environment through the small helpers below,
-which fail loudly on a bad value; the defaults make a fresh clone run with no server at all
-(SQLite and kombu's filesystem broker). The README lists every variable in one table."""
+"""One settings file. What an operator sets (deployment, capacity, security, retention,
+integrations) comes from the environment through the small helpers below, which fail loudly on a
+bad value; docs/configuration.md lists every variable. The defaults make a fresh clone run with no
+server at all (SQLite and kombu's filesystem broker). Internal tuning is plain constants."""
 
 from __future__ import annotations
 
@@ -183,40 +184,30 @@ TEMPLATES = [
 ]
 
 # --- Database ---------------------------------------------------------------------------------
-# A postgres:// URL switches to PostgreSQL through psycopg 3 with a connection pool (Django 5.1+),
-# which requires persistent connections to be off (the pool owns them).
+# A postgres:// URL switches to PostgreSQL through psycopg 3 with a connection pool, which
+# requires persistent connections to be off (the pool owns them).
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 _db = dj_database_url.parse(DATABASE_URL)
 if _db["ENGINE"] == "django.db.backends.postgresql":
-    # Fail fast while the database is down: a request waits at most these few seconds for a
-    # connection (then answers 503 with Retry-After) instead of holding a web worker for long.
-    _db["OPTIONS"] = {"connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT", 2, minimum=1)}
-    # PostgreSQL's JIT compiles a query whose estimated cost is high, and a query over the day
-    # partitions of the run table is estimated high and planned with a node per partition: at
-    # 10M runs, compiling one hour's failure endings took 61 s for a query that runs in 0.3 s.
-    # Our queries are short; compiling them never pays. DATABASE_JIT=1 restores the default.
-    if not env_bool("DATABASE_JIT", False):
-        _db["OPTIONS"]["options"] = "-c jit=off"
-    # Django turns psycopg's prepared statements off (prepare_threshold None), which also made
-    # the single report's `prepare=True` a no-op: its INSERT was parsed and planned on every
-    # report, 100 µs of its ~450. Django's own cursors bind on the client and never prepare;
-    # only the ingest path's explicit server-binding cursor does. Off for a pooler that cannot
-    # keep prepared statements (PgBouncer in transaction mode before 1.21).
+    # While the database is down a request fails within seconds (503 with Retry-After) instead
+    # of holding a web worker. JIT off: planned over the run partitions, our short queries were
+    # compiled for far longer than they run.
+    _db["OPTIONS"] = {"connect_timeout": 2, "options": "-c jit=off"}
+    # Lets the ingest path's server-binding cursor prepare its INSERT (Django's own cursors never
+    # prepare); off behind a pooler that cannot keep them (PgBouncer in transaction mode < 1.21).
     if env_bool("DATABASE_PREPARED_STATEMENTS", True):
         _db["OPTIONS"]["prepare_threshold"] = 5
     if env_bool("DATABASE_POOL", True):
         _db["OPTIONS"]["pool"] = {
-            "min_size": env_int("DATABASE_POOL_MIN", 1),
+            "min_size": 1,
             "max_size": env_int("DATABASE_POOL_MAX", 10, minimum=1),
-            "timeout": env_int("DATABASE_POOL_TIMEOUT", 2, minimum=1),
-            # The pool retries a lost server with doubling delays; stopping each series after a
-            # few seconds lets the next request start a new one, so a server that is back is
-            # used at once rather than after a delay as long as the outage was.
+            "timeout": 2,
+            # Each series of reconnection tries stops after a few seconds, so a server that is
+            # back is used at once rather than after a delay as long as the outage was.
             "reconnect_timeout": 5,
         }
     _db["CONN_MAX_AGE"] = 0
-    # With the pool, Django has it check each connection before handing it out
-    # (`ConnectionPool.check_connection`): one broken by a database restart is replaced.
+    # The pool checks each connection before handing it out: one broken by a restart is replaced.
     _db["CONN_HEALTH_CHECKS"] = True
 elif _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the worker write while the web process reads; the timeout waits out short locks.
@@ -272,7 +263,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 # HTTPS: the redirect, HSTS and the header a TLS-terminating proxy sets. Off by default (a fresh
-# clone serves plain HTTP); the README's production settings turn them on.
+# clone serves plain HTTP); docs/deployment.md turns them on.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
@@ -312,20 +303,18 @@ CONTENT_SECURITY_POLICY = {
 # A batch of 1,000 runs with partial results fits well inside 10 MiB; anything bigger is a 413.
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
-API_MAX_BATCH = env_int("API_MAX_BATCH", 1000, minimum=1)
-API_MAX_JSON_DEPTH = env_int("API_MAX_JSON_DEPTH", 32, minimum=2)
+API_MAX_BATCH = 1000
+API_MAX_JSON_DEPTH = 32
 # Requests per minute per token; 0 turns throttling off.
 API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 6000)
-# Seconds each web process remembers a token (revocation elsewhere takes effect within them; at
-# once in the revoking process) and the policy version API answers announce; 0: not at all.
-API_TOKEN_CACHE_SECONDS = env_int("API_TOKEN_CACHE_SECONDS", 5)
-POLICY_VERSION_CACHE_SECONDS = env_int("POLICY_VERSION_CACHE_SECONDS", 1)
-# Single reports arriving together in one web process share one INSERT and one commit (group
-# commit), at most this many per group; 1 stores each on its own.
-INGEST_GROUP_MAX = env_int("INGEST_GROUP_MAX", 1000, minimum=1)
-# The Prometheus /metrics endpoint answers a bearer METRICS_TOKEN, or a client address inside
-# METRICS_ALLOWED_IPS when that is set explicitly (none by default: a same-host proxy would
-# otherwise make every visitor look local).
+# Seconds each web process remembers a token (a revocation elsewhere takes effect within them)
+# and the policy version every API answer carries.
+API_TOKEN_CACHE_SECONDS = 5
+POLICY_VERSION_CACHE_SECONDS = 1
+# Most single reports one web process stores together in one INSERT and commit.
+INGEST_GROUP_MAX = 1000
+# /metrics answers a bearer METRICS_TOKEN, or a client inside METRICS_ALLOWED_IPS (none by
+# default: behind a same-host proxy every visitor would look local).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOWED_IPS = env_networks("METRICS_ALLOWED_IPS")
 
@@ -360,21 +349,19 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         # Fan-out (worker control, pidbox) would otherwise write ./control in the working folder.
         "control_folder": str(_broker_dir / "control"),
-        # kombu polls the folder; at its default of 1 s a worker with prefetch 1 takes only
-        # about one task per second per process, and the sweeper's tasks expire in the queue.
+        # At kombu's default of 1 s a worker with prefetch 1 takes about one task per second.
         "polling_interval": 0.05,
     }
     for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
 else:
-    # An unacknowledged task comes back after the visibility timeout; long delays live in the
-    # database (a due time swept by beat), never in broker countdowns longer than this. A broker
-    # that does not answer fails a send within seconds: the outbox keeps the message meanwhile.
+    # An unacknowledged task comes back after the visibility timeout (long delays live in the
+    # database, never in broker countdowns); a send to a broker that does not answer fails within
+    # seconds and the outbox keeps the message.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=10),
         "socket_connect_timeout": 2,
     }
-CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -382,38 +369,31 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# No remote control (nothing here uses `celery inspect` or `control`): its pub/sub connection is
-# the one on which a Redis outage can surface while the task consumer's BRPOP is still pending;
-# kombu then closes that channel twice, the second time after detaching its transport, and the
-# worker exits on an AttributeError instead of reconnecting whenever a task was in flight.
+# Nothing uses `celery inspect`/`control`, and a Redis outage seen first on that pub/sub
+# connection made the worker exit instead of reconnecting.
 CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
-# A task running when the broker drops finishes its work (tasks are idempotent by their ids and
-# a run's lease keeps a redelivery from running it twice) rather than being killed mid-call.
+# A task running when the broker drops finishes (tasks are idempotent, runs hold a lease).
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-# A unique queue per test session keeps integration tests off a developer's running worker.
+# Deployments (or test sessions) sharing one broker each take a queue of their own.
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
-# The sweeper enqueues due retries (delays live in the database, never in long broker ETAs); the
-# fallback task resolves review items left undecided past their deadline.
-CELERY_SWEEP_SECONDS = env_int("CELERY_SWEEP_SECONDS", 1, minimum=1)
-# Recovery windows, in seconds. A started run holds a lease its heartbeat renews; once it has run
-# out the sweeper takes the run back for a new delivery, and after RUN_MAX_DELIVERIES starts
-# without an outcome the run is parked for review. A run sent but not started after
-# LOST_DISPATCH_SECONDS is sent again; a workflow with something due and untouched for
-# NUDGE_SECONDS gets one step per window; an outbox message the relay could not send is tried
-# again every OUTBOX_RESEND_SECONDS.
+# The sweeper sends due retries and unsent outbox messages and takes back lost runs.
+CELERY_SWEEP_SECONDS = 1
+# A started run holds a lease its heartbeat renews; once it runs out the sweeper sends the run
+# again, and after RUN_MAX_DELIVERIES starts without an outcome parks it for review. A run sent
+# but never started, and a workflow with something due but untouched, are taken back after as
+# long as a lease.
 RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 60, minimum=3)
-RUN_MAX_DELIVERIES = env_int("RUN_MAX_DELIVERIES", 3, minimum=1)
-LOST_DISPATCH_SECONDS = env_int("LOST_DISPATCH_SECONDS", 60, minimum=1)
-NUDGE_SECONDS = env_int("NUDGE_SECONDS", 60, minimum=1)
-OUTBOX_RESEND_SECONDS = env_int("OUTBOX_RESEND_SECONDS", 5, minimum=1)
-# Webhooks of resolutions (a token's callback URL): each attempt's timeout, how many attempts,
-# and the backoff between them (doubling from the base, capped), in seconds.
+RUN_MAX_DELIVERIES = 3
+LOST_DISPATCH_SECONDS = RUN_LEASE_SECONDS
+NUDGE_SECONDS = RUN_LEASE_SECONDS
+OUTBOX_RESEND_SECONDS = 5
+# Webhooks: each attempt's timeout; attempts, and the backoff doubling from the base to the cap.
 WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1)
-WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
-WEBHOOK_BACKOFF_SECONDS = env_int("WEBHOOK_BACKOFF_SECONDS", 2, minimum=1)
-WEBHOOK_BACKOFF_MAX_SECONDS = env_int("WEBHOOK_BACKOFF_MAX_SECONDS", 600, minimum=1)
+WEBHOOK_MAX_ATTEMPTS = 8
+WEBHOOK_BACKOFF_SECONDS = 2
+WEBHOOK_BACKOFF_MAX_SECONDS = 600
 CELERY_BEAT_SCHEDULE: dict = {
     "sweep-due-runs": {
         "task": "orchestrator.tasks.sweep",
@@ -431,9 +411,10 @@ CELERY_BEAT_SCHEDULE: dict = {
         "options": {"expires": 150},
     },
 }
-# Insights folds the last hours of runs into hourly rollups (the tiles' and /metrics'
-# counts) and failure groups, and fires webhook alerts whose threshold is crossed.
-DASHBOARD_GROUPS_SECONDS = env_int("DASHBOARD_GROUPS_SECONDS", 60, minimum=1)
+# Insights folds the last DASHBOARD_ROLLUP_LOOKBACK_HOURS of runs (whose status changes after
+# they are created) into hourly rollups and failure groups, and fires the alerts crossed.
+DASHBOARD_GROUPS_SECONDS = 60
+DASHBOARD_ROLLUP_LOOKBACK_HOURS = 3
 CELERY_BEAT_SCHEDULE |= {
     "insights-refresh-rollups": {"task": "insights.tasks.refresh_rollups", "schedule": 60.0},
     "insights-fold-failure-groups": {
@@ -443,10 +424,9 @@ CELERY_BEAT_SCHEDULE |= {
     },
     "insights-evaluate-alerts": {"task": "insights.tasks.evaluate_alerts", "schedule": 60.0},
 }
-# On PostgreSQL the run table's triggers append count deltas; beat folds them into the minute
-# rollups, /metrics' running totals and the workflows' counters this often (readers add what is
-# not folded yet, so this bounds the deltas' size, not the counts' freshness).
-COUNTS_FOLD_SECONDS = env_int("COUNTS_FOLD_SECONDS", 5, minimum=1)
+# Beat folds the count deltas the run table's triggers append (PostgreSQL); readers add what is
+# not folded yet, so this bounds the deltas' size, not the counts' freshness.
+COUNTS_FOLD_SECONDS = 5
 CELERY_BEAT_SCHEDULE |= {
     "insights-fold-minutes": {
         "task": "insights.tasks.fold_minutes",
@@ -459,13 +439,9 @@ CELERY_BEAT_SCHEDULE |= {
         "options": {"expires": 2 * COUNTS_FOLD_SECONDS},
     },
 }
-# Retention (`insights.tasks.apply_retention`, daily): runs older than RUNS_RETENTION_DAYS go
-# (whole partitions on PostgreSQL, so a run is kept up to RUN_PARTITION_DAYS longer), rollups and
-# failure-group hours older than ROLLUP_RETENTION_DAYS, which must be at least as long (the tiles
-# outlive the runs); 0 keeps forever. A run partition spans RUN_PARTITION_DAYS days (a week:
-# every partition, empty or not, is planned and locked by each query not bounded by created_at,
-# so fewer is faster; see orchestrator/partitions.py). Beat covers the next RUN_PARTITIONS_AHEAD
-# days with partitions every hour (a run no partition covers lands in the default one anyway).
+# Retention, every 6 hours: runs older than RUNS_RETENTION_DAYS go (whole partitions on
+# PostgreSQL, so a run may stay RUN_PARTITION_DAYS longer), rollups and failure-group hours older
+# than ROLLUP_RETENTION_DAYS, which must be at least as long; 0 keeps forever.
 RUNS_RETENTION_DAYS = env_int("RUNS_RETENTION_DAYS", 30)
 ROLLUP_RETENTION_DAYS = env_int("ROLLUP_RETENTION_DAYS", 400)
 _RUNS_KEPT = RUNS_RETENTION_DAYS or float("inf")
@@ -474,19 +450,17 @@ if ROLLUP_RETENTION_DAYS and ROLLUP_RETENTION_DAYS < _RUNS_KEPT:
         f"ROLLUP_RETENTION_DAYS={ROLLUP_RETENTION_DAYS} would drop rollups before the runs they "
         f"count (RUNS_RETENTION_DAYS={RUNS_RETENTION_DAYS}); keep rollups at least as long"
     )
-RUN_PARTITIONS_AHEAD = env_int("RUN_PARTITIONS_AHEAD", 2, minimum=1)
-# The runs search's trigram indexes live in their own table on PostgreSQL, off the ingest path
-# (orchestrator/search.py): beat adds the new runs' entries every RUN_SEARCH_FILL_SECONDS,
-# re-reading RUN_SEARCH_OVERLAP_SECONDS before where it stopped (a run whose transaction commits
-# later than that after its creation is found only by its next edit). Searches read the runs of
-# those last seconds from the run table, so a search finds a run as soon as it is committed.
-RUN_SEARCH_FILL_SECONDS = env_int("RUN_SEARCH_FILL_SECONDS", 5, minimum=1)
-RUN_SEARCH_OVERLAP_SECONDS = env_int("RUN_SEARCH_OVERLAP_SECONDS", 10, minimum=1)
-# A search whose text the planner expects in more entries of the window than this walks the runs
-# newest first (the first page comes after a few hundred); below, it starts from the trigram
-# indexes (docs/run-indexes.md has the measurements behind the default).
-RUN_SEARCH_WALK_ABOVE = env_int("RUN_SEARCH_WALK_ABOVE", 2000, minimum=0)
-RUN_PARTITION_DAYS = env_int("RUN_PARTITION_DAYS", 7, minimum=1)
+# Each query not bounded by created_at plans and locks every partition, so a week each; beat
+# keeps the next RUN_PARTITIONS_AHEAD days covered (a run outside lands in the default one).
+RUN_PARTITION_DAYS = 7
+RUN_PARTITIONS_AHEAD = 2
+# The search table (PostgreSQL) is filled every RUN_SEARCH_FILL_SECONDS from
+# RUN_SEARCH_OVERLAP_SECONDS before its mark; searches read newer runs from the run table.
+RUN_SEARCH_FILL_SECONDS = 5
+RUN_SEARCH_OVERLAP_SECONDS = 10
+# A search whose text the planner expects in more entries than this walks the runs newest first;
+# below, it starts from the trigram indexes (docs/run-indexes.md).
+RUN_SEARCH_WALK_ABOVE = 2000
 CELERY_BEAT_SCHEDULE |= {
     "run-partitions-ahead": {
         "task": "orchestrator.tasks.create_run_partitions",
@@ -504,17 +478,14 @@ CELERY_BEAT_SCHEDULE |= {
         "options": {"expires": 3600},
     },
 }
-DASHBOARD_POLL_SECONDS = env_int("DASHBOARD_POLL_SECONDS", 10, minimum=1)
-DASHBOARD_ROLLUP_LOOKBACK_HOURS = env_int("DASHBOARD_ROLLUP_LOOKBACK_HOURS", 3, minimum=2)
-# Switch efficacy: the coordinator tries a capability's untried sources in the order of how often
-# switching to each succeeded (over SWITCH_EFFICACY_DAYS), once every candidate has at least
-# SWITCH_EFFICACY_MIN_SWITCHES recorded switches; off, or with less data, the registry's order.
-SWITCH_EFFICACY_ORDERING = env_bool("SWITCH_EFFICACY_ORDERING", True)
-SWITCH_EFFICACY_MIN_SWITCHES = env_int("SWITCH_EFFICACY_MIN_SWITCHES", 20, minimum=1)
-SWITCH_EFFICACY_DAYS = env_int("SWITCH_EFFICACY_DAYS", 28, minimum=1)
-# Retries a retryable failure may take without recovering before the retry audit names it a
-# candidate for a provider override.
-RETRY_AUDIT_MIN_RETRIES = env_int("RETRY_AUDIT_MIN_RETRIES", 3, minimum=1)
+DASHBOARD_POLL_SECONDS = 10
+# The coordinator tries untried sources in the order of how often switching to each succeeded
+# over SWITCH_EFFICACY_DAYS, once every candidate has SWITCH_EFFICACY_MIN_SWITCHES switches.
+SWITCH_EFFICACY_ORDERING = True
+SWITCH_EFFICACY_MIN_SWITCHES = 20
+SWITCH_EFFICACY_DAYS = 28
+# Retries without a success after which the retry audit names a task an override candidate.
+RETRY_AUDIT_MIN_RETRIES = 3
 # Service-level objectives: the share of finished runs that succeed over SLO_WINDOW_DAYS, per
 # agent and per source (SLO_OBJECTIVE, or SLO_OBJECTIVES for named ones); burn-rate alerts use
 # the multi-window pairs (fast: 1 h and 5 min; slow: 6 h and 30 min).

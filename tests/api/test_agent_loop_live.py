@@ -88,8 +88,6 @@ def celery_worker(django_db_setup, tmp_path_factory) -> Iterator[PoolWorker]:
     queue = f"{SESSION_QUEUE}-loop"
     env = worker_env(url, queue, var) | {
         "WEBHOOK_TIMEOUT_SECONDS": "5",
-        "WEBHOOK_BACKOFF_SECONDS": "1",
-        "OUTBOX_RESEND_SECONDS": "1",
     }
     worker = PoolWorker(env=env, log=var / "worker.log", calls_log=var / "calls.jsonl")
     with app_sending_to(url, queue):
