@@ -1,6 +1,5 @@
 """Classify an error described as data (agents in other languages, /classify, MCP tool results)
 with the same rules as a real exception. Every key is optional:
-
     {"exception_type": "httpx.ReadTimeout", "message": "read timed out", "status_code": 504,
      "headers": {"Retry-After": "3"}, "provider_code": "ThrottlingException",
      "grpc_status": "UNAVAILABLE", "retryable": null, "failure_type": null,
@@ -69,7 +68,6 @@ def stated_failure_type(data: Any) -> FailureCategory | None:
 
 
 def _restated(failure: Failure, stated: FailureCategory, data: Mapping[str, Any]) -> Failure:
-
     flag = data.get("retryable")
     retryable = flag if isinstance(flag, bool) else DEFAULT_RETRYABLE[stated]
     code = data.get("failure_type")
@@ -132,7 +130,6 @@ def _describe_mcp(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _mcp_fields(layer: Mapping[str, Any]) -> dict[str, Any]:
-
     code = _get(layer, "code")
     if code is None:
         code = _get(layer, "status_code", "status")
@@ -147,7 +144,6 @@ def _mcp_fields(layer: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _get(data: Any, *names: str) -> Any:
-
     if not isinstance(data, Mapping):
         return None
     for name in names:
@@ -158,7 +154,6 @@ def _get(data: Any, *names: str) -> Any:
 
 
 def _nodes(data: Any) -> list[Node]:
-
     nodes: list[Node] = []
     seen: set[int] = set()
     pending = [data]
@@ -173,7 +168,6 @@ def _nodes(data: Any) -> list[Node]:
 
 
 def _node(data: Mapping[str, Any]) -> Node:
-
     name = data.get("exception_type")
     name = name.strip() if isinstance(name, str) and name.strip() else UNNAMED
     message = data.get("message")
@@ -196,7 +190,6 @@ def _node(data: Mapping[str, Any]) -> Node:
 
 
 def _delay(value: Any) -> float | None:
-
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return min(float(value), MAX_RETRY_AFTER)
     return None

@@ -183,7 +183,6 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 
 
 def _attempted(attempted: Any) -> dict[str, Any]:
-
     try:
         if attempted is None:
             return {}
@@ -195,7 +194,6 @@ def _attempted(attempted: Any) -> dict[str, Any]:
 
 
 def _list(values: Any) -> list[Any]:
-
     if values is None:
         return []
     try:
@@ -207,12 +205,10 @@ def _list(values: Any) -> list[Any]:
 
 
 def _key(key: Any) -> str:
-
     return key if isinstance(key, str) else _text(key)
 
 
 def _text(value: Any) -> str:
-
     try:
         return str(value)
     except Exception:

@@ -127,7 +127,6 @@ def _retryable(verdict: Verdict, decider: Node, found: dict[str, Any]) -> bool:
 
 
 def _should_retry(found: dict[str, Any]) -> bool | None:
-
     value = found.get("x-should-retry")
     if isinstance(value, bytes):
         value = value.decode("latin-1")
@@ -137,7 +136,6 @@ def _should_retry(found: dict[str, Any]) -> bool | None:
 
 
 def _delay(decider: Node, nodes: list[Node], found: dict[str, Any]) -> float | None:
-
     if decider.delay is not None:
         return decider.delay
     delay = delay_from_values(found)
@@ -155,14 +153,12 @@ def _delay(decider: Node, nodes: list[Node], found: dict[str, Any]) -> float | N
 
 
 def _status(decider: Node, nodes: list[Node]) -> int | None:
-
     if decider.status is not None:
         return decider.status
     return next((node.status for node in nodes if node.status is not None), None)
 
 
 def _provider_code(verdict: Verdict, decider: Node) -> str | None:
-
     code = verdict.code
     if code is None and verdict.rule is None:
         code = decider.codes[0] if decider.codes else decider.grpc or decider.sqlstate
@@ -170,7 +166,6 @@ def _provider_code(verdict: Verdict, decider: Node) -> str | None:
 
 
 def _detail(outer: Node, decider: Node) -> str:
-
     text = f"{outer.kind.qualname}: {outer.message}" if outer.message else outer.kind.qualname
     if decider is not outer:
         inner = decider.kind.qualname
@@ -179,7 +174,6 @@ def _detail(outer: Node, decider: Node) -> str:
 
 
 def _finite_delay(value: Any) -> float | None:
-
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
@@ -190,5 +184,4 @@ def _finite_delay(value: Any) -> float | None:
 
 
 def _str_or_none(value: Any) -> str | None:
-
     return value if isinstance(value, str) else None

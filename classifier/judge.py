@@ -26,9 +26,9 @@ class Verdict(NamedTuple):
     strength: Strength
     category: FailureCategory
     signal: Signal
-    code: str | None = None  # the provider code, gRPC status or SQLSTATE that decided
+    code: str | None = None
     node: Node | None = None
-    rule: OverrideRule | None = None  # the override that decided, if one did
+    rule: OverrideRule | None = None
 
 
 NO_VERDICT: Final = Verdict(Strength.NONE, FailureCategory.UNCLASSIFIED, Signal.NONE)
@@ -124,7 +124,6 @@ def _specific_code(node: Node, strength: Strength) -> Verdict | None:
 
 
 def _class_or_message(node: Node, read_message: bool) -> Verdict:
-
     kind = node.kind
     if kind.category is not None:
         return Verdict(Strength.TYPE, kind.category, Signal.TYPE, None, node)

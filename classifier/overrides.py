@@ -132,7 +132,6 @@ class Overrides:
         return None
 
     def _find_text(self, match_on: MatchOn, scope: str, values: list[str]) -> OverrideRule | None:
-
         for value in values:
             rule = self._exact.get((match_on, scope, value))
             if rule is not None:
@@ -145,7 +144,6 @@ class Overrides:
         return None
 
     def _add_row(self, row: Any, *, strict: bool) -> None:
-
         try:
             if not isinstance(row, Mapping):
                 raise ValueError("a row is a mapping")
@@ -169,5 +167,4 @@ class Overrides:
 
 
 def _provider_key(provider: str | None) -> str:
-
     return (provider or "").strip().casefold()

@@ -84,7 +84,6 @@ def header_values(headers: Any) -> dict[str, Any]:
 
 
 def _scan_pairs(pairs: Any, found: dict[str, Any]) -> None:
-
     for count, (key, value) in enumerate(pairs):
         if count >= MAX_HEADERS:
             break
@@ -94,7 +93,6 @@ def _scan_pairs(pairs: Any, found: dict[str, Any]) -> None:
 
 
 def _items(headers: Any) -> Any:
-
     items = getattr(headers, "items", None)
     if callable(items):
         return items()
@@ -104,7 +102,6 @@ def _items(headers: Any) -> Any:
 
 
 def _name(key: Any) -> str | None:
-
     if isinstance(key, str):
         return str.lower(key)  # a str subclass's own lower() is not ours to call
     if isinstance(key, bytes):
@@ -142,7 +139,6 @@ def delay_from_values(found: dict[str, Any], now: float | datetime | None = None
 
 
 def _retry_after(value: Any, now: float | datetime | None) -> float | None:
-
     seconds = _number(value)
     if seconds is not None:
         return _cap(seconds)
@@ -159,7 +155,6 @@ def _retry_after(value: Any, now: float | datetime | None) -> float | None:
 
 
 def _reset(value: Any, now: float | datetime | None) -> float | None:
-
     number = _number(value)
     if number is None:
         duration = _duration(value)
@@ -183,7 +178,6 @@ def _duration(value: Any) -> float | None:
 
 
 def _number(value: Any) -> float | None:
-
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -202,7 +196,6 @@ def _number(value: Any) -> float | None:
 
 
 def _text(value: Any) -> str | None:
-
     if isinstance(value, bytes):
         value = value.decode("latin-1")
     if isinstance(value, str):
@@ -211,12 +204,10 @@ def _text(value: Any) -> str | None:
 
 
 def _cap(seconds: float) -> float:
-
     return min(float(seconds), MAX_RETRY_AFTER)
 
 
 def _now(now: float | datetime | None) -> float:
-
     if now is None:
         return time.time()
     if isinstance(now, datetime):

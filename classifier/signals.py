@@ -59,18 +59,18 @@ V = TypeVar("V")
 
 @dataclass(frozen=True, slots=True)
 class ExceptionClass:
-    name: str  # "module.QualName", as `chain` and `exception_type` show it
-    qualname: str  # the class's own name, as `detail` shows it
+    name: str
+    qualname: str
     names: tuple[str, ...]  # the names an override may match, for every class of the MRO
-    category: FailureCategory | None  # from the first known class of the MRO
+    category: FailureCategory | None
     name_category: FailureCategory | None  # what the first telling non-builtin name suggests
     fallback: FailureCategory | None  # a broad class, which speaks only after the message
-    grpc: bool  # a grpc.RpcError, whose `code()` returns the gRPC status
+    grpc: bool
     code_is_evidence: bool  # False where `code` is an exit status or an alias
     # With an instance's __dict__, the only READ_ATTRIBUTES it can have (unless it answers any).
     attributes: frozenset[str] = frozenset()
     answers_any_name: bool = False
-    code_source: CodeSource | None = None  # where the class keeps a protocol family's code
+    code_source: CodeSource | None = None
     readable: frozenset[str] = READ_ATTRIBUTES
 
 
@@ -78,13 +78,13 @@ class ExceptionClass:
 class Node:
     kind: ExceptionClass
     message: str
-    status: int | None = None  # an HTTP status, 100..599
-    codes: tuple[str, ...] = ()  # provider codes, in the order they were found
-    grpc: str | None = None  # a gRPC status name ("UNAVAILABLE")
+    status: int | None = None
+    codes: tuple[str, ...] = ()
+    grpc: str | None = None
     sqlstate: str | None = None
     headers: Any = None  # the response's header map, scanned only when the Failure is built
-    flag: bool | None = None  # the exception's own `retryable`
-    delay: float | None = None  # the exception's own `retry_after`, in seconds
+    flag: bool | None = None
+    delay: float | None = None
 
 
 @lru_cache(maxsize=CLASS_CACHE_SIZE)
@@ -118,7 +118,6 @@ def class_name(cls: Any) -> str:
 
 
 def _module_and_qualname(klass: Any) -> tuple[str, str]:
-
     module = getattr(klass, "__module__", None)
     qualname = getattr(klass, "__qualname__", None)
     return (
@@ -128,7 +127,6 @@ def _module_and_qualname(klass: Any) -> tuple[str, str]:
 
 
 def _defined_attributes(cls: type) -> frozenset[str]:
-
     try:
         return frozenset(name for name in READ_ATTRIBUTES if hasattr(cls, name))
     except Exception:
@@ -136,7 +134,6 @@ def _defined_attributes(cls: type) -> frozenset[str]:
 
 
 def _answers_any_name(mro: tuple[type, ...]) -> bool:
-
     try:
         return any(
             "__getattr__" in vars(klass) or "__getattribute__" in vars(klass)
@@ -152,7 +149,6 @@ def _describe(
     attributes: frozenset[str] = frozenset(),
     answers_any_name: bool = False,
 ) -> ExceptionClass:
-
     looked_up = [_lookup_names(module, qualname) for module, qualname in classes]
     names = [
         name
@@ -178,14 +174,12 @@ def _describe(
 
 
 def _lookup_names(module: str, qualname: str) -> tuple[str, str]:
-
     if not module:
         return qualname, qualname
     return f"{module}.{qualname}", f"{module.partition('.')[0]}.{qualname}"
 
 
 def _first_entry(table: Mapping[str, V], looked_up: list[tuple[str, str]]) -> V | None:
-
     for full, short in looked_up:
         category = table.get(full) or table.get(short)
         if category is not None:
@@ -194,7 +188,6 @@ def _first_entry(table: Mapping[str, V], looked_up: list[tuple[str, str]]) -> V 
 
 
 def _name_category(classes: list[tuple[str, str]]) -> FailureCategory | None:
-
     for module, qualname in classes:
         if module != "builtins":
             category = rules.class_name_category(qualname.rpartition(".")[2])
@@ -249,12 +242,10 @@ def read_exception(exc: Any) -> tuple[Node, list[BaseException]]:
 
 
 def _absent(name: str) -> None:
-
     return None
 
 
 def _present_attributes(exc: Any, kind: ExceptionClass) -> frozenset[str]:
-
     if kind.answers_any_name:
         return kind.readable
     try:
@@ -265,7 +256,6 @@ def _present_attributes(exc: Any, kind: ExceptionClass) -> frozenset[str]:
 
 
 def _linked_exceptions(exc: Any, get: Getter, present: frozenset[str]) -> list[BaseException]:
-
     try:
         candidates = [exc.__cause__, exc.__context__]
     except Exception:  # a hostile property: no chain to follow
@@ -281,7 +271,6 @@ def _linked_exceptions(exc: Any, get: Getter, present: frozenset[str]) -> list[B
 
 
 def _carried(value: Any) -> list[Any]:
-
     if isinstance(value, BaseException):
         return [value]
     if isinstance(value, Future):
@@ -297,7 +286,6 @@ def _carried(value: Any) -> list[Any]:
 
 
 def _source_codes(exc: Any, source: CodeSource, message: str) -> tuple[str, ...]:
-
     if source.read is Read.MESSAGE_PREFIX:
         code = protocols.reply_code_opening(message)
     elif source.read is Read.SERVER_MESSAGE:
@@ -322,7 +310,6 @@ def _source_codes(exc: Any, source: CodeSource, message: str) -> tuple[str, ...]
 
 
 def _is_code(value: Any) -> bool:
-
     if isinstance(value, bool):
         return False
     return type(value) is int or (isinstance(value, str) and 0 < len(value) <= 64)
@@ -348,7 +335,6 @@ def attribute(obj: Any, name: str) -> Any:
 
 
 def _read_evidence(get: Getter, kind: ExceptionClass, message: str) -> Node:
-
     code = get("code") if kind.code_is_evidence else None
     response = get("response")
     # botocore's ClientError carries the parsed reply as a dict; other libraries a response.
@@ -367,7 +353,6 @@ def _read_evidence(get: Getter, kind: ExceptionClass, message: str) -> Node:
 
 
 def _status(get: Getter, code: Any, response: Any, reply_status: Any) -> int | None:
-
     for name in ("status_code", "status", "http_status"):
         status = as_status(get(name))
         if status is not None:
@@ -384,7 +369,6 @@ def _status(get: Getter, code: Any, response: Any, reply_status: Any) -> int | N
 
 
 def _codes(get: Getter, code: Any, reply_code: str | None) -> tuple[str, ...]:
-
     codes = [reply_code] if reply_code else []
     if isinstance(code, str):
         codes.append(code)
@@ -399,7 +383,6 @@ def _codes(get: Getter, code: Any, reply_code: str | None) -> tuple[str, ...]:
 
 
 def _body_codes(body: dict[str, Any]) -> list[str]:
-
     codes = []
     error = body.get("error")
     if type(error) is dict:
@@ -414,7 +397,6 @@ def _body_codes(body: dict[str, Any]) -> list[str]:
 
 
 def _grpc_status(get: Getter, code: Any, kind: ExceptionClass) -> str | None:
-
     name = None
     if kind.grpc and callable(code):
         name = grpc_name(code())  # a plain getter on grpc's errors
@@ -424,7 +406,6 @@ def _grpc_status(get: Getter, code: Any, kind: ExceptionClass) -> str | None:
 
 
 def _botocore_reply(response: dict[str, Any]) -> tuple[str | None, Any, Any]:
-
     error = response.get("Error")
     code = error.get("Code") if type(error) is dict else None
     metadata = response.get("ResponseMetadata")
@@ -435,7 +416,6 @@ def _botocore_reply(response: dict[str, Any]) -> tuple[str | None, Any, Any]:
 
 
 def _headers(get: Getter, response: Any, reply_headers: Any) -> Any:
-
     headers = get("headers")
     if headers is not None:
         return headers
@@ -466,17 +446,14 @@ def grpc_name(value: Any) -> str | None:
 
 
 def _text(value: Any) -> str | None:
-
     return value if isinstance(value, str) and value else None
 
 
 def _flag(value: Any) -> bool | None:
-
     return value if isinstance(value, bool) else None
 
 
 def _delay(value: Any) -> float | None:
-
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return min(float(value), MAX_RETRY_AFTER)
     return None

@@ -55,7 +55,6 @@ class ExternalAgent:
         return response.json()["api_key"]
 
     def lookup(self, query: dict[str, Any]) -> list[Any]:
-
         headers = {"Authorization": f"Bearer {query.get('api_key') or self.key}"}
         params = {"q": f"account {query['account']}", "page": 1}
         response = self.provider.get("/v1/internal_db/search", params=params, headers=headers)

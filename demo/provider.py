@@ -6,7 +6,6 @@
 Its first line on stdout is `listening on http://HOST:PORT` (port 0 picks a free one).
 
 The API the demo sources call:
-
     POST /v1/keys {"source": NAME}            201 {"api_key": KEY, "expires_in": SECONDS | null}
     GET  /v1/NAME/search?q=TEXT&page=N         200 {"source", "page", "results": [...], "next_page"}
          Authorization: Bearer KEY              (an unknown or expired key gets a real 401)
@@ -15,7 +14,6 @@ The API the demo sources call:
 
 Each search answers with a *behaviour*, named in `X-Demo-Fault` or drawn from the seeded fault mix
 (a hash of the call, so the same seed and calls give the same faults whatever the timing):
-
     ok[:N]              N results (pages of 3)          empty            a valid empty result
     slow:S[:THEN]       answer after S seconds          drop             close without answering
     garbled             200 with a body that is no JSON expire           revoke the key, then 401
@@ -78,7 +76,6 @@ ERROR_BODIES: dict[int, dict[str, Any]] = {
 
 
 def parse_mix(spec: str) -> list[tuple[str, int]]:
-
     mix = []
     for entry in filter(None, (e.strip() for e in spec.split(","))):
         behaviour, sep, weight = entry.rpartition("=")
@@ -123,7 +120,6 @@ class Provider:
             self.keys.pop(key, None)
 
     def behaviour(self, source: str, query: str, page: int, planned: str) -> str:
-
         with self.lock:
             n = self.asked[(source, query, page)]
             self.asked[(source, query, page)] += 1

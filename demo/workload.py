@@ -111,7 +111,6 @@ def start_random(rng: random.Random) -> Workflow:
 
 
 def summary() -> str:
-
     runs = Counter(dict(Run.objects.values_list("status").annotate(n=Count("pk")).order_by()))
     flows = Counter(dict(Workflow.objects.values_list("status").annotate(n=Count("pk")).order_by()))
     open_reviews = ReviewItem.objects.filter(state__in=ReviewItem.PENDING).count()

@@ -38,7 +38,6 @@ def deleting_for_retention(cursor: Any) -> Iterator[None]:
 
 
 def enabled() -> bool:
-
     return connection.vendor == "postgresql"
 
 
@@ -55,7 +54,6 @@ class DeltaTrigger:
     blank: tuple[str, ...] = ()
 
     def grouped(self, rows: str, source: str | None = None) -> str:
-
         return grouped_sql(self.keys, self.sums, self.expressions, rows, source)
 
     def function_sql(self) -> str:
@@ -140,7 +138,6 @@ def execute(statements: Iterable[str]) -> None:
 
 
 def fold_lock(cursor, name: str) -> bool:
-
     cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [name])
     return bool(cursor.fetchone()[0])
 
@@ -220,7 +217,6 @@ def with_run_counts(workflows: QuerySet) -> QuerySet:
 
 
 def _runs(condition):
-
     children = []
     for child in condition.children:
         if isinstance(child, tuple):

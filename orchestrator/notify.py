@@ -70,7 +70,6 @@ def _poll(deadline: float, check: Callable[[], bool]) -> bool:
 
 
 def _release_connection() -> None:
-
     if not connection.in_atomic_block:
         connection.close()
 

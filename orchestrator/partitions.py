@@ -38,7 +38,6 @@ def is_partitioned() -> bool:
 
 
 def name_of(day: date) -> str:
-
     return f"{PREFIX}{day:%Y%m%d}"
 
 
@@ -73,7 +72,6 @@ def ranges() -> dict[str, tuple[datetime, datetime]]:
 def _gaps(
     start: datetime, end: datetime, taken: list[tuple[datetime, datetime]]
 ) -> Iterator[tuple[datetime, datetime]]:
-
     cursor = start
     for lo, hi in sorted(taken):
         if hi <= cursor or lo >= end:
@@ -130,7 +128,6 @@ def cover(first: date, last: date) -> list[str]:
 
 
 def ensure_ahead(ahead: int, today: date | None = None) -> list[str]:
-
     today = today or datetime.now(UTC).date()
     return cover(today, today + timedelta(days=ahead))
 
@@ -171,7 +168,6 @@ def drop_before(cutoff: datetime) -> list[str]:
 
 
 def _delete_rows(cutoff: datetime, table: str = PARENT, chunk: int = 10_000) -> int:
-
     quote = connection.ops.quote_name
     deleted = 0
     while True:

@@ -113,7 +113,6 @@ def uninstall() -> None:
 
 
 def in_use() -> bool:
-
     if connection.vendor != "postgresql":
         return False
     key = connection.settings_dict["NAME"]
@@ -126,7 +125,6 @@ def in_use() -> bool:
 
 
 def partition_name(run_partition: str) -> str:
-
     return TABLE + run_partition.removeprefix(RUNS)
 
 
@@ -149,12 +147,10 @@ def create_partition(run_partition: str, start: datetime, end: datetime) -> None
 
 
 def drop_partition(run_partition: str) -> None:
-
     _execute(f"DROP TABLE IF EXISTS {connection.ops.quote_name(partition_name(run_partition))}")
 
 
 def delete_before(cutoff: datetime) -> None:
-
     _execute(f"DELETE FROM {DEFAULT} WHERE created_at < %s", [cutoff])
 
 
@@ -177,7 +173,6 @@ def fill(limit: int = 100_000) -> int:
 
 
 def catch_up(seconds: float = 20.0, limit: int = 100_000) -> int:
-
     deadline = time.monotonic() + seconds
     added, done = _fill_slice(limit)
     while not done and time.monotonic() < deadline:
@@ -303,7 +298,6 @@ STATISTICS = {"detail_upper": "upper(detail)", "attempted_upper": "upper(attempt
 
 
 def create_statistics(run_partition: str) -> None:
-
     quote = connection.ops.quote_name
     for suffix, expression in STATISTICS.items():
         _execute(

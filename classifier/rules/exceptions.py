@@ -29,7 +29,6 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "http.client.IncompleteRead": C.TRANSIENT,
         "http.client.BadStatusLine": C.TRANSIENT,
         "http.client.RemoteDisconnected": C.TRANSIENT,
-        # httpx / httpcore
         "httpx.TimeoutException": C.TIMEOUT,
         "httpx.NetworkError": C.TRANSIENT,
         "httpx.RemoteProtocolError": C.TRANSIENT,
@@ -39,7 +38,6 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "httpcore.TimeoutException": C.TIMEOUT,
         "httpcore.NetworkError": C.TRANSIENT,
         "httpcore.RemoteProtocolError": C.TRANSIENT,
-        # requests
         "requests.exceptions.ConnectTimeout": C.TIMEOUT,
         "requests.exceptions.Timeout": C.TIMEOUT,
         "requests.exceptions.ConnectionError": C.TRANSIENT,
@@ -48,19 +46,16 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "requests.exceptions.InvalidSchema": C.INVALID_INPUT,
         "requests.exceptions.InvalidURL": C.INVALID_INPUT,
         "requests.exceptions.InvalidHeader": C.INVALID_INPUT,
-        # urllib3
         "urllib3.exceptions.NewConnectionError": C.TRANSIENT,
         "urllib3.exceptions.TimeoutError": C.TIMEOUT,
         "urllib3.exceptions.ProtocolError": C.TRANSIENT,
         "urllib3.exceptions.ProxyError": C.TRANSIENT,
         "urllib3.exceptions.LocationValueError": C.INVALID_INPUT,
-        # aiohttp
         "aiohttp.client_exceptions.ServerTimeoutError": C.TIMEOUT,
         "aiohttp.client_exceptions.ClientConnectionError": C.TRANSIENT,
         "aiohttp.client_exceptions.ClientPayloadError": C.TRANSIENT,
         "aiohttp.http_exceptions.HttpProcessingError": C.TRANSIENT,  # a response cut short
         "aiohttp.client_exceptions.InvalidURL": C.INVALID_INPUT,
-        # botocore
         "botocore.exceptions.ConnectTimeoutError": C.TIMEOUT,
         "botocore.exceptions.ReadTimeoutError": C.TIMEOUT,
         "botocore.exceptions.ConnectionError": C.TRANSIENT,
@@ -76,7 +71,6 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "openai.APIConnectionError": C.TRANSIENT,
         "anthropic.APITimeoutError": C.TIMEOUT,
         "anthropic.APIConnectionError": C.TRANSIENT,
-        # gRPC and Google
         "grpc.FutureTimeoutError": C.TIMEOUT,
         "google.api_core.exceptions.RetryError": C.TIMEOUT,
         "google.auth.exceptions.RefreshError": C.AUTH_FAILURE,
@@ -90,7 +84,6 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "redis.exceptions.TryAgainError": C.TRANSIENT,
         "redis.exceptions.ClusterDownError": C.TRANSIENT,
         "redis.exceptions.DataError": C.INVALID_INPUT,
-        # databases
         "psycopg.errors.ConnectionTimeout": C.TIMEOUT,
         "psycopg.errors.QueryCanceled": C.TIMEOUT,
         "psycopg.DataError": C.INVALID_INPUT,
@@ -110,7 +103,6 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "pika.exceptions.StreamLostError": C.TRANSIENT,
         "amqp.exceptions.RecoverableConnectionError": C.TRANSIENT,
         "kombu.exceptions.OperationalError": C.TRANSIENT,
-        # SSH (paramiko)
         "paramiko.ssh_exception.AuthenticationException": C.AUTH_FAILURE,
         "paramiko.ssh_exception.PasswordRequiredException": C.AUTH_FAILURE,
         "paramiko.ssh_exception.BadHostKeyException": C.AUTH_FAILURE,
@@ -120,7 +112,6 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "smtplib.SMTPServerDisconnected": C.TRANSIENT,
         "smtplib.SMTPNotSupportedError": C.INVALID_INPUT,
         "ftplib.error_temp": C.TRANSIENT,
-        # validation libraries
         "pydantic_core._pydantic_core.ValidationError": C.INVALID_INPUT,
         "pydantic.v1.error_wrappers.ValidationError": C.INVALID_INPUT,
         "pydantic.error_wrappers.ValidationError": C.INVALID_INPUT,
@@ -133,7 +124,6 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "celery.exceptions.SoftTimeLimitExceeded": C.TIMEOUT,
         "celery.exceptions.TimeLimitExceeded": C.TIMEOUT,
         "celery.exceptions.TimeoutError": C.TIMEOUT,
-        # Django, where agents run inside a Django process
         "django.core.exceptions.ValidationError": C.INVALID_INPUT,
         "django.core.exceptions.PermissionDenied": C.AUTH_FAILURE,
         "django.core.exceptions.ObjectDoesNotExist": C.RESOURCE_MISSING,

@@ -111,7 +111,6 @@ def window(days: float, now: datetime | None = None) -> tuple[datetime, datetime
 
 
 def load_history(days: float = DEFAULT_DAYS, now: datetime | None = None) -> History:
-
     since, until = window(days, now)
     total = Run.objects.filter(
         RunSets.FAILURES, created_at__gte=since, created_at__lt=until

@@ -75,7 +75,6 @@ def _cell(value: Any) -> Any:
 
 
 def csv_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[bytes]:
-
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)
@@ -96,7 +95,6 @@ def _guard(value: Any) -> Any:
 
 
 def jsonl_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[bytes]:
-
     chunk: list[bytes] = []
     for row in rows:
         chunk.append(orjson.dumps(dict(zip(header, row, strict=True))) + b"\n")
@@ -107,7 +105,6 @@ def jsonl_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterato
 
 
 def runs_export(qs: RunQuerySet, fmt: str) -> Iterator[bytes]:
-
     write = csv_lines if fmt == "csv" else jsonl_lines
     return write(RUN_COLUMNS, iter_runs(qs))
 
@@ -126,7 +123,6 @@ def coverage_report(wf: Workflow) -> dict[str, Any]:
 
 
 def _md(text: Any) -> str:
-
     out = str(text).replace("\\", "\\\\").replace("|", "\\|")
     for ch in "*_`[]<>#":
         out = out.replace(ch, "\\" + ch)
@@ -134,7 +130,6 @@ def _md(text: Any) -> str:
 
 
 def coverage_markdown(report: dict[str, Any]) -> str:
-
     title = f"# Coverage of workflow {report['workflow']}: {_md(report['name'])}"
     lines = [title, "", f"Status: {report['status']}" + ("" if report["final"] else " (so far)")]
     if report["summary"]:

@@ -128,7 +128,6 @@ class AgentClient:
 
     @property
     def stats(self) -> ReportStats:
-
         return self.reporter.snapshot() if self.reporter else ReportStats()
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -238,7 +237,6 @@ class AgentClient:
         return Review(self, data)
 
     def review(self, item_id: int) -> Review:
-
         return Review(self, self._request("GET", f"/reviews/{item_id}"))
 
     def resolutions(self, page_size: int = 50) -> Iterator[Review]:
@@ -257,7 +255,6 @@ class AgentClient:
         return self._request("POST", "/classify", json=description)
 
     def policies(self) -> dict[str, Any]:
-
         return self._request("GET", "/policies")
 
     def report_classifier(self) -> Classifier:
@@ -497,7 +494,6 @@ def _body(exc: httpx.HTTPError) -> Any:
 
 
 def report_body(envelope: dict[str, Any], *, agent: str, source: str, **fields: Any) -> dict:
-
     body = {k: envelope[k] for k in REPORTED_FIELDS if envelope.get(k) is not None}
     body |= {"agent": agent, "source": source}
     return body | {k: v for k, v in fields.items() if v is not None}

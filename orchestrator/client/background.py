@@ -274,7 +274,6 @@ class Reporter:
         return batch, markers
 
     def _deliver(self, batch: list[dict[str, Any]], from_spool: bool = False) -> bool:
-
         batch, body = self._encoded(batch)
         if not batch:
             return True
@@ -365,7 +364,6 @@ class Reporter:
             self._stats.spooled += len(batch)
 
     def _resend_spool(self) -> None:
-
         try:
             items = self.spool.read()
         except OSError:
@@ -385,7 +383,6 @@ class Reporter:
         self._spool_dirty = False
 
     def _drain_on_close(self) -> None:
-
         deadline = time.monotonic() + self.flush_timeout
         pending: list[dict[str, Any]] = []
         while True:

@@ -33,7 +33,6 @@ APPLIES_TO = {
 
 
 def applicable(run: Run) -> list[RunAction]:
-
     return [action for action, statuses in APPLIES_TO.items() if run.status in statuses]
 
 

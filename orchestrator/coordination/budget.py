@@ -29,7 +29,6 @@ def health(source: str) -> SourceHealth:
 
 
 def state(source: str) -> routing.Budget:
-
     h = health(source)
     return routing.Budget(
         source=source,
@@ -55,7 +54,6 @@ def try_spend(source: str, cost: float) -> bool:
 
 
 def record_success(source: str) -> None:
-
     health(source)
     SourceHealth.objects.filter(source=source).update(
         budget_tokens=Least(F("budget_capacity"), F("budget_tokens") + F("success_refund")),
@@ -123,7 +121,6 @@ class SourceState:
 
     @property
     def in_trouble(self) -> bool:
-
         return self.breaker != Breaker.CLOSED or self.empty
 
     @property
@@ -133,7 +130,6 @@ class SourceState:
 
 
 def source_states() -> list[SourceState]:
-
     rows = list(SourceHealth.objects.order_by("source"))
     missing = set(registry().sources) - {h.source for h in rows}
     if missing:

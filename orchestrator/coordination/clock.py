@@ -26,5 +26,4 @@ current: Clock = SystemClock()
 
 
 def now() -> datetime:
-
     return current.now()

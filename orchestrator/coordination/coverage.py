@@ -21,7 +21,6 @@ class Verdict(Vocabulary):
 
 
 def source_state(runs: list[Run], reviews: dict[int, ReviewItem]) -> dict[str, Any]:
-
     runs = sorted(runs, key=lambda r: (r.attempt, r.pk))
     last = runs[-1]
     ok = [r for r in runs if r.status == Run.Status.SUCCEEDED]
@@ -52,7 +51,6 @@ def source_state(runs: list[Run], reviews: dict[int, ReviewItem]) -> dict[str, A
 def topic_coverage(
     topic: str, runs: Iterable[Run], reviews: dict[int, ReviewItem]
 ) -> dict[str, Any]:
-
     by_source: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         by_source[run.source].append(run)
@@ -123,14 +121,12 @@ def _count(n: int, noun: str) -> str:
 
 
 def _gathered(entry: dict[str, Any]) -> str:
-
     if entry["results"]:
         return _count(entry["results"], "result")
     return _count(entry["partial"], "partial result")
 
 
 def summarise(coverage: dict[str, dict[str, Any]]) -> str:
-
     counts = {v: sum(1 for e in coverage.values() if e["verdict"] == v) for v in Verdict}
     head = ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
     gaps = [t for t, e in coverage.items() if e["verdict"] == Verdict.GAP]
@@ -139,7 +135,6 @@ def summarise(coverage: dict[str, dict[str, Any]]) -> str:
 
 
 def workflow_coverage(wf: Workflow, runs: Iterable[Run] | None = None) -> dict[str, Any]:
-
     runs = list(wf.runs.all() if runs is None else runs)
     reviews = {i.run_id: i for i in ReviewItem.objects.filter(workflow=wf)}
     by_topic: dict[str, list[Run]] = defaultdict(list)
@@ -161,7 +156,6 @@ def final_status(cov: dict[str, Any], runs: list[Run]) -> str:
 
 
 def _degraded(entry: dict[str, Any]) -> bool:
-
     if entry["verdict"] == Verdict.GAP:
         return True
     if entry["verdict"] == Verdict.EMPTY:

@@ -66,13 +66,11 @@ def enqueue(task: str, args: list[Any], delay: float = 0) -> OutboxMessage:
 
 
 def step(workflow_id: int | None, review_item_id: int | None = None) -> None:
-
     if workflow_id:
         enqueue(STEP_TASK, [workflow_id, review_item_id])
 
 
 def run(run_id: int) -> None:
-
     enqueue(RUN_TASK, [run_id])
 
 

@@ -99,7 +99,6 @@ def _add_overall(
 
 
 def refresh() -> int:
-
     found = compute()
     cache.set(CACHE_KEY, found, CACHE_SECONDS)
     return len(found)

@@ -45,7 +45,6 @@ WORKER_LOST = "WorkerLostError"
 
 
 def lease_owner() -> str:
-
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -98,7 +97,6 @@ def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
 
 
 def _defer(run: Run, until: datetime, now: datetime, owner: str, dead: str) -> bool:
-
     free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner)
     if dead:
         free |= Q(lease_owner=dead)
@@ -113,7 +111,6 @@ def _defer(run: Run, until: datetime, now: datetime, owner: str, dead: str) -> b
 def _record(
     run: Run, delivery: int, envelope: dict[str, Any], calls: int, run_clock: Clock
 ) -> None:
-
     deadline = time.monotonic() + RECORD_PATIENCE
     pause = 0.5
     while True:
@@ -292,7 +289,6 @@ def _error_envelope(
     source: str,
     alternatives: list[str] | None,
 ) -> dict[str, Any]:
-
     return failure_envelope(
         failure,
         attempted=attempted_of(query) | {"source": source},
@@ -302,7 +298,6 @@ def _error_envelope(
 
 
 def _unique(items: list[dict]) -> list[dict]:
-
     seen: set[str] = set()
     out = []
     for item in items:

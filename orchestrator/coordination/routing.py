@@ -90,7 +90,6 @@ class PolicySnapshot:
 
     @classmethod
     def from_rows(cls, version: int, rows: list[Mapping[str, Any]]) -> PolicySnapshot:
-
         rules = {ft: Rule.from_data({"failure_type": ft, **d}) for ft, d in DEFAULT_RULES.items()}
         for row in rows:
             ft = row["failure_type"]
@@ -356,7 +355,6 @@ class _Sayer:
     version: int
 
     def switch(self, why: str) -> Decision:
-
         target = self.ctx.switch_to
         if target is None:
             return self.decision(SWITCH_SOURCE, 0, f"{why} the next source is tried")

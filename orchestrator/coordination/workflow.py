@@ -215,7 +215,6 @@ def switch(wf: Workflow, run: Run, target: str | None = None) -> Run | None:
 
 
 def _switch_target(wf: Workflow, run: Run) -> tuple[str | None, bool]:
-
     suggestions = [a for a in run.alternatives if isinstance(a, str)]
     return registry().switch_target(
         run.source,
