@@ -92,7 +92,6 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
 
 @receiver(review_resolved, dispatch_uid="coordination.delivery.queue_webhook")
 def queue_webhook(sender: Any, item: ReviewItem, **kwargs: Any) -> None:
-
     if item.is_built_in or item.token_id is None:
         return
     token = item.token
@@ -110,7 +109,6 @@ def attempt_timeout() -> float:
 
 
 def backoff(attempt: int) -> float:
-
     base = settings.WEBHOOK_BACKOFF_SECONDS
     return float(min(settings.WEBHOOK_BACKOFF_MAX_SECONDS, base * 2 ** (attempt - 1)))
 
