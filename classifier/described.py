@@ -1,5 +1,6 @@
 """Classify an error described as data (agents in other languages, /classify, MCP tool results)
 with the same rules as a real exception. Every key is optional:
+
     {"exception_type": "httpx.ReadTimeout", "message": "read timed out", "status_code": 504,
      "headers": {"Retry-After": "3"}, "provider_code": "ThrottlingException",
      "grpc_status": "UNAVAILABLE", "retryable": null, "failure_type": null,

@@ -46,10 +46,8 @@ class Overrides:
 
     @classmethod
     def from_data(cls, rows: Iterable[Any], *, strict: bool = False) -> Overrides:
-        """Return a registry filled from plain rows, as `ProviderOverride.snapshot()` writes them.
-
-        An invalid row raises ValueError when `strict`, else it is listed in `rejected` with why.
-        """
+        """Return a registry filled from plain rows; an invalid row raises ValueError when
+        `strict`, else it is listed in `rejected` with why."""
         registry = cls()
         for row in rows:
             registry._add_row(row, strict=strict)

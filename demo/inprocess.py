@@ -1,13 +1,8 @@
-"""A seeded, fault-injecting provider: demonstration sources for news, web and scholar.
-
-Each source raises what a real client raises (httpx exceptions built on real `httpx.Response`
-objects with real headers, no network), so the classifier reads them exactly as in production.
-What a call does comes from the workflow's `faults` plan, keyed "source:topic" (a behaviour, or a
-list with one behaviour per attempt), else from a seeded draw when the plan says `"*": "random"`,
-else it succeeds.
-
-Behaviours: ok[:n], empty, timeout, connect, server_fault[:status], rate_limited:seconds, auth,
-auth_refreshable, missing, invalid, weird, partial:k:behaviour, sleep:seconds[:behaviour].
+"""A seeded, fault-injecting provider without a network: demonstration sources for news, web and
+scholar, raising httpx exceptions built on real responses. A workflow's `faults` plan, keyed
+"source:topic", names one of: ok[:n], empty, timeout, connect, server_fault[:status],
+rate_limited:seconds, auth, auth_refreshable, missing, invalid, weird, partial:k:behaviour,
+sleep:seconds[:behaviour]; `"*": "random"` draws from a seeded mix.
 """
 
 from __future__ import annotations

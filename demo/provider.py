@@ -3,17 +3,12 @@
     python -m demo.provider [--host 127.0.0.1] [--port 0] [--seed 1] [--mix SPEC] [--key-ttl 90]
                             [--log PATH]
 
-Its first line on stdout is `listening on http://HOST:PORT` (port 0 picks a free one).
-
-The API the demo sources call:
-    POST /v1/keys {"source": NAME}            201 {"api_key": KEY, "expires_in": SECONDS | null}
-    GET  /v1/NAME/search?q=TEXT&page=N         200 {"source", "page", "results": [...], "next_page"}
-         Authorization: Bearer KEY              (an unknown or expired key gets a real 401)
-    GET  /v1/stats                              counters: requests by source, status and fault
-    GET  /healthz
+Its first line on stdout is `listening on http://HOST:PORT` (port 0 picks a free one). It serves
+POST /v1/keys, GET /v1/NAME/search?q=TEXT&page=N (Bearer KEY), GET /v1/stats and GET /healthz.
 
 Each search answers with a *behaviour*, named in `X-Demo-Fault` or drawn from the seeded fault mix
 (a hash of the call, so the same seed and calls give the same faults whatever the timing):
+
     ok[:N]              N results (pages of 3)          empty            a valid empty result
     slow:S[:THEN]       answer after S seconds          drop             close without answering
     garbled             200 with a body that is no JSON expire           revoke the key, then 401

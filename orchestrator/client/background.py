@@ -237,7 +237,7 @@ class Reporter:
             if batch:
                 self._guarded(self._deliver, batch)
             elif self._spool_dirty and time.monotonic() >= self._down_until:
-                self._guarded(self._resend_spool)  # the server may be back
+                self._guarded(self._resend_spool)
             for marker in markers:
                 marker.done.set()
         self._guarded(self._drain_on_close)

@@ -1,10 +1,6 @@
 """Sending work to Celery through the outbox, and the sweeper's safety nets: the one place tasks
-are sent.
-
-Every message is first a row written in the caller's transaction, relayed after the commit; a row
-the relay could not send stays for the sweeper, so a broker outage delays work and never loses it.
-Tasks are sent by name, so that nothing here imports `orchestrator.tasks`.
-"""
+are sent. A message is a row written in the caller's transaction and relayed after the commit, so
+a broker outage delays work and never loses it."""
 
 from __future__ import annotations
 
