@@ -5,11 +5,10 @@ The tables keep the names they had when the pages' app owned them (`dashboard_*`
 
 Rollups and failure groups are folded in batches by periodic tasks
 (`insights.tasks.refresh_rollups`, `insights.tasks.fold_failure_groups`), never per insert: a
-counter row updated on every run would serialise every report on that row and halve ingest (the
-README's "Architecture"). The current hour's minute rollups and the running totals are kept
-from the runs as they are written, but as appended deltas (`RunDelta`, by the run table's
-triggers on PostgreSQL), never by updating a shared counter row. Counting with these rows is
-`stats`'s, `minutes`'s and `groups`'s job.
+counter row updated on every run would serialise every report on that row. The current hour's
+minute rollups and the running totals are kept from the runs as they are written, but as appended
+deltas (`RunDelta`, by the run table's triggers on PostgreSQL), never by updating a shared counter
+row. Counting with these rows is `stats`'s, `minutes`'s and `groups`'s job.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def test_every_module_says_what_it_holds() -> None:
 
 
 def test_no_module_cites_documents_outside_the_repository() -> None:
-    """Comments explain in the code's own terms and point to README sections, nothing beyond."""
+    """Comments explain in the code's own terms and point to our own docs, nothing beyond."""
     import re
 
     outside = re.compile(r"\.\./shared|\bthe brief\b|BRIEF\.md|the issue\b|issue #?\d", re.I)

@@ -37,8 +37,8 @@ Agents report every run with its structured outcome; coordinators read runs and 
 `partial_results`, `alternatives`.
 
 **Failure types** are the taxonomy's eight names; names from other vocabularies (`auth_error`,
-`rate_limit`, `not_found`, `unknown` …) are read as their canonical one (README: "Failure types and
-their aliases") wherever a failure type is read; any other name is a 422 listing the valid ones.
+`rate_limit`, `not_found`, `unknown` …) are read as their canonical one (docs/api.md: "Failure types
+and their aliases") wherever a failure type is read; any other name is a 422 listing the valid ones.
 
 **Policy version**: every answer carries `X-Policy-Version`; fetch `GET /policies` when it changes.
 

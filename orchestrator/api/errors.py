@@ -1,7 +1,7 @@
 """Every error the API returns, as one JSON envelope with a taxonomy failure type.
 
-The envelope is the one agents report their own failures in (the README's "The API in one
-screen"), so an agent can feed our answer to its own classifier and routing unchanged:
+The envelope is the one agents report their own failures in (docs/api.md, "Errors"), so an agent
+can feed our answer to its own classifier and routing unchanged:
 
     {"status": "error", "failure_type": "invalid_input", "retryable": false, "retry_after": null,
      "detail": "…", "errors": [{"path": "runs.3.failure_type", "message": "…"}],

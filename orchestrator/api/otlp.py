@@ -69,7 +69,7 @@ RESPONSE_BODY = {
     openapi_extra={"requestBody": REQUEST_BODY, "responses": {200: RESPONSE_BODY}},
 )
 def export_traces(request: HttpRequest) -> HttpResponse:
-    """Store the spans of an OTLP export as runs (README: "OpenTelemetry in").
+    """Store the spans of an OTLP export as runs (docs/api.md: "OpenTelemetry in").
 
     GenAI spans (agent, model and tool calls) become runs, ok or failed; other spans become runs
     only when they failed and no ancestor in the same export is a run, whose failure they then

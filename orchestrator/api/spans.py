@@ -1,7 +1,7 @@
 """Reading OpenTelemetry spans as runs: which spans are runs, and what each one says.
 
 `runs_from_request` turns a decoded OTLP `ExportTraceServiceRequest` into run reports in the shape
-`POST /runs/batch` takes (README: "OpenTelemetry in"). The rule for which spans become runs:
+`POST /runs/batch` takes (docs/api.md: "OpenTelemetry in"). The rule for which spans become runs:
 
 - a **GenAI span** (an agent invocation, a model call, a tool call: any of the GenAI attributes
   in `GENAI_MARKERS`, or the span kinds OpenInference and OpenLLMetry write) is one run, ok or

@@ -50,8 +50,8 @@ class RunSets:
     (the provider's Retry-After); a *switched* run started on another source after a switch_source
     decision; an *avoided* retry is a failure routed elsewhere than a retry, which a blind policy
     would have retried; a *futile* retry is a failure that said a retry cannot help and was
-    retried anyway, except an auth failure retried after refreshing its credentials. The README's
-    "What an operator sees" repeats these definitions.
+    retried anyway, except an auth failure retried after refreshing its credentials.
+    docs/operations.md's "The pages" repeats these definitions.
     """
 
     FAILURES = Q(status__in=FAILURE)

@@ -1,5 +1,5 @@
-"""The Procfile's processes together, as the README's "Scaling out" runs them: PostgreSQL, Redis,
-one `web` (the web server as shipped), TWO `worker`s and one `beat`.
+"""The Procfile's processes together, as docs/deployment.md's "Scaling out" runs them:
+PostgreSQL, Redis, one `web` (the web server as shipped), TWO `worker`s and one `beat`.
 
 The commands come from the Procfile itself; each line runs through `bash -c` with the environment
 set, as a Procfile runner does, so its `${VAR:-default}` forms expand as they do in production.

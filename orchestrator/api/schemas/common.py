@@ -102,7 +102,7 @@ FailureTypeName = Annotated[
         {
             "type": "string",
             "description": "One of the taxonomy's eight names, or an alias of one from another "
-            "vocabulary (README: 'Failure types and their aliases'); stored under the "
+            "vocabulary (docs/api.md: 'Failure types and their aliases'); stored under the "
             f"canonical name. Canonical: {', '.join(FailureCategory)}. Aliases: "
             + ", ".join(f"{alias} → {category}" for alias, category in ALIASES.items()),
             "examples": ["timeout", "auth_error", "rate_limit"],

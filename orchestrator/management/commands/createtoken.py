@@ -1,8 +1,8 @@
 """`python manage.py createtoken NAME [--callback URL]`: create an API token and print its secret.
 
 With `--callback`, resolutions of the review items of the runs this token reports are POSTed to
-URL, signed (README "Webhooks"); the signing secret is printed once, on a second line, and only
-kept encrypted to sign with.
+URL, signed (docs/api.md, "Webhooks"); the signing secret is printed once, on a second line, and
+only kept encrypted to sign with.
 """
 
 from __future__ import annotations
