@@ -1,4 +1,4 @@
-"""Take the README's screenshots (overview, a run detail, the review queue and an item, failure
+"""Take the docs' screenshots (overview, a run detail, the review queue and an item, failure
 groups, a workflow, the runs in flight, SLOs, switch efficacy) from demonstration data.
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]

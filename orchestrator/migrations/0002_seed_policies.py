@@ -1,4 +1,4 @@
-"""Seed the routing table and provider overrides with the product's defaults (README: routing)."""
+"""Seed the routing table and provider overrides with the product's defaults (docs/operations.md: routing)."""
 
 from django.db import migrations
 
