@@ -1,9 +1,13 @@
-"""Alert rules are configured in the admin (a handful of rows, edited rarely); failure groups are
-shown there read-only (their state changes on the groups page, audited)."""
+"""Alert rules are configured in the admin (a handful of rows, edited rarely); a new rule's
+signing secret is shown there once. Firings and failure groups are shown read-only (a group's
+state changes on the groups page, audited; a firing's webhook and its attempts are the
+orchestrator's)."""
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
 
 from insights.models import AlertDelivery, AlertRule, FailureGroup
@@ -13,13 +17,30 @@ from insights.models import AlertDelivery, AlertRule, FailureGroup
 class AlertRuleAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "failure_type", "threshold", "window_minutes", "enabled"]
     list_filter = ["kind", "enabled"]
+    actions = ["issue_signing_secrets"]
+
+    def save_model(
+        self, request: HttpRequest, obj: AlertRule, form: ModelForm, change: bool
+    ) -> None:
+        super().save_model(request, obj, form, change)
+        if not change:
+            self._show_new_secret(request, obj)
+
+    @admin.action(description="Issue new signing secrets (the old ones stop signing)")
+    def issue_signing_secrets(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for rule in queryset:
+            self._show_new_secret(request, rule)
+
+    def _show_new_secret(self, request: HttpRequest, rule: AlertRule) -> None:
+        secret = rule.issue_signing_secret()
+        note = f"{rule.name}: webhooks are signed with {secret} (shown this once)."
+        messages.warning(request, note)
 
 
 @admin.register(AlertDelivery)
 class AlertDeliveryAdmin(admin.ModelAdmin):
-    list_display = ["rule", "status", "attempts", "response_code", "created_at", "sent_at"]
-    list_filter = ["status"]
-    readonly_fields = ["rule", "payload", "status", "attempts", "response_code", "error", "sent_at"]
+    list_display = ["rule", "webhook", "created_at"]
+    readonly_fields = ["rule", "webhook", "created_at"]
 
 
 @admin.register(FailureGroup)

@@ -1,18 +1,15 @@
-"""Alert rules: measuring each rule, firing it once per cool-down, and posting its webhook.
+"""Alert rules: measuring each rule and firing it once per cool-down.
 
 A rule measures a failure rate over a window, the age of the oldest open review item, or an SLO's
-burn rate (`slo`). A fired rule writes its delivery and the outbox message that sends it in one
-transaction (`orchestrator.coordination.dispatch`), so a broker outage delays an alert and never
-loses it.
+burn rate (`slo`). A firing queues its webhook in the same transaction as the rule's new
+`last_fired_at`; `orchestrator.coordination.webhooks` signs it with the rule's secret and sends it.
 """
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 from typing import Any
 
-import httpx
 from django.db import transaction
 from django.db.models import Count, Q
 from django.urls import reverse
@@ -21,14 +18,8 @@ from django.utils import timezone
 from insights import slo
 from insights.models import AlertDelivery, AlertRule
 from insights.stats import FAILURE_STATUSES
-from orchestrator.coordination import dispatch
-from orchestrator.models import ReviewItem, Run
-
-WEBHOOK_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
-MAX_DELIVERY_ATTEMPTS = 6
-RETRY_BASE_DELAY = 5.0
-RETRY_MAX_DELAY = 300.0
-DELIVER_TASK = "insights.tasks.deliver_alert"
+from orchestrator.coordination import webhooks
+from orchestrator.models import ReviewItem, Run, WebhookDelivery
 
 
 def failure_rate(failure_type: str, minutes: int) -> tuple[float, int]:
@@ -117,55 +108,9 @@ def evaluate() -> int:
                 "at": now.isoformat(),
                 **facts,
             }
-            delivery = AlertDelivery.objects.create(rule=rule, payload=payload)
-            dispatch.enqueue(DELIVER_TASK, [delivery.pk])
+            webhook = webhooks.queue(
+                WebhookDelivery.Event.ALERT_FIRED, rule.url, payload, rule.sealed_signing_secret
+            )
+            AlertDelivery.objects.create(rule=rule, webhook=webhook, created_at=now)
         fired += 1
     return fired
-
-
-def deliver(delivery_id: int) -> str:
-    """POST one delivery's payload; a network error or a 5xx is tried again later, a 4xx is final.
-
-    The next try is an outbox message with a delay, written with the failure it follows: it
-    survives a worker or broker restart, and never waits in a broker countdown.
-    """
-    delivery = AlertDelivery.objects.select_related("rule").filter(pk=delivery_id).first()
-    if delivery is None or delivery.status == AlertDelivery.Status.SENT:
-        return "skipped"
-    attempts = delivery.attempts + 1
-    AlertDelivery.objects.filter(pk=delivery.pk).update(attempts=attempts)
-    try:
-        response = httpx.post(delivery.rule.url, json=delivery.payload, timeout=WEBHOOK_TIMEOUT)
-    except httpx.HTTPError as exc:
-        return _try_again_later(delivery, attempts, None, f"{type(exc).__name__}: {exc}")
-    if response.status_code >= 500:
-        return _try_again_later(delivery, attempts, response.status_code, response.text[:500])
-    ok = response.is_success
-    status = AlertDelivery.Status.SENT if ok else AlertDelivery.Status.FAILED
-    # A 4xx will not get better by retrying the same request: record it and stop.
-    _record(delivery, status, response.status_code, "" if ok else response.text[:500])
-    return status
-
-
-def retry_delay(attempts: int) -> float:
-    """Seconds before the next try after `attempts` failed ones: doubling from 5 s up to 5 min,
-    with jitter so that many deliveries to one receiver do not come back together."""
-    ceiling = min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2 ** (attempts - 1))
-    return ceiling * random.uniform(0.5, 1.0)
-
-
-def _try_again_later(delivery: AlertDelivery, attempts: int, code: int | None, error: str) -> str:
-    with transaction.atomic():
-        _record(delivery, AlertDelivery.Status.FAILED, code, error)
-        if attempts < MAX_DELIVERY_ATTEMPTS:
-            dispatch.enqueue(DELIVER_TASK, [delivery.pk], delay=retry_delay(attempts))
-    return AlertDelivery.Status.FAILED
-
-
-def _record(delivery: AlertDelivery, status: str, code: int | None, error: str) -> None:
-    AlertDelivery.objects.filter(pk=delivery.pk).update(
-        status=status,
-        response_code=code,
-        error=error[:2000],
-        sent_at=timezone.now() if status == AlertDelivery.Status.SENT else None,
-    )

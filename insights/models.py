@@ -1,5 +1,5 @@
 """Hourly, six-hour and minute run rollups and running totals that feed the tiles and /metrics,
-failure groups, and webhook alerts.
+failure groups, and alert rules with their firings.
 
 The tables keep the names they had when the pages' app owned them (`dashboard_*`).
 
@@ -19,6 +19,7 @@ from django.db import models
 from django.utils import timezone
 
 from orchestrator.models import FailureType
+from orchestrator.models.tokens import new_signing_secret
 
 
 class RollupCounts(models.Model):
@@ -238,7 +239,7 @@ class RollupVersion(models.Model):
 
 
 class AlertRule(models.Model):
-    """A threshold that, once crossed, posts a JSON webhook (re-armed after a cool-down)."""
+    """A threshold that, once crossed, posts a signed JSON webhook (re-armed after a cool-down)."""
 
     class Kind(models.TextChoices):
         FAILURE_RATE = "failure_rate", "failure rate of a type over a window"
@@ -264,6 +265,8 @@ class AlertRule(models.Model):
     cooldown_minutes = models.PositiveIntegerField(default=60)
     last_fired_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Encrypted: shown once when issued, kept only to sign this rule's webhooks with.
+    sealed_signing_secret = models.TextField(blank=True, editable=False)
 
     class Meta:
         db_table = "dashboard_alertrule"
@@ -272,23 +275,22 @@ class AlertRule(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.kind} ≥ {self.threshold})"
 
+    def issue_signing_secret(self) -> str:
+        """Sign this rule's webhooks with a new secret from now on; return it (shown once)."""
+        secret, self.sealed_signing_secret = new_signing_secret()
+        self.save(update_fields=["sealed_signing_secret"])
+        return secret
+
 
 class AlertDelivery(models.Model):
-    """One webhook post of one alert, with what the receiver answered."""
-
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        SENT = "sent"
-        FAILED = "failed"
+    """One firing of a rule and the webhook that posts it (its state and every attempt are the
+    webhook's)."""
 
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="deliveries")
-    payload = models.JSONField(default=dict)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    attempts = models.PositiveIntegerField(default=0)
-    response_code = models.PositiveSmallIntegerField(null=True, blank=True)
-    error = models.TextField(blank=True)
+    webhook = models.OneToOneField(
+        "orchestrator.WebhookDelivery", on_delete=models.CASCADE, related_name="alert"
+    )
     created_at = models.DateTimeField(default=timezone.now)
-    sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "dashboard_alertdelivery"
@@ -296,7 +298,7 @@ class AlertDelivery(models.Model):
         verbose_name_plural = "alert deliveries"
 
     def __str__(self) -> str:
-        return f"delivery {self.pk} of {self.rule_id}: {self.status}"
+        return f"alert {self.rule_id} at {self.created_at:%Y-%m-%d %H:%M}"
 
 
 # ---------------------------------------------------------------------------------------------

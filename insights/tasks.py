@@ -1,6 +1,6 @@
 """The insights Celery tasks: folding run rollups, minute counts and failure groups, evaluating
-alert rules, delivering their webhooks, and retention. Each takes ids (or nothing), calls one
-function of its module, and returns."""
+alert rules (`orchestrator.tasks.deliver_webhook` sends their webhooks), and retention. Each
+takes ids (or nothing), calls one function of its module, and returns."""
 
 from __future__ import annotations
 
@@ -37,11 +37,6 @@ def fold_failure_groups(hours: int | None = None) -> int:
 def evaluate_alerts() -> int:
     """Fire every enabled rule whose threshold is crossed (once per cool-down)."""
     return alerts.evaluate()
-
-
-@shared_task(ignore_result=True)
-def deliver_alert(delivery_id: int) -> str:
-    return alerts.deliver(delivery_id)
 
 
 @shared_task(ignore_result=True)

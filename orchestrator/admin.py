@@ -309,11 +309,12 @@ class WebhookAttemptInline(admin.TabularInline):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(admin.ModelAdmin):
-    """Each resolution's webhook and every attempt at it (read only: the sweeper and the
-    delivery task own these rows)."""
+    """Every outbound webhook (review resolutions, fired alerts) and each attempt at it (read
+    only: the sweeper and the delivery task own these rows)."""
 
     list_display = [
         "id",
+        "event",
         "item",
         "token",
         "url",
@@ -323,7 +324,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
         "delivered_at",
         "last_error",
     ]
-    list_filter = ["state", "token"]
+    list_filter = ["state", "event", "token"]
     search_fields = ["url", "delivery_id", "last_error"]
     raw_id_fields = ["item"]
     inlines = [WebhookAttemptInline]

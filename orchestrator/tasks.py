@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from orchestrator import counters, partitions, search
-from orchestrator.coordination import delivery, dispatch, efficacy, execution, review, workflow
+from orchestrator.coordination import dispatch, efficacy, execution, review, webhooks, workflow
 
 # The longest wait stays below the smallest visibility timeout (10 s), past which Redis would
 # deliver the message twice.
@@ -36,7 +36,7 @@ def coordinate(workflow_id: int, review_item_id: int | None = None) -> str:
 @shared_task(ignore_result=True)
 def sweep() -> int:
     """Send what is due: retries and delays wait in the database, never in the broker."""
-    return dispatch.sweep() + delivery.resend_stalled()
+    return dispatch.sweep() + webhooks.resend_stalled()
 
 
 @shared_task(ignore_result=True)
@@ -45,9 +45,9 @@ def apply_review_fallbacks() -> int:
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **ON_DATABASE_ERRORS)
-def deliver_resolution(delivery_id: int) -> str:
-    """POST a review item's resolution to its token's callback URL, signed (one attempt)."""
-    return delivery.deliver(delivery_id)
+def deliver_webhook(delivery_id: int) -> str:
+    """POST a webhook (a review's resolution, a fired alert), signed (one attempt)."""
+    return webhooks.deliver(delivery_id)
 
 
 @shared_task(ignore_result=True)

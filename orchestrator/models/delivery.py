@@ -1,5 +1,5 @@
-"""What leaves the process: the outbox of Celery tasks to send, and the webhook deliveries of
-review resolutions with each attempt."""
+"""What leaves the process: the outbox of Celery tasks to send, and the outbound webhooks (review
+resolutions, fired alerts) with each attempt."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from orchestrator.models.review import ReviewItem
-from orchestrator.models.tokens import ApiToken
+from orchestrator.models.tokens import ApiToken, open_sealed
 from orchestrator.vocabulary import Delivery
 
 
@@ -57,12 +57,18 @@ class WebhookDeliveryQuerySet(models.QuerySet):
 
 
 class WebhookDelivery(models.Model):
-    """One review item's resolution on its way to its token's callback URL.
+    """One event posted to one URL, signed: a review item's resolution to its token's callback
+    URL, or a fired alert to its rule's URL.
 
-    One row per resolution (the item is unique), whatever the number of attempts: its
-    `delivery_id` is sent with every attempt (`Failsight-Delivery`), so a receiver that got an
-    attempt whose answer we never saw (a worker killed mid-request) dedupes the redelivery.
+    One row per event, whatever the number of attempts: its `delivery_id` is sent with every
+    attempt (`Failsight-Delivery`), so a receiver that got an attempt whose answer we never saw
+    (a worker killed mid-request) dedupes the redelivery. The URL and the sealed signing secret
+    are copied from the target when the event is queued, so they stay a pair.
     """
+
+    class Event(models.TextChoices):
+        REVIEW_RESOLVED = "review.resolved"
+        ALERT_FIRED = "alert.fired"
 
     class State(models.TextChoices):
         PENDING = "pending"
@@ -71,9 +77,17 @@ class WebhookDelivery(models.Model):
         # The agent acknowledged the resolution over the API before a webhook got through.
         SUPERSEDED = "superseded", "picked up by an ack first"
 
-    item = models.OneToOneField(ReviewItem, on_delete=models.CASCADE, related_name="webhook")
-    token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=30, choices=Event.choices, default=Event.REVIEW_RESOLVED)
+    # A review's resolution: acknowledged by a 2xx, superseded by an ack over the API.
+    item = models.OneToOneField(
+        ReviewItem, null=True, blank=True, on_delete=models.CASCADE, related_name="webhook"
+    )
+    token = models.ForeignKey(
+        ApiToken, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
+    )
     url = models.URLField(max_length=500)
+    payload = models.JSONField(default=dict)
+    sealed_secret = models.TextField(blank=True, editable=False)
     delivery_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
@@ -96,7 +110,15 @@ class WebhookDelivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"delivery of review {self.item_id} to {self.url} ({self.state})"
+        return f"{self.event} to {self.url} ({self.state})"
+
+    def signing_secret(self) -> str:
+        return open_sealed(self.sealed_secret)
+
+    @property
+    def picked_up_elsewhere(self) -> bool:
+        """The agent acknowledged the resolution over the API before a webhook got through."""
+        return self.item is not None and self.item.is_delivered
 
     def begin_attempt(self, owner: str, now: datetime, until: datetime, dead: str = "") -> int:
         """Take the delivery for one attempt; return its number (0: delivered, given up, or an
@@ -127,7 +149,8 @@ class WebhookDelivery(models.Model):
         except IntegrityError:
             return False
         self._settle(self.State.DELIVERED, now, delivered_at=now, last_error="")
-        self.item.acknowledge(Delivery.WEBHOOK, now)
+        if self.item is not None:
+            self.item.acknowledge(Delivery.WEBHOOK, now)
         return True
 
     def fail(self, number: int, status_code: int | None, error: str, now: datetime) -> None:
@@ -160,7 +183,7 @@ class WebhookAttempt(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.CharField(max_length=500, blank=True)
-    acked = models.BooleanField(default=False, help_text="Answered with a 2xx: the agent's ack")
+    acked = models.BooleanField(default=False, help_text="Answered with a 2xx: the receiver has it")
 
     class Meta:
         ordering = ["delivery", "number"]

@@ -106,10 +106,9 @@ class ApiToken(models.Model):
     def set_callback(self, url: str, actor: Any = None) -> str:
         """Point this token's resolutions at `url` with a new signing secret; return the secret
         (shown once: only its encrypted form is kept, to sign with)."""
-        secret = "whsec_" + secrets.token_urlsafe(32)
+        secret, self.sealed_signing_secret = new_signing_secret()
         before = {"callback_url": self.callback_url}
         self.callback_url = url
-        self.sealed_signing_secret = _fernet().encrypt(secret.encode()).decode()
         self.full_clean(exclude=["hashed", "hint"])
         with transaction.atomic():
             self.save(update_fields=["callback_url", "sealed_signing_secret"])
@@ -125,9 +124,7 @@ class ApiToken(models.Model):
 
     def signing_secret(self) -> str:
         """The secret webhooks are signed with ("" if none was issued)."""
-        if not self.sealed_signing_secret:
-            return ""
-        return _fernet().decrypt(self.sealed_signing_secret.encode()).decode()
+        return open_sealed(self.sealed_signing_secret)
 
     def revoke(self) -> bool:
         """Revoke the token; False if it was already revoked."""
@@ -166,6 +163,17 @@ class ApiToken(models.Model):
 
 
 _TOKENS: LocalMemo[ApiToken | None] = LocalMemo(lambda: settings.API_TOKEN_CACHE_SECONDS)
+
+
+def new_signing_secret() -> tuple[str, str]:
+    """A new webhook signing secret, and its sealed form: the only one kept, to sign with."""
+    secret = "whsec_" + secrets.token_urlsafe(32)
+    return secret, _fernet().encrypt(secret.encode()).decode()
+
+
+def open_sealed(sealed: str) -> str:
+    """The secret a sealed one holds ("" for none)."""
+    return _fernet().decrypt(sealed.encode()).decode() if sealed else ""
 
 
 def _fernet() -> Any:

@@ -1,21 +1,23 @@
-"""/metrics (token or allow-list) and webhook alerts delivered to a real local HTTP server."""
+"""/metrics (token or allow-list), and alert rules firing once per cool-down, their webhooks
+signed and delivered to a real local HTTP server."""
 
 from __future__ import annotations
 
 import json
-import threading
+from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from insights.alerts import DELIVER_TASK, MAX_DELIVERY_ATTEMPTS, RETRY_BASE_DELAY, retry_delay
 from insights.models import AlertDelivery, AlertRule
 from insights.stats import refresh_rollups
-from insights.tasks import deliver_alert, evaluate_alerts
+from insights.tasks import evaluate_alerts
+from orchestrator.client import verify_signature
+from orchestrator.coordination import webhooks
 from orchestrator.models import OutboxMessage, SourceHealth
+from tests.orchestrator.test_webhooks import Receiver
 
 from .conftest import ago, make_failure, make_review, make_run
 
@@ -72,30 +74,11 @@ def test_metrics_count_retries_spent_on_failures_that_said_no(client, db, settin
     assert 'failsight_futile_retries_total{source="news_api"} 2' in body
 
 
-class Receiver(BaseHTTPRequestHandler):
-    status = 200
-    received: list = []
-
-    def do_POST(self):
-        length = int(self.headers["Content-Length"])
-        type(self).received.append(json.loads(self.rfile.read(length)))
-        self.send_response(type(self).status)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def receiver():
-    Receiver.status, Receiver.received = 200, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server, f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[Receiver]:
+    r = Receiver([500])
+    yield r
+    r.close()
 
 
 def rule(url: str, **fields) -> AlertRule:
@@ -106,64 +89,28 @@ def rule(url: str, **fields) -> AlertRule:
     return AlertRule.objects.create(url=url, **fields)
 
 
-def test_a_delivery_posts_the_payload_and_records_the_answer(db, receiver):
-    _, url = receiver
-    delivery = AlertDelivery.objects.create(rule=rule(url), payload={"alert": "timeouts"})
-    assert deliver_alert(delivery.pk) == "sent"
-    delivery.refresh_from_db()
-    assert (delivery.status, delivery.response_code, delivery.attempts) == ("sent", 200, 1)
-    assert Receiver.received == [{"alert": "timeouts"}]
-    assert deliver_alert(delivery.pk) == "skipped"  # never sent twice
+def test_a_fired_alert_is_posted_signed_with_its_rules_secret_after_a_500(db, receiver):
+    for _ in range(3):
+        make_failure("timeout")
+    make_run()
+    secret = rule(receiver.url).issue_signing_secret()
+    assert evaluate_alerts() == 1
+    hook = AlertDelivery.objects.get().webhook
+    assert OutboxMessage.objects.get(task=webhooks.DELIVER_TASK).args == [hook.pk]
 
-
-def next_try(delivery: AlertDelivery) -> OutboxMessage:
-    """The outbox message that will try `delivery` again (exactly one)."""
-    return OutboxMessage.objects.get(task=DELIVER_TASK, args=[delivery.pk])
-
-
-def test_a_server_error_is_recorded_and_tried_again_later_through_the_outbox(db, receiver):
-    _, url = receiver
-    Receiver.status = 503
-    delivery = AlertDelivery.objects.create(rule=rule(url), payload={})
-    before = timezone.now()
-    assert deliver_alert(delivery.pk) == "failed"
-    delivery.refresh_from_db()
-    assert (delivery.status, delivery.response_code, delivery.attempts) == ("failed", 503, 1)
-    wait = (next_try(delivery).available_at - before).total_seconds()
-    assert RETRY_BASE_DELAY / 2 <= wait <= RETRY_BASE_DELAY + 1  # later, not in a countdown
-
-
-def test_an_unreachable_receiver_is_recorded_and_given_up_after_the_last_attempt(db, receiver):
-    server, url = receiver
-    server.shutdown()
-    server.server_close()
-    delivery = AlertDelivery.objects.create(
-        rule=rule(url), payload={}, attempts=MAX_DELIVERY_ATTEMPTS - 2
-    )
-    assert deliver_alert(delivery.pk) == "failed"
-    delivery.refresh_from_db()
-    assert delivery.status == "failed" and "ConnectError" in delivery.error
-    next_try(delivery).delete()
-    assert deliver_alert(delivery.pk) == "failed"  # the last attempt
-    assert not OutboxMessage.objects.filter(task=DELIVER_TASK).exists()
-
-
-def test_the_delays_between_tries_double_up_to_five_minutes():
-    for attempts, ceiling in [(1, 5), (2, 10), (3, 20), (7, 300), (20, 300)]:
-        assert ceiling / 2 <= retry_delay(attempts) <= ceiling
-
-
-def test_a_client_error_is_final(db, receiver):
-    _, url = receiver
-    Receiver.status = 410
-    delivery = AlertDelivery.objects.create(rule=rule(url), payload={})
-    assert deliver_alert(delivery.pk) == "failed"
-    delivery.refresh_from_db()
-    assert delivery.response_code == 410
+    assert webhooks.deliver(hook.pk) == "retrying"  # the receiver answered 500
+    assert webhooks.deliver(hook.pk) == "delivered"
+    (_, first), (headers, body) = receiver.requests
+    assert first == body and json.loads(body)["alert"] == "timeouts"
+    assert headers["Failsight-Event"] == "alert.fired"
+    assert verify_signature(secret, headers["Failsight-Signature"], body)
+    assert not verify_signature("whsec_wrong", headers["Failsight-Signature"], body)
+    attempts = hook.tries.order_by("number").values_list("status_code", "acked")
+    assert list(attempts) == [(500, False), (200, True)]
 
 
 def test_rules_fire_once_per_cooldown(db, receiver, django_capture_on_commit_callbacks):
-    _, url = receiver
+    url = receiver.url
     for _ in range(3):
         make_failure("timeout")
     make_run()
@@ -174,19 +121,18 @@ def test_rules_fire_once_per_cooldown(db, receiver, django_capture_on_commit_cal
         assert evaluate_alerts() == 0  # cooling down
     assert len(callbacks) == 1
     delivery = AlertDelivery.objects.get()
-    assert delivery.rule == loud and delivery.payload["value"] == 0.75
+    assert delivery.rule == loud and delivery.webhook.payload["value"] == 0.75
     assert not quiet.deliveries.exists()
 
 
 def test_review_age_rules(db, receiver, django_capture_on_commit_callbacks):
-    _, url = receiver
-    rule(url, kind=AlertRule.Kind.REVIEW_AGE, failure_type="", threshold=3600)
+    rule(receiver.url, kind=AlertRule.Kind.REVIEW_AGE, failure_type="", threshold=3600)
     with django_capture_on_commit_callbacks(execute=False):
         make_review(created_at=ago(minutes=10))
         assert evaluate_alerts() == 0
         oldest = make_review(created_at=ago(hours=2))
         assert evaluate_alerts() == 1
-    payload = AlertDelivery.objects.get().payload
+    payload = AlertDelivery.objects.get().webhook.payload
     assert payload["open_review_items"] == 2
     assert payload["oldest_review_path"] == f"/review/{oldest.pk}/"  # its own page, to claim
 

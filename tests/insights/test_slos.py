@@ -80,7 +80,7 @@ def test_burn_alerts_are_delivered_through_the_webhook_rules(
             assert evaluate_alerts() == 0  # the 5-minute window is quiet again
         with time_machine.travel(T, tick=False):
             assert evaluate_alerts() == 1
-    payload = AlertDelivery.objects.get(rule=fast).payload
+    payload = AlertDelivery.objects.get(rule=fast).webhook.payload
     assert payload["value"] == pytest.approx(20)
     assert payload["short_window_minutes"] == 5
     assert {(b["kind"], b["name"]) for b in payload["burning"]} == {

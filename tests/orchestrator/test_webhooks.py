@@ -1,6 +1,7 @@
-"""Resolutions POSTed to a token's callback URL: signed, recorded per attempt, retried with the
-delay in the outbox, acked once. The delivery task's body runs here against a real HTTP receiver
-on this machine; test_agent_loop_live.py runs it in a real worker."""
+"""The one webhook deliverer, with resolutions POSTed to a token's callback URL: signed, recorded
+per attempt, retried with the delay in the outbox (one backoff policy), a client error final,
+acked once. The delivery task's body runs here against a real HTTP receiver on this machine;
+test_agent_loop_live.py runs it in a real worker (alerts: tests/insights/test_metrics_alerts.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from orchestrator.client import verify_signature
-from orchestrator.coordination import delivery
+from orchestrator.coordination import webhooks
 from orchestrator.models import (
     ApiToken,
     AuditEntry,
@@ -85,21 +86,22 @@ def test_createtoken_prints_a_signing_secret_once_and_keeps_it_sealed(db):
 
 
 def test_a_resolution_is_delivered_signed_after_a_500_with_the_delay_in_the_outbox(
-    db, operator, receiver
+    db, operator, receiver, settings
 ):
     token, _ = ApiToken.issue("crm-agent")
     signing = token.set_callback(receiver.url)
     item = resolved_item(token, operator)
     hook = WebhookDelivery.objects.get(item=item)
-    message = OutboxMessage.objects.get(task=delivery.DELIVER_TASK)
+    message = OutboxMessage.objects.get(task=webhooks.DELIVER_TASK)
     assert message.args == [hook.pk]
 
-    assert delivery.deliver(hook.pk) == "retrying"  # the receiver answered 500
-    retry = OutboxMessage.objects.filter(task=delivery.DELIVER_TASK).order_by("-pk").first()
+    assert webhooks.deliver(hook.pk) == "retrying"  # the receiver answered 500
+    retry = OutboxMessage.objects.filter(task=webhooks.DELIVER_TASK).order_by("-pk").first()
     wait = (retry.available_at - retry.created_at).total_seconds()
-    assert wait == pytest.approx(delivery.backoff(1), abs=0.5)
-    assert delivery.deliver(hook.pk) == "delivered"
-    assert delivery.deliver(hook.pk) == "skipped"  # a duplicate message changes nothing
+    base = settings.WEBHOOK_BACKOFF_SECONDS
+    assert base / 2 - 0.5 <= wait <= base + 0.5  # later, in the outbox, not in a countdown
+    assert webhooks.deliver(hook.pk) == "delivered"
+    assert webhooks.deliver(hook.pk) == "skipped"  # a duplicate message changes nothing
 
     (h1, _), (h2, b2) = receiver.requests
     assert h1["Failsight-Delivery"] == h2["Failsight-Delivery"] == str(hook.delivery_id)
@@ -134,11 +136,11 @@ def test_a_delivery_whose_worker_died_is_sent_again_by_the_sweeper(db, operator,
     OutboxMessage.objects.all().delete()
     now = timezone.now()
     assert hook.begin_attempt("elsewhere:1", now, now + timedelta(seconds=15)) == 1
-    assert delivery.resend_stalled(now) == 0  # its lease still runs
+    assert webhooks.resend_stalled(now) == 0  # its lease still runs
     later = now + timedelta(seconds=16)
-    assert delivery.resend_stalled(later) == 1
-    assert delivery.resend_stalled(later) == 0  # claimed for one resend window
-    assert OutboxMessage.objects.filter(task=delivery.DELIVER_TASK).count() == 1
+    assert webhooks.resend_stalled(later) == 1
+    assert webhooks.resend_stalled(later) == 0  # claimed for one resend window
+    assert OutboxMessage.objects.filter(task=webhooks.DELIVER_TASK).count() == 1
 
 
 def test_an_agent_without_a_callback_or_a_built_in_item_gets_no_webhook(db, operator):
@@ -153,6 +155,46 @@ def test_a_resolution_acknowledged_over_the_api_first_is_not_posted_again(db, op
     item = resolved_item(token, operator)
     item.acknowledge("ack")
     hook = WebhookDelivery.objects.get(item=item)
-    assert delivery.deliver(hook.pk) == "superseded"
+    assert webhooks.deliver(hook.pk) == "superseded"
     hook.refresh_from_db()
     assert hook.state == WebhookDelivery.State.SUPERSEDED and receiver.requests == []
+
+
+def hook_to(url: str) -> WebhookDelivery:
+    return webhooks.queue(WebhookDelivery.Event.ALERT_FIRED, url, {"alert": "x"}, "")
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [(410, "given up"), (400, "given up"), (429, "retrying"), (503, "retrying")],
+)
+def test_a_client_error_is_final_unless_it_says_later(db, status, outcome):
+    receiver = Receiver([status])
+    try:
+        hook = hook_to(receiver.url)
+        assert webhooks.deliver(hook.pk) == outcome
+    finally:
+        receiver.close()
+    hook.refresh_from_db()
+    assert hook.tries.get().status_code == status and str(status) in hook.last_error
+
+
+def test_an_unreachable_receiver_is_given_up_after_the_last_attempt(db, settings):
+    settings.WEBHOOK_MAX_ATTEMPTS = 2
+    receiver = Receiver([])
+    url = receiver.url
+    receiver.close()
+    hook = hook_to(url)
+    assert webhooks.deliver(hook.pk) == "retrying"
+    assert webhooks.deliver(hook.pk) == "given up"
+    hook.refresh_from_db()
+    assert hook.state == WebhookDelivery.State.FAILED and "ConnectError" in hook.last_error
+    assert [t.status_code for t in hook.tries.all()] == [None, None]
+
+
+def test_the_delays_between_attempts_double_up_to_the_cap_less_up_to_half(settings):
+    settings.WEBHOOK_BACKOFF_SECONDS, settings.WEBHOOK_BACKOFF_MAX_SECONDS = 5, 300
+    for attempt, ceiling in [(1, 5), (2, 10), (3, 20), (7, 300), (20, 300)]:
+        delays = [webhooks.backoff(attempt) for _ in range(50)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays)
+        assert len(set(delays)) > 1  # spread, so that retries to one receiver do not bunch
