@@ -3,6 +3,7 @@ cloud services' own error codes."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,15 +20,31 @@ from tests.classifier.faults import FaultEnv
 
 # --- botocore -----------------------------------------------------------------------------------
 
+# One session per library for every AWS case: a session reads each service's model once, and
+# every case still makes its own client.
+
+
+@functools.cache
+def botocore_session() -> Any:
+    import botocore.session
+
+    return botocore.session.get_session()
+
+
+@functools.cache
+def boto3_session() -> Any:
+    import boto3
+
+    return boto3.session.Session()
+
 
 def boto_call(service: str, scenario: str) -> Prepare:
     @contextmanager
     def prepare(env: FaultEnv) -> Iterator[Call]:
-        import botocore.session
         from botocore.config import Config
 
         endpoint = env.url if scenario != "refused" else f"http://127.0.0.1:{env.closed}"
-        client = botocore.session.get_session().create_client(
+        client = botocore_session().create_client(
             service,
             region_name="us-east-1",
             endpoint_url=endpoint,
@@ -349,10 +366,9 @@ GRPC = [
 def _aws(service: str, operation: str, **params: Any) -> Prepare:
     @contextmanager
     def prepare(env: FaultEnv) -> Iterator[Call]:
-        import boto3
         from botocore.config import Config
 
-        client = boto3.session.Session().client(
+        client = boto3_session().client(
             service,
             region_name="us-east-1",
             endpoint_url=env.url,

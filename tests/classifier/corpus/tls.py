@@ -7,6 +7,7 @@ import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from tests.classifier.corpus.apis import boto3_session
 from tests.classifier.corpus.cases import (
     TIMEOUT_S,
     Call,
@@ -111,10 +112,9 @@ def _aiohttp_tls(kind: str) -> Prepare:
 
 @contextmanager
 def _boto_tls(env: FaultEnv) -> Iterator[Call]:
-    import boto3
     from botocore.config import Config
 
-    client = boto3.session.Session().client(
+    client = boto3_session().client(
         "s3",
         region_name="us-east-1",
         endpoint_url=env.tls("untrusted"),
