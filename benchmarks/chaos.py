@@ -19,24 +19,25 @@ its idempotency key until it is accepted. Then, one after the other:
 - broker:   Redis stopped, workflows POSTed with an Idempotency-Key (each must be a 201, and a
             client's retry the same workflow), then Redis started again.
 
-After each fault every workflow must settle, and this prints how long that took after the last
-fault beside its bound: the lease, two recovery windows (a lost step is nudged, and the runs it
-then sends may have been lost too), two sweeps, and twice the time the workflows still live at the
-fault take without any fault (the baseline's pace). At the end it
-counts what must be zero: runs left running, runs executed more often than their deliveries
-allow (from the provider's call log: each call names its run and delivery), accepted reports
-lost, duplicated runs or workflows under one key, tile counts that differ from raw counts, outbox
-messages left. The load average is printed before and after. Everything it started is stopped
-and removed at the end, whatever happens. `--json PATH` also writes the figures (the chaos tests
-in tests/orchestrator/test_chaos.py read them).
+After each fault every workflow must settle; this prints how long that took after the last fault
+beside its bound: the lease, two recovery windows (a lost step is nudged, and the runs it then
+sends may be lost too), two sweeps, and twice the baseline's time for the workflows live at the
+fault. At the end it counts what must be zero: runs left running, runs executed beyond their
+deliveries (the provider's call log names each call's run and delivery), accepted reports lost,
+runs or workflows duplicated under one key, tile counts unequal to raw counts, outbox messages
+left; and the load average before and after. Everything it started is removed at the end,
+whatever happens. `--json PATH` also writes the figures (tests/orchestrator/test_chaos.py reads
+them).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -87,15 +88,31 @@ PLANS: list[Any] = [
     "sleep:0.3:empty",
 ]
 SETTLE_TIMEOUT = 180.0
+# The figures that must be zero, and those printed beside them.
+ZERO = (
+    "unsettled_workflows",
+    "runs_left_running",
+    "runs_executed_beyond_deliveries",
+    "accepted_reports_lost",
+    "duplicate_runs_per_key",
+    "duplicate_workflows_per_key",
+    "tile_counts_unequal_to_raw",
+    "outbox_messages_left",
+)
+CONTEXT = (
+    "workflows",
+    "runs",
+    "runs_delivered_more_than_once",
+    "runs_parked",
+    "reports_accepted",
+    "reports_resent_after_an_error",
+    "tile_groups",
+)
 Bound = Callable[[int], float]  # seconds allowed to settle, given the workflows live at the fault
 
 
 def log(message: str) -> None:
     print(message, flush=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# The stack
 
 
 @dataclass
@@ -110,10 +127,6 @@ class Stack:
     beat: Process | None = None
     base_url: str = ""
     seed: int = 0
-
-    @property
-    def calls_log(self) -> Path:
-        return self.var / "calls.jsonl"
 
     def start(self) -> None:
         commands = procfile()
@@ -159,10 +172,7 @@ def build_stack(var: Path) -> Stack:
 
 def use_database(stack: Stack) -> None:
     """Point this process's Django at the stack's database (no pool: it restarts under us)."""
-    for name, value in stack.env.items():
-        if name != "PATH":
-            os.environ[name] = value
-    os.environ["DATABASE_POOL"] = "0"
+    os.environ.update({k: v for k, v in stack.env.items() if k != "PATH"}, DATABASE_POOL="0")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
@@ -184,10 +194,6 @@ def orm(call, *args: Any, **kwargs: Any) -> Any:
             time.sleep(0.5)
 
 
-# ---------------------------------------------------------------------------------------------
-# The agent that reports runs all along, and starting workflows
-
-
 @dataclass
 class Reporter:
     """Reports a run every `every` seconds through POST /api/v1/runs, resending each under its
@@ -206,23 +212,18 @@ class Reporter:
             n = 0
             while not self.stop.is_set():
                 key = f"report-{n}"
-                body = {
-                    "status": "ok",
-                    "agent": "chaos-reporter",
-                    "source": "reporter",
-                    "attempted": {"operation": "report", "n": n},
-                    "results": [{"n": n}],
-                }
+                body = dict(
+                    status="ok", agent="chaos-reporter", source="reporter", results=[{"n": n}]
+                )
+                body["attempted"] = {"operation": "report", "n": n}
                 while key not in self.accepted:
-                    try:
+                    with contextlib.suppress(httpx.HTTPError):
                         answer = http.post(
                             "/api/v1/runs", json=body, headers={"Idempotency-Key": key}
                         )
                         if answer.status_code == 201:
                             self.accepted[key] = answer.json()["id"]
-                            break
-                    except httpx.HTTPError:
-                        pass
+                            continue
                     self.resent += 1
                     time.sleep(0.3)
                 n += 1
@@ -304,10 +305,6 @@ def diagnosis(stack: Stack, ids: list[int]) -> str:
             tail = "\n    ".join(process.text().splitlines()[-40:])
             lines.append(f"--- {process.name} log, last lines:\n    {tail}")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# The scenarios
 
 
 @dataclass
@@ -413,10 +410,6 @@ def broker_outage(stack: Stack, rng: random.Random, n: int, bound: Bound) -> Sce
     return s
 
 
-# ---------------------------------------------------------------------------------------------
-# The invariants
-
-
 def executions(calls_log: Path) -> dict[int, dict[int, set[int]]]:
     """{run id: {delivery: {pids that called the source for it}}} from the provider's log."""
     found: dict[int, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
@@ -439,7 +432,7 @@ def invariants(stack: Stack, reporter: Reporter, scenarios: list[Scenario]) -> d
     ids = [wf for s in scenarios for wf in s.workflows]
     runs = {r.pk: r for r in Run.objects.filter(workflow__in=ids)}
     over = 0
-    for run_id, deliveries in executions(stack.calls_log).items():
+    for run_id, deliveries in executions(stack.var / "calls.jsonl").items():
         run = runs.get(run_id)
         if run is None:
             continue
@@ -458,6 +451,7 @@ def invariants(stack: Stack, reporter: Reporter, scenarios: list[Scenario]) -> d
         for row in Run.objects.values("status", "failure_type", "source").annotate(n=Count("id"))
     }
     statuses = Counter(Workflow.objects.filter(pk__in=ids).values_list("status", flat=True))
+    now = timezone.now()
     return {
         "workflows": len(ids),
         "workflow_statuses": dict(statuses),
@@ -476,14 +470,8 @@ def invariants(stack: Stack, reporter: Reporter, scenarios: list[Scenario]) -> d
         "tile_groups": len(raw),
         "tile_counts_unequal_to_raw": sum(tiles.get(k, 0) != n for k, n in raw.items())
         + len(set(tiles) - set(raw)),
-        "outbox_messages_left": OutboxMessage.objects.filter(
-            available_at__lte=timezone.now()
-        ).count(),
+        "outbox_messages_left": OutboxMessage.objects.filter(available_at__lte=now).count(),
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# Running it
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -498,10 +486,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         use_database(stack)
         stack.start()
-        log(
-            f"private PostgreSQL and Redis, migrated, web, worker and beat up in "
-            f"{time.monotonic() - began:.0f} s"
-        )
+        log(f"private servers, web, worker and beat up in {time.monotonic() - began:.0f} s")
         reporter = Reporter(stack.base_url, stack.token)
         thread = threading.Thread(target=reporter.run, daemon=True)
         thread.start()
@@ -540,8 +525,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.redis.remove()
         stack.postgres.remove()
         if not args.keep:
-            import shutil
-
             shutil.rmtree(var, ignore_errors=True)
     return {
         "seed": args.seed,
@@ -583,30 +566,11 @@ def report(result: dict[str, Any]) -> None:
         )
         if s["notes"]:
             log(f"{'':<10}{s['notes']}")
-    log("invariants (each must be 0):")
     figures = result["invariants"]
-    for name in (
-        "unsettled_workflows",
-        "runs_left_running",
-        "runs_executed_beyond_deliveries",
-        "accepted_reports_lost",
-        "duplicate_runs_per_key",
-        "duplicate_workflows_per_key",
-        "tile_counts_unequal_to_raw",
-        "outbox_messages_left",
-    ):
-        log(f"  {name.replace('_', ' '):<36}{figures[name]:>8}")
-    log("context:")
-    for name in (
-        "workflows",
-        "runs",
-        "runs_delivered_more_than_once",
-        "runs_parked",
-        "reports_accepted",
-        "reports_resent_after_an_error",
-        "tile_groups",
-    ):
-        log(f"  {name.replace('_', ' '):<36}{figures[name]:>8}")
+    for title, names in (("invariants (each must be 0):", ZERO), ("context:", CONTEXT)):
+        log(title)
+        for name in names:
+            log(f"  {name.replace('_', ' '):<36}{figures[name]:>8}")
     log(f"  workflow statuses: {figures['workflow_statuses']}")
 
 
@@ -625,20 +589,8 @@ def main() -> None:
     report(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
-    bad = [k for k, v in result["invariants"].items() if k in ZERO and v]
-    raise SystemExit(1 if bad else 0)
+    raise SystemExit(int(any(result["invariants"][name] for name in ZERO)))
 
-
-ZERO = (
-    "unsettled_workflows",
-    "runs_left_running",
-    "runs_executed_beyond_deliveries",
-    "accepted_reports_lost",
-    "duplicate_runs_per_key",
-    "duplicate_workflows_per_key",
-    "tile_counts_unequal_to_raw",
-    "outbox_messages_left",
-)
 
 if __name__ == "__main__":
     main()
