@@ -1,15 +1,9 @@
 """Outbound webhooks, the one deliverer: review resolutions to agents' callback URLs and fired
 alerts to their rules' URLs, signed, tried again with one backoff policy, each attempt recorded.
 
-`queue` writes the delivery and its outbox message in the caller's transaction, so a broker
-outage delays a webhook and never loses it. Each attempt takes the delivery's lease (one attempt
-at a time) and is a `WebhookAttempt` row; after a failure worth trying again (no answer, a 5xx,
-408, 425 or 429) the next attempt waits in the outbox (`backoff`), up to WEBHOOK_MAX_ATTEMPTS;
-another 4xx is final. A worker killed mid-request leaves its lease to run out, and the sweeper
-sends the delivery again with the same `Failsight-Delivery` id, which the receiver dedupes.
-
-The signature is `Failsight-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">` with the
-target's secret (`orchestrator.client.verify_signature` checks it).
+A delivery is written with its outbox message in the caller's transaction, so a broker outage
+delays it and never loses it; an attempt that died with its worker is made again with the same
+`Failsight-Delivery` id, which the receiver dedupes.
 """
 
 from __future__ import annotations
@@ -55,9 +49,8 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
 
 
 def backoff(attempt: int) -> float:
-    """Seconds before the attempt after `attempt` (1, 2, …): doubling from
-    WEBHOOK_BACKOFF_SECONDS up to WEBHOOK_BACKOFF_MAX_SECONDS, less up to half at random so that
-    many deliveries to one receiver do not come back together."""
+    """Return the seconds before the attempt after `attempt`: doubling, capped, less up to half
+    at random so that many deliveries to one receiver do not come back together."""
     base = settings.WEBHOOK_BACKOFF_SECONDS
     ceiling = min(settings.WEBHOOK_BACKOFF_MAX_SECONDS, base * 2 ** (attempt - 1))
     return ceiling * random.uniform(0.5, 1.0)
@@ -157,8 +150,7 @@ def _after_failure(delivery: WebhookDelivery, number: int, answer: Answer, now: 
 
 
 def resend_stalled(now: datetime | None = None, limit: int = dispatch.SWEEP_BATCH) -> int:
-    """Send again the deliveries whose attempt died with its worker (the lease ran out with no
-    outcome). Each is claimed for one resend window first, so the sweeper sends it once."""
+    """Send again the deliveries whose attempt died with its worker, each claimed first."""
     now = now or clock.now()
     window = now + timedelta(seconds=attempt_timeout() + LEASE_MARGIN_SECONDS)
     sent = 0
