@@ -74,8 +74,8 @@ def visible(user: Any, model: type[Model]) -> QuerySet:
     """Every row of `model` this user may see."""
     perm = _VIEW_PERMS.get(model._meta.model_name)
     if perm is None or not user.has_perm(perm):
-        return model._default_manager.none()
-    return model._default_manager.all()
+        return model.objects.none()
+    return model.objects.all()
 
 
 def get_visible(user: Any, model: type[Model], related: tuple[str, ...] = (), **lookup: Any) -> Any:

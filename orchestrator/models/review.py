@@ -188,7 +188,7 @@ class ReviewItem(models.Model):
         return f"review {self.pk} ({self.state}) for run {self.run_id}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        if self._state.adding:
+        if self.pk is None:
             self.copy_facets()
         super().save(*args, **kwargs)
 
