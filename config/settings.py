@@ -411,8 +411,8 @@ CELERY_BEAT_SCHEDULE: dict = {
         "options": {"expires": 150},
     },
 }
-# Insights folds the last DASHBOARD_ROLLUP_LOOKBACK_HOURS of runs (whose status changes after
-# they are created) into hourly rollups and failure groups, and fires the alerts crossed.
+# Beat folds the last DASHBOARD_ROLLUP_LOOKBACK_HOURS of runs (their status changes after they
+# are created) into hourly rollups and failure groups, and evaluates the alert rules.
 DASHBOARD_GROUPS_SECONDS = 60
 DASHBOARD_ROLLUP_LOOKBACK_HOURS = 3
 CELERY_BEAT_SCHEDULE |= {
