@@ -17,7 +17,7 @@ class Strength(IntEnum):
     FALLBACK_TYPE = 1  # a broad class (a database OperationalError), weaker than the message
     MESSAGE = 2
     CLASS_NAME = 3  # a telling name of a class no table knows
-    TYPE = 4  # a known class in the MRO
+    TYPE = 4
     PROVIDER_CODE = 5
     STATUS = 6  # an HTTP or gRPC status, or a provider code that came with one
 

@@ -25,7 +25,7 @@ class Family(StrEnum):
 class Read(StrEnum):
     """Where on the exception the code of its family sits."""
 
-    ATTRIBUTE = "attribute"  # the attribute's value (an int or a string)
+    ATTRIBUTE = "attribute"
     FIRST_ARG = "first_arg"  # args[0], an int (PyMySQL, mysqlclient)
     MESSAGE_PREFIX = "message_prefix"  # the three digits that open the message (ftplib)
     PER_ADDRESS = "per_address"  # a dict of address -> (code, text) (smtplib)

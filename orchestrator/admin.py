@@ -1,6 +1,5 @@
-"""Admin for every model: useful lists, filters and search. Policy and override edits go through
-`save_policy_change`, so the admin audits them and bumps the policy version like every other
-writer; a token created here shows its secret once."""
+"""Admin for every model. Policy and override edits go through `save_policy_change`, audited and
+version-bumping like every other writer."""
 
 from __future__ import annotations
 
@@ -141,8 +140,7 @@ class PolicyStateAdmin(admin.ModelAdmin):
 
 @admin.register(OutboxMessage)
 class OutboxMessageAdmin(admin.ModelAdmin):
-    """What is still to send (the broker was down, or a delayed message): read only, since the
-    sweeper sends each row and deletes it."""
+    """Read only: the sweeper sends each row and deletes it."""
 
     list_display = ["id", "task", "args", "created_at", "available_at", "attempts", "last_error"]
     list_filter = ["task"]
@@ -232,8 +230,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
-        """A new token shows its secret once; a new callback URL gets a new signing secret,
-        shown once too (only its encrypted form is kept, to sign with)."""
+        """A new token, or a new callback URL's signing secret, is shown once: only its encrypted
+        form is kept."""
         url = obj.callback_url
         if change:
             if "callback_url" in form.changed_data:
@@ -309,8 +307,7 @@ class WebhookAttemptInline(admin.TabularInline):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(admin.ModelAdmin):
-    """Every outbound webhook (review resolutions, fired alerts) and each attempt at it (read
-    only: the sweeper and the delivery task own these rows)."""
+    """Read only: the sweeper and the delivery task own these rows."""
 
     list_display = [
         "id",

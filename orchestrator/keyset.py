@@ -37,7 +37,7 @@ class Page:
     """One keyset page in display order, with the cursors of its neighbours (None: no more)."""
 
     rows: list[Any]
-    previous: str | None  # "Newer" on the runs list
+    previous: str | None
     next: str | None
 
     @property

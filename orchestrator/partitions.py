@@ -92,8 +92,7 @@ def create(start: datetime, end: datetime) -> str:
             f"CREATE TABLE {quote(name)} "
             f"(LIKE {quote(PARENT)} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
         )
-        # Deleting from the partition itself fires none of the parent's triggers: the moved
-        # runs keep their claims.
+        # Deleting from the partition fires no trigger of the parent: the runs keep their claims.
         cursor.execute(
             f"WITH moved AS (DELETE FROM {quote(DEFAULT)} "
             "WHERE created_at >= %s AND created_at < %s RETURNING *) "
