@@ -15,9 +15,21 @@ from insights.models import AlertDelivery, AlertRule, FailureGroup
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "failure_type", "threshold", "window_minutes", "enabled"]
+    list_display = [
+        "name",
+        "kind",
+        "failure_type",
+        "threshold",
+        "window_minutes",
+        "enabled",
+        "signed",
+    ]
     list_filter = ["kind", "enabled"]
     actions = ["issue_signing_secrets"]
+
+    @admin.display(boolean=True, description="signed")
+    def signed(self, rule: AlertRule) -> bool:
+        return bool(rule.sealed_signing_secret)
 
     def save_model(
         self, request: HttpRequest, obj: AlertRule, form: ModelForm, change: bool

@@ -109,6 +109,22 @@ def test_a_fired_alert_is_posted_signed_with_its_rules_secret_after_a_500(db, re
     assert list(attempts) == [(500, False), (200, True)]
 
 
+def test_a_rule_without_a_secret_posts_unsigned_rather_than_under_an_empty_key(db):
+    receiver = Receiver([200])
+    try:
+        for _ in range(3):
+            make_failure("timeout")
+        make_run()
+        rule(receiver.url)  # created outside the admin: no secret issued yet
+        assert evaluate_alerts() == 1
+        assert webhooks.deliver(AlertDelivery.objects.get().webhook.pk) == "delivered"
+        ((headers, _),) = receiver.requests
+        assert "Failsight-Signature" not in headers
+        assert headers["Failsight-Event"] == "alert.fired"
+    finally:
+        receiver.close()
+
+
 def test_rules_fire_once_per_cooldown(db, receiver, django_capture_on_commit_callbacks):
     url = receiver.url
     for _ in range(3):
