@@ -1,12 +1,6 @@
 """Who may see and do what: the view decorators and the one helper every object lookup goes through.
-
-Signed-out visitors go to the login page; htmx requests among them get a client redirect there
-(`to_login`), never the login form swapped into a fragment of the page.
-
-Permissions are model-level (the groups seeded by migration 0001), so "what the user may see" is
-all rows of a model or none; keeping the lookup in one place means a future per-team scope changes
-one function, not every view.
-"""
+Permissions are model-level, so a user sees all rows of a model or none; keeping the lookup in one
+place means a future per-team scope changes one function, not every view."""
 
 from __future__ import annotations
 
@@ -58,12 +52,8 @@ def requires(perm: str) -> Callable[[V], V]:
 
 
 def to_login(request: HttpRequest) -> HttpResponse:
-    """Send a signed-out visitor (a session expired) to the login page, and back afterwards.
-
-    An htmx request (a tile's refresh, a claim, a filter) would follow a plain redirect and swap
-    the login form into the page while its header still says "Sign out": htmx is told to load the
-    login page instead (HX-Redirect), to come back to the page the user was on, not the fragment.
-    """
+    """Send a signed-out visitor to the login page, and back afterwards. An htmx request gets
+    a client redirect instead (a plain one would swap the login form into the page)."""
     if getattr(request, "htmx", False):
         page = request.htmx.current_url_abs_path or request.get_full_path()
         return HttpResponseClientRedirect(redirect_to_login(page).url)

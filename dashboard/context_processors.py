@@ -1,8 +1,5 @@
-"""The shared vocabulary, in every template's context: no status or type is typed as a literal.
-
-Templates compare with these (`{% if item.state == ReviewState.RESOLVED %}`) and fill form values
-from them (`value="{{ RunAction.RETRY }}"`), so renaming a value is one change in one enum.
-"""
+"""The shared vocabulary in every template's context, so no template types a status or a type as
+a literal (`{% if item.state == ReviewState.RESOLVED %}`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The fields and base form the list pages read their query-string filters with.
-
-Every filter lives in the URL. A value a page cannot use is refused with a message that names
-it, never dropped: the list would otherwise show unfiltered rows as if they matched.
-"""
+"""The fields and base form the list pages read their query-string filters with. A value a page
+cannot use is refused with a message that names it, never dropped."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""The runs page's filters (a form read from the query string); its total; known source and agent
-names.
-
-Every filter lives in the URL, so a filtered view is shareable and the back button works. A value
-the page cannot use (an unknown status, a date that does not parse, a damaged page link) is
-refused with an error shown above the list, never silently dropped: the list would otherwise
-show unfiltered runs as if they matched. Each filter maps onto an indexed column (see the indexes
-on Run). Source and agent match by prefix, resolved against the known names into an exact
-`IN (…)` that the (source, created_at) and (agent, created_at) indexes serve; the free-text
-search is served by trigram indexes on PostgreSQL (`search`) and still bounded to a time window
-(24 h by default, 7 days at most), which keeps a common word's matches few and SQLite's scan
-short.
-"""
+"""The runs page's filters (a form read from the query string), its total, known source and agent
+names. A value the page cannot use is refused with an error, never dropped: the list would
+otherwise show unfiltered runs as if they matched."""
 
 from __future__ import annotations
 
@@ -50,22 +40,17 @@ PAGE_SIZE = 50
 SEARCH_DEFAULT = timedelta(hours=24)
 SEARCH_MAX = timedelta(days=7)
 RANGES = {"1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days", "30d": "last 30 days"}
-# Counted exactly up to here; above it, PostgreSQL's planner estimates (labelled "about"). The
-# count visits each matching row, scattered over the table when filters combine (a source and an
-# agent): 10,000 of them cost ~80 ms at a million runs, 1,000 about 10.
+# Counted exactly up to here (the count visits each matching row); above it, the planner's estimate.
 EXACT_TOTAL = 1_000
-# ... and only while that count takes at most this long: a combination of filters that few runs
-# match has to be looked for among many (a source and an agent over all time: 26 ms at 10M runs;
-# a rarer pair, a scan of every partition). Past the budget the count is cancelled and the
-# total is the planner's estimate, labelled so (PostgreSQL; SQLite always counts).
+# ... and only while that count takes at most this long: a rare combination of filters is looked
+# for among many runs. Past it the count is cancelled (PostgreSQL; SQLite always counts).
 COUNT_BUDGET_MS = 15
 QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by its timeout
 # Known names listed for prefix matching and the input's suggestions; past this many, a prefix
 # is matched with LIKE instead (correct, but not served by the index on every collation).
 KNOWN_NAMES_MAX = 500
 KNOWN_NAMES_SECONDS = 60
-# Named run sets a drill-down may ask for (`?flag=wasted`): each is a RunQuerySet method, the same
-# one the tiles count with, so a tile's number and the runs behind it always agree.
+# Drill-downs (`?flag=wasted`): the RunQuerySet methods the tiles count with, so the numbers agree.
 FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
     "retry": ("retries only", RunQuerySet.retries),
     "wasted": ("wasted retries (retries that still failed)", RunQuerySet.wasted_retries),
@@ -205,18 +190,12 @@ class RunExport(RunFilters):
     )
 
 
-# ---------------------------------------------------------------------------------------------
 # Prefix matching on known names
 
 
 def known_names(column: str, fresh: bool = False) -> list[str]:
-    """The distinct values of a run column (source or agent), sorted; at most one more than
-    KNOWN_NAMES_MAX. The input's suggestions read them cached for a minute; a filter reads them
-    `fresh`, so a name that appeared a second ago is matched.
-
-    A skip scan over the column's index (a recursive query asking for the next name after the
-    last one) reads one index entry per name, not one per run: milliseconds at millions of runs.
-    """
+    """The distinct values of a run column, at most KNOWN_NAMES_MAX + 1. Suggestions read them
+    cached; a filter reads them `fresh`, so a name that appeared a second ago is matched."""
     key = f"dashboard:known:{column}"
     names = None if fresh else cache.get(key)
     if names is None:
@@ -226,6 +205,7 @@ def known_names(column: str, fresh: bool = False) -> list[str]:
 
 
 def _skip_scan(column: str, limit: int) -> list[str]:
+    """A recursive "next name after the last" query: one index entry per name, not per run."""
     quote = connection.ops.quote_name
     col, table = quote(Run._meta.get_field(column).column), quote(Run._meta.db_table)
     query = (
@@ -258,7 +238,6 @@ def prefix_condition(column: str, prefixes: list[str]) -> Q:
     return condition
 
 
-# ---------------------------------------------------------------------------------------------
 # The total
 
 
@@ -293,16 +272,7 @@ class Total:
 
 
 def total(qs: QuerySet) -> Total:
-    """How many runs match: exact up to EXACT_TOTAL (a count that stops there, so it never reads
-    more rows than that), estimated above it from PostgreSQL's planner and labelled so.
-
-    Counting every matching row of a million-run table would take longer than the page itself;
-    an estimate is what a number that large can honestly be read as anyway. The capped count
-    reads the runs in the list's own order (newest first), so PostgreSQL plans it as it plans
-    the page, an index scan that stops at the cap. Unordered, it built whole-partition bitmaps
-    of each filter before the first row: 160 ms instead of 25 for a source and an agent, 170
-    instead of 4 for failed timeouts, at 10M runs.
-    """
+    """How many runs match: exact up to EXACT_TOTAL, above it PostgreSQL's planner estimate."""
     capped = _capped_count(qs)
     if capped is not None and capped <= EXACT_TOTAL:
         return Total(capped, True)
@@ -318,10 +288,9 @@ def total(qs: QuerySet) -> Total:
 
 
 def _capped_count(qs: QuerySet) -> int | None:
-    """The matching runs counted up to EXACT_TOTAL + 1, or None when PostgreSQL cancelled the
-    count at COUNT_BUDGET_MS. The budget is set for this statement only (`set_config` local to
-    the transaction, the count in a savepoint, then the previous value put back), so a view's
-    own transaction keeps its timeout."""
+    """The matching runs counted up to EXACT_TOTAL + 1, or None when cancelled at COUNT_BUDGET_MS.
+    The budget is local to a savepoint and put back, so the view's transaction keeps its timeout."""
+    # In the list's order, so PostgreSQL plans it as the page: an index scan stopping at the cap.
     capped = qs.order_by("-created_at", "-id").values("pk")[: EXACT_TOTAL + 1]
     if connection.vendor != "postgresql":
         return capped.count()
@@ -349,14 +318,8 @@ def _round(n: int) -> int:
 def search(
     qs: RunQuerySet, text: str, since: datetime | None = None, until: datetime | None = None
 ) -> RunQuerySet:
-    """Runs whose detail or attempted call contains `text`, case-insensitively (within the
-    window `since`..`until` the caller also filters by, which narrows the index search).
-
-    The test is always the run's own columns (UPPER(column::text) LIKE, as icontains
-    compiles). On PostgreSQL a text that few runs of the window contain starts from the search
-    table's trigram indexes; one that many contain is found by walking the runs newest first
-    (`orchestrator.search.walks`). SQLite scans.
-    """
+    """Runs whose detail or attempted call contains `text`, case-insensitively. On PostgreSQL a
+    rare text starts from the search table's trigram indexes; a common one walks the runs."""
     found = qs.annotate(attempted_text=Cast("attempted", TextField())).filter(
         Q(detail__icontains=text) | Q(attempted_text__icontains=text)
     )

@@ -1,7 +1,5 @@
-"""The failure groups page's filters (a form read from the query string) and its rows.
-
-The groups themselves are folded and counted by `insights.groups`.
-"""
+"""The failure groups page's filters (a form read from the query string) and its rows; the groups
+are folded and counted by `insights.groups`."""
 
 from __future__ import annotations
 

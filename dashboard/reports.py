@@ -1,9 +1,5 @@
-"""Reading a workflow's coverage report (written by the coordinator) for display.
-
-The report is JSON written by another component, so it is read defensively: a dict of topics or
-a list of topic objects, with the verdict and the reason under the names the coordinator may use.
-Anything unexpected shows as "unknown" rather than breaking the page.
-"""
+"""A workflow's coverage report for display. It is JSON written by another component, so it is
+read defensively: anything unexpected shows as "unknown" rather than breaking the page."""
 
 from __future__ import annotations
 

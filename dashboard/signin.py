@@ -1,9 +1,5 @@
-"""Signing in: the lockout django-axes applies after repeated wrong passwords, in our audit trail.
-
-Throttling itself is django-axes' (its backend refuses a locked-out user name and address before
-any password check; AXES_* in the settings). Here a lockout becomes one `auth.lockout` audit row,
-written at the attempt that crosses the limit, not at every refused attempt after it.
-"""
+"""django-axes' lockouts after repeated wrong passwords, in our audit trail: one `auth.lockout` row
+at the attempt that crosses the limit, not one per refused attempt after it."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""The overview's tiles: numbers from `stats`, each with the link to the runs behind it and to
-their failure groups.
-
-Each tile's link filters the runs page with the same named run set (`?flag=…`) or the same
-status and failure type the number counted, so a drill-down shows exactly the runs behind it;
-its groups link opens the failure groups page on the same window with the matching filter (a
-failure type, a source, "groups with wasted retries" …). A tile with nothing behind it (no
-source in trouble) links nowhere. Counting is `stats`'s job; the markup is the overview
-template's.
-"""
+"""The overview's tiles: numbers from `stats`, each linked to the runs behind it (the same named
+run set or status and failure type the number counted, so the drill-down shows exactly those runs)
+and to their failure groups on the same window."""
 
 from __future__ import annotations
 
@@ -288,9 +281,8 @@ def overview_tiles(window: Window) -> dict[str, Any]:
 
 
 def cached_fragments(window: Window, render: Callable[[dict[str, Any]], dict[str, str]]) -> Any:
-    """The counted tiles rendered by `render`, from the cache while neither the rollups (their
-    version: every fold bumps it, every write adds a delta) nor the window's current step
-    (a minute, or an hour) has changed. On SQLite, whose counts are live, rendered every time."""
+    """The counted tiles rendered by `render`, cached while neither the rollups' version nor the
+    window's current step has changed (on SQLite, whose counts are live, rendered every time)."""
     key_version = minutes.version()
     if key_version is None:
         return render(counted_tiles(window))

@@ -1,9 +1,5 @@
-"""Pages while the database is down: a plain 503 with Retry-After, at once, instead of a 500.
-
-The API answers the same condition in its own envelope (`orchestrator.api.errors`); this covers
-the operator pages, whose template could not even be rendered (the base template reads the
-signed-in user). The connection and pool timeouts of the settings keep the wait short.
-"""
+"""Pages while the database is down: a plain 503 with Retry-After instead of a 500 (the base
+template could not be rendered: it reads the signed-in user). The API has its own envelope."""
 
 from __future__ import annotations
 

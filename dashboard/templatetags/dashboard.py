@@ -1,12 +1,6 @@
-"""Template helpers: failure-type badges (one colour and icon per type, everywhere), server-drawn
-SVG sparklines and bars, pretty JSON for <pre> blocks, ages and deltas, and the isolation of
-agent text.
-
-Nothing here marks agent-sent text safe: badges and sparklines are built with format_html from
-our own vocabulary and numbers only; JSON is returned as a plain string and autoescaped; an
-agent's string goes through `isolate`, which escapes it inside a <bdi>, so that no bidirectional
-control character it carries (U+202E and its kin) can reorder the page around it.
-"""
+"""Template helpers: failure-type badges, SVG sparklines and bars, pretty JSON, ages and deltas.
+Nothing here marks agent-sent text safe; `isolate` escapes it inside a <bdi>, so no bidirectional
+control character it carries can reorder the page around it."""
 
 from __future__ import annotations
 
@@ -97,8 +91,7 @@ def sparkline(values: list[int], width: int = 120, height: int = 28) -> SafeStri
         (round(i * step, 1), round(height - 2 - (v / top) * (height - 4), 1))
         for i, v in enumerate(values)
     ]
-    # Numbers only, so nothing to escape: one join instead of a format_html per point (a page
-    # of fifty groups drew 1,200 points).
+    # Numbers only: nothing to escape.
     coords = mark_safe(" ".join(f"{x},{y}" for x, y in points))
     last_x, last_y = points[-1]
     return format_html(
@@ -121,11 +114,8 @@ BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 @register.filter
 def isolate(value: Any) -> SafeString:
-    """An agent's string, escaped, inside <bdi>: its direction cannot leak into the page.
-
-    A string carrying bidirectional control characters is also marked (class and title), since
-    inside its own box it may still read differently from what it is.
-    """
+    """An agent's string, escaped, inside <bdi>: its direction cannot leak into the page. One
+    carrying direction controls is also marked, since inside its box it may still read otherwise."""
     text = "" if value is None else str(value)
     found = sorted({f"U+{ord(c):04X}" for c in BIDI_CONTROLS.findall(text)})
     if not found:
@@ -164,10 +154,8 @@ def first_line(value: Any) -> str:
 
 @register.filter
 def pretty_json(value: Any) -> str:
-    """Indented JSON as a plain (autoescaped) string, cut short past a size no one reads.
-
-    Direction controls are written as JSON escapes (\\u202e): the same data, shown as it is.
-    """
+    """Indented JSON as a plain (autoescaped) string, cut short past a size no one reads; direction
+    controls written as JSON escapes (\\u202e)."""
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
     text = BIDI_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     if len(text) > PRETTY_JSON_LIMIT:
@@ -256,8 +244,7 @@ def stacked_bar(
         if n <= 0:
             continue
         w = round(width * n / whole, 1)
-        # The numbers are numbers; the key and the label are escaped (one escape each rather
-        # than a format_html per part: fifty bars a page).
+        # The numbers are numbers; the key and the label are escaped.
         rects.append(
             f'<rect x="{x}" y="0" width="{w}" height="{height}" class="part-{escape(key)}">'
             f"<title>{escape(label)}: {int(n)}</title></rect>"

@@ -1,10 +1,5 @@
-"""The dashboard's pages, one module per part of the product (overview, runs, workflows, failure
-groups, review queue, policies, analytics; `common` holds what they share). One function per
-page; `if request.htmx` renders the page's named fragment instead of the whole page. Every view
-is decorated with the permission it needs and every object is looked up through
-`access.get_visible`. Views hold no business rules: state changes are model methods
-(`item.claim`, `item.resolve`, `save_policy_change`) or the coordinator's operator actions
-(`orchestrator.coordination.actions`); counting is `stats`'s."""
+"""The dashboard's pages, one module per part of the product, one function per page; each view
+declares its permission and looks objects up through `access.get_visible`."""
 
 from dashboard.views.analytics import retry_audit, slos, switch_efficacy
 from dashboard.views.failure_groups import failure_group, failure_group_state, failure_groups

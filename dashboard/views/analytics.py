@@ -35,8 +35,7 @@ def switch_efficacy(request: HttpRequest) -> HttpResponse:
     kept; overall or for one failure type. `format=csv` downloads every cell."""
     errors: list[str] = []
     ftype = canonical_failure_type(request.GET.get("failure_type", ""), errors)
-    # The copy beat refreshes every 150 s (the coordinator's); computed here only before its
-    # first refresh.
+    # Beat refreshes the matrix; computed here only before its first refresh.
     cells = efficacy.matrix() or efficacy.compute()
     if request.GET.get("format") == "csv":
         return _table_csv("switch-efficacy", [c.as_row() for c in cells.values()])
@@ -92,7 +91,6 @@ def _days_param(raw: str | None, default: float) -> float:
     return min(max(days, 1.0), 90.0) if days == days else default
 
 
-# ---------------------------------------------------------------------------------------------
 # Service-level objectives
 
 

@@ -78,8 +78,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
     template = "dashboard/review_queue.html"
     if wants_fragment(request):
         template += "#results"
-    # A refused filter is the client's mistake (400) on a whole page; htmx swaps only 2xx, so a
-    # fragment answers 200 and shows the same errors in place.
+    # A refused filter is a 400 on a whole page; htmx swaps only 2xx, so a fragment answers 200.
     status = 400 if not valid and not wants_fragment(request) else 200
     return render(request, template, context, status=status)
 
@@ -101,8 +100,7 @@ def _queue_results(
         "matching": filtered.count() if f.active else None,
     }
     if f.cleaned_data["view"] == "groups":
-        # Each group's resolve form (and the resolutions it offers) loads when opened:
-        # `review_item` with part=group.
+        # Each group's resolve form loads when opened (`review_item` with part=group).
         groups, total = queue.signature_groups(filtered, user)
         folded = FailureGroup.objects.filter(signature__in=[g.signature for g in groups])
         folded_ids = dict(folded.values_list("signature", "pk"))
@@ -151,10 +149,8 @@ def review_item(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _group_form(request: HttpRequest, item: ReviewItem) -> HttpResponse:
-    """The grouped view's "resolve all like this" form for the group of `item` (its oldest item
-    this operator may resolve): the items it would resolve now, and the resolutions that can
-    work, judged on `item`. Without the permission to review, or for an item this operator may
-    no longer resolve (resolved meanwhile, claimed by another), a note instead of a form."""
+    """The "resolve all like this" form for the group of `item` (its oldest item this operator may
+    resolve), or a note when this operator may no longer resolve it."""
     user = request.user
     held = item.state == ReviewItem.State.CLAIMED and item.assignee_id != user.pk
     if not user.has_perm(REVIEW) or not item.is_pending or held or not item.signature:
@@ -226,10 +222,7 @@ def _already(item: ReviewItem) -> str:
 @require_POST
 def review_resolve(request: HttpRequest, pk: int) -> HttpResponse:
     """Resolve one item, or with `apply_to_group` every item like it that no one else holds.
-
-    Only a resolution that can work is accepted (`review.resolution_options`): a switch with no
-    other source left is refused with the reason, never recorded to do nothing.
-    """
+    Only a resolution that can work is accepted (`review.resolution_options`)."""
     item = get_visible(request.user, ReviewItem, related=REVIEW_RELATED, pk=pk)
     if item.state == ReviewItem.State.CLAIMED and item.assignee_id != request.user.pk:
         # Whoever claimed it decides; a stale form from another operator must not win.

@@ -59,15 +59,14 @@ def runs(request: HttpRequest) -> HttpResponse:
         "can_review": request.user.has_perm(REVIEW),
         "known_sources": known_names("source"),
         "known_agents": known_names("agent"),
-        # Row links built from a prefix: fifty reverse() calls per page cost more than the SQL.
+        # Row links built from one prefix instead of a reverse() per row.
         "runs_prefix": reverse("dashboard:runs"),
         "workflows_prefix": reverse("dashboard:workflows"),
     }
     if valid:
         context |= _runs_results(request, filters)
     template = "dashboard/runs.html#results" if wants_fragment(request) else "dashboard/runs.html"
-    # A refused filter is the client's mistake (400) on a whole page; htmx swaps only 2xx, so a
-    # fragment answers 200 and shows the same errors in place.
+    # A refused filter is a 400 on a whole page; htmx swaps only 2xx, so a fragment answers 200.
     status = 400 if not valid and not wants_fragment(request) else 200
     return render(request, template, context, status=status)
 
@@ -106,8 +105,7 @@ def _runs_results(request: HttpRequest, filters: RunFilters) -> dict[str, Any]:
     for run in page.rows:
         run.actions = actions.applicable(run)
     offered = {a for run in page.rows for a in run.actions}
-    # Every match on this one page: the total is its length. Otherwise `runs_total` counts,
-    # after the list is shown (None here: the page asks for it).
+    # Every match on one page: the total is its length; otherwise the page asks `runs_total`.
     alone = page.previous is None and page.next is None
     return {
         "page": page,
@@ -122,11 +120,8 @@ def _runs_results(request: HttpRequest, filters: RunFilters) -> dict[str, Any]:
 @requires(VIEW)
 @require_GET
 def retrying(request: HttpRequest) -> HttpResponse:
-    """Tasks whose latest attempt failed and whose next retry is scheduled (a queued retry).
-
-    The page keeps refreshing while it is empty: a retry scheduled a second later must appear
-    without a reload (the point of the page is to watch them come and go).
-    """
+    """Tasks whose latest attempt failed and whose next retry is scheduled. The page keeps
+    refreshing while empty: a retry scheduled a second later must appear without a reload."""
     qs = (
         visible(request.user, Run)
         .retrying()
@@ -148,9 +143,8 @@ IN_FLIGHT_SHOWN = 200
 @requires(VIEW)
 @require_GET
 def in_flight(request: HttpRequest) -> HttpResponse:
-    """Runs started and not finished, the longest running first, with their age: the built-in
-    coordinator's (held by a worker's lease) and those agents reported as running (which only
-    their agent finishes: the sweeper never takes them for stranded)."""
+    """Runs started and not finished, the longest running first: the coordinator's (held by a
+    worker's lease) and those agents reported as running (only their agent finishes them)."""
     matching = visible(request.user, Run).in_flight()
     rows = list(
         matching.select_related("workflow")
@@ -172,12 +166,8 @@ def in_flight(request: HttpRequest) -> HttpResponse:
 @requires(REVIEW)
 @require_POST
 def run_actions(request: HttpRequest) -> HttpResponse:
-    """Retry, cancel or escalate the selected runs (bulk, or one from its detail page).
-
-    A cancel, and any action on several runs, first shows what it will do to which runs and
-    asks to confirm (a second post with `confirmed`); a retry or an escalation of one run from
-    its page acts at once. Escalating needs a reason: the reviewer reads it.
-    """
+    """Retry, cancel or escalate the selected runs. A cancel or an action on several runs first
+    asks to confirm (a second post with `confirmed`); one run's retry or escalation does not."""
     back = safe_next(request, reverse("dashboard:runs"))
     form = BulkActionForm(request.POST)
     if not form.is_valid():
