@@ -1,15 +1,5 @@
-"""The run store, a module per concern: API tokens (`tokens`), workflows (`workflows`), runs
-(`runs`, their named sets and queries in `run_queries`, the PostgreSQL triggers' tables in
-`run_keys`), the routing policy (`policies`), human review (`review`), what leaves the process
-(`delivery`: the outbox and webhook deliveries) and the audit trail (`audit`).
-
-Choice values come from `orchestrator.vocabulary` (failure types are the classifier's taxonomy), so
-the database, admin, API and templates share one vocabulary. One instance's behaviour is a model
-method (`run.record_outcome`, `item.resolve`); behaviour over many is a named QuerySet method
-(`Run.objects.wasted_retries()`). Status transitions are conditional updates; every index names
-the query it serves. Changes spanning several models (a policy edit with its version and audit
-row) live in `orchestrator.coordination`, HTTP in `orchestrator.api`.
-"""
+"""The run store, a module per concern, re-exported here. Changes spanning several models (a
+policy edit with its version and audit row) live in `orchestrator.coordination`."""
 
 from orchestrator.models.audit import AuditEntry, actor_label
 from orchestrator.models.delivery import OutboxMessage, WebhookAttempt, WebhookDelivery

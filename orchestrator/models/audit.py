@@ -66,8 +66,7 @@ class AuditEntry(models.Model):
 
     @classmethod
     def record_lockout(cls, username: str, address: str, failures: int) -> AuditEntry:
-        """Record that sign-in was locked for `username` (as typed: it may name no user) from
-        `address` after `failures` tries."""
+        """Record a sign-in lockout for `username` (as typed: maybe no user) from `address`."""
         return cls.objects.create(
             actor=None,
             actor_label=(username or "anonymous")[:150],

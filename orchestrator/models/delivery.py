@@ -23,12 +23,8 @@ class OutboxQuerySet(models.QuerySet):
 
 
 class OutboxMessage(models.Model):
-    """A Celery task to send, written in the same transaction as the change it announces.
-
-    The relay deletes the row once the broker has the message (a broker outage delays work, it
-    never loses it). `available_at` is when the sweeper may send it: a short grace after the
-    commit, the due time for delayed ones, and after a failed send the next try.
-    """
+    """A Celery task to send, written in the same transaction as the change it announces and
+    deleted once the broker has it (a broker outage delays work, it never loses it)."""
 
     task = models.CharField(max_length=200)
     args = models.JSONField(default=list)
@@ -57,14 +53,9 @@ class WebhookDeliveryQuerySet(models.QuerySet):
 
 
 class WebhookDelivery(models.Model):
-    """One event posted to one URL, signed: a review item's resolution to its token's callback
-    URL, or a fired alert to its rule's URL.
-
-    One row per event, whatever the number of attempts: its `delivery_id` is sent with every
-    attempt (`Failsight-Delivery`), so a receiver that got an attempt whose answer we never saw
-    (a worker killed mid-request) dedupes the redelivery. The URL and the sealed signing secret
-    are copied from the target when the event is queued, so they stay a pair.
-    """
+    """One event posted to one URL, signed (a review's resolution, a fired alert). Every attempt
+    sends its `delivery_id`, so a receiver dedupes a redelivery whose first answer we never saw;
+    URL and sealed secret are copied when the event is queued, so they stay a pair."""
 
     class Event(models.TextChoices):
         REVIEW_RESOLVED = "review.resolved"
@@ -74,7 +65,6 @@ class WebhookDelivery(models.Model):
         PENDING = "pending"
         DELIVERED = "delivered"
         FAILED = "failed", "given up"
-        # The agent acknowledged the resolution over the API before a webhook got through.
         SUPERSEDED = "superseded", "picked up by an ack first"
 
     event = models.CharField(max_length=30, choices=Event.choices, default=Event.REVIEW_RESOLVED)

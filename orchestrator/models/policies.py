@@ -1,6 +1,5 @@
-"""The routing policy: its version and history, the routing table, provider overrides, and each
-source's retry budget and circuit breaker. Changing them, with an audit row and a version bump,
-is `orchestrator.coordination.policy_changes`'s job."""
+"""The routing policy: its version and history, the routing table, provider overrides, each source's
+retry budget and circuit breaker. `orchestrator.coordination.policy_changes` changes them."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ class PolicyState(models.Model):
 
     @classmethod
     def announced_version(cls) -> int:
-        """The version as every API answer announces it: `current_version`, remembered per
-        process for POLICY_VERSION_CACHE_SECONDS (an edit in this process is seen at once)."""
+        """`current_version` as API answers announce it, remembered per process a few seconds."""
         return _POLICY_VERSION.get(None, cls.current_version)
 
     @classmethod
@@ -57,12 +55,8 @@ class PolicyVersionQuerySet(models.QuerySet):
 
 
 class PolicyVersion(models.Model):
-    """The whole routing table and every provider override as they stood at one policy version.
-
-    Written in the transaction that bumps the version, so the history holds every version with
-    its full content: a version's diff is a comparison with the one before, and restoring one is
-    writing its content back as a new version.
-    """
+    """The whole routing table and every provider override as they stood at one policy version,
+    written in the transaction that bumps it; restoring one writes it back as a new version."""
 
     version = models.PositiveIntegerField(unique=True)
     policies = models.JSONField(default=list, help_text="RoutingPolicy.snapshot() of every row")
@@ -100,8 +94,7 @@ class PolicyVersion(models.Model):
         return {(o["provider"], o["match_on"], o["match_value"]): o for o in self.overrides}
 
     def changes_since(self, older: PolicyVersion | None) -> list[dict[str, Any]]:
-        """What differs from `older`: one entry per changed field of a routing row, per override
-        added, removed or changed (`older` None: nothing to compare with, no entry)."""
+        """What differs from `older` (none for None): per changed routing field, per override."""
         if older is None:
             return []
         changes: list[dict[str, Any]] = []

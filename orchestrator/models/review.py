@@ -215,8 +215,7 @@ class ReviewItem(models.Model):
             return None
 
     def acknowledge(self, via: str, now: datetime | None = None) -> bool:
-        """Mark the resolution picked up by the agent, once; True for the one caller that won
-        (a repeated ack, or a webhook after an ack, changes nothing)."""
+        """Mark the resolution picked up by the agent, once; True for the one caller that won."""
         changed = ReviewItem.objects.filter(
             pk=self.pk, state=self.State.RESOLVED, delivered_at__isnull=True
         ).update(delivered_at=now or timezone.now(), delivered_via=via)
@@ -258,12 +257,8 @@ class ReviewItem(models.Model):
         apply_to_group: bool = False,
     ) -> int:
         """Resolve this item (and, if asked, every pending item with its signature that no other
-        operator holds); return how many were resolved (0: another operator or the fallback was
-        first).
-
-        For an unclassified item, `failure_type` reclassifies it. Each resolution is audited and
-        announced (`review_resolved`), so the coordinator applies it once after commit.
-        """
+        operator holds); return how many (0: another operator or the fallback was first).
+        `failure_type` reclassifies an unclassified item."""
         if resolution not in self.Resolution.values:
             raise ValueError(f"unknown resolution {resolution!r}")
         if failure_type is not None and failure_type not in FailureType.values:

@@ -7,14 +7,9 @@ from django.db import models
 
 
 class RunKey(models.Model):
-    """One unique claim of a run on PostgreSQL, where the run table is partitioned (see `Run`).
-
-    `key` is `i:<token id>:<idempotency key>`, `s:<slot>` or `r:<first attempt>:<attempt>`;
-    a statement-level trigger on the run table writes a run's claims in the statement that
-    inserts it, so a second claim fails that statement with a unique violation. A repeated key
-    finds its stored run through `run_id` and `created_at` (one partition read). Retention
-    deletes the claims of the days it drops (a BRIN index on `created_at`, made by a migration).
-    """
+    """One unique claim of a run on PostgreSQL, where the run table is partitioned (see `Run`):
+    `i:<token id>:<idempotency key>`, `s:<slot>` or `r:<first attempt>:<attempt>`, written by a
+    trigger in the inserting statement, so a second claim fails it with a unique violation."""
 
     # Looked up by equality only: migration 0017 drops the LIKE index Django built beside it
     # (a schema change to this field would build it again: drop it again).
@@ -27,8 +22,7 @@ class RunKey(models.Model):
 
 
 class WorkflowCounter(models.Model):
-    """A workflow's runs and failures, folded from `WorkflowRunDelta` (`orchestrator.counters`):
-    the workflows list reads these instead of counting every workflow's runs."""
+    """A workflow's runs and failures folded from `WorkflowRunDelta`, read by the workflows list."""
 
     # Not a foreign key: a deleted workflow's counter goes with the fold, not with a cascade
     # that would race the triggers writing its runs' last deltas.

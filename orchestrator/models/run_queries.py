@@ -1,9 +1,5 @@
-"""The named sets of runs and the queries over many runs.
-
-Each set is defined once, as a Q condition in `RunSets` (so the rollups can count it inside one
-GROUP BY), and read through `RunQuerySet`'s methods everywhere else. The statuses live here, not on
-`Run`, because these conditions are built from them.
-"""
+"""The named sets of runs and the queries over many runs. Each set is one Q condition in `RunSets`
+(so the rollups can count it inside one GROUP BY), read through `RunQuerySet`'s methods."""
 
 from __future__ import annotations
 
@@ -19,9 +15,8 @@ from orchestrator.vocabulary import Action, FailureCategory
 if TYPE_CHECKING:
     from orchestrator.models.runs import Run
 
-# What follows a row (a workflow's runs, a run's later attempts) is created after it. A query on
-# runs says so with this margin (the clocks of different processes) so PostgreSQL skips every run
-# partition older than the row.
+# What follows a row (a workflow's runs, a later attempt) is created after it: saying so, with a
+# margin for the clocks of different processes, lets PostgreSQL skip every older run partition.
 CREATED_AFTER_MARGIN = timedelta(hours=1)
 
 
@@ -36,23 +31,14 @@ class RunStatus(models.TextChoices):
 
 
 PENDING = (RunStatus.QUEUED, RunStatus.RUNNING)
-# A failure is a run that failed, or failed and was escalated to a human.
 FAILURE = (RunStatus.FAILED, RunStatus.ESCALATED)
 RETRYABLE_BY_OPERATOR = (RunStatus.FAILED, RunStatus.ESCALATED, RunStatus.CANCELLED)
 
 
 class RunSets:
-    """The named sets of runs as Q conditions.
-
-    A *failure* failed or was escalated; *valid empty* is a success that found nothing (never to be
-    taken for a failure); *partial* is a failure that kept what it gathered; *retries* are attempts
-    after the first; a *wasted* retry failed again; an *early* retry started before its due time
-    (the provider's Retry-After); a *switched* run started on another source after a switch_source
-    decision; an *avoided* retry is a failure routed elsewhere than a retry, which a blind policy
-    would have retried; a *futile* retry is a failure that said a retry cannot help and was
-    retried anyway, except an auth failure retried after refreshing its credentials.
-    docs/operations.md's "The pages" repeats these definitions.
-    """
+    """The named sets of runs as Q conditions (docs/operations.md's "The pages" defines them too).
+    An *avoided* retry is a failure a blind policy would have retried; a *futile* one said a retry
+    cannot help and was retried anyway (an auth failure retried after a refresh is not futile)."""
 
     FAILURES = Q(status__in=FAILURE)
     VALID_EMPTY = Q(status=RunStatus.SUCCEEDED, result_count=0)
@@ -165,22 +151,18 @@ class RunQuerySet(models.QuerySet):
         return self.filter(token__isnull=True)
 
     def lost_dispatches(self, before: datetime) -> RunQuerySet:
-        """Runs sent before `before` whose task never took their lease: the message was lost.
-
-        Only the coordinator's own runs: an agent's `running` run was never sent to a worker
-        (no dispatch time, no lease) and its agent, not the sweeper, finishes it."""
+        """The coordinator's runs sent before `before` whose task never took their lease (a lost
+        message); an agent's `running` run is never sent to a worker: its agent finishes it."""
         return self.coordinated().filter(
             status=RunStatus.RUNNING, lease_until__isnull=True, dispatched_at__lt=before
         )
 
     def lease_expired(self, now: datetime) -> RunQuerySet:
-        """Started runs whose lease ran out: their worker died (or froze) mid-call (the
-        coordinator's own runs only, as `lost_dispatches`)."""
+        """The coordinator's started runs whose lease ran out: their worker died mid-call."""
         return self.coordinated().filter(status=RunStatus.RUNNING, lease_until__lt=now)
 
     def take_back(self, now: datetime) -> int:
-        """Free the expired leases among these for a new delivery at `now` (a lost message is then
-        a lost dispatch like any other); return how many were taken."""
+        """Free the expired leases among these for a new delivery at `now`; return how many."""
         return self.lease_expired(now).update(lease_until=None, lease_owner="", dispatched_at=now)
 
     def by_failure_type(self) -> dict[str, int]:
@@ -216,10 +198,8 @@ class RunQuerySet(models.QuerySet):
         set: str | None = None,
         trace_id: str | None = None,
     ) -> RunQuerySet:
-        """The runs list's filters (API and dashboard); None means "any". `until` is exclusive;
-        `set` names one of the NAMED_SETS; `status` also takes the envelope's "ok" and "error".
-        Each equality filter pairs with created_at in one of Run's indexes.
-        """
+        """The runs list's filters (API and dashboard); None means "any", `until` is exclusive, and
+        `status` also takes the envelope's "ok" and "error"."""
         qs = self
         if status in ENVELOPE_STATUSES:
             qs, status = qs.filter(status__in=ENVELOPE_STATUSES[status]), None

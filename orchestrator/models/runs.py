@@ -31,14 +31,9 @@ TIME_MAX = datetime.max.replace(tzinfo=UTC)
 class Run(models.Model):
     """One attempt of one subagent on one source, with its structured outcome (the envelope).
 
-    On PostgreSQL the table is partitioned by `created_at` (`orchestrator.partitions`): a DEFAULT
-    partition takes any row no partition covers, and retention drops whole partitions. The
-    primary key there is (id, created_at); `id` alone stays unique and is the run's id.
-
-    A partitioned unique index would have to include `created_at`, so on PostgreSQL the three
-    unique claims of a run live in `RunKey`, written by a trigger in the insert's own statement;
-    on SQLite they are the constraints below.
-    """
+    On PostgreSQL the table is partitioned by `created_at` (`orchestrator.partitions`), its primary
+    key (id, created_at); a partitioned unique index would have to include `created_at`, so there
+    the unique claims below live in `RunKey`, written by a trigger in the insert's statement."""
 
     Status = run_queries.RunStatus
 
@@ -47,9 +42,8 @@ class Run(models.Model):
     FAILURE = run_queries.FAILURE
     RETRYABLE_BY_OPERATOR = run_queries.RETRYABLE_BY_OPERATOR
 
-    # No foreign key is a database constraint: what points at a partitioned table cannot name a
-    # unique `id`, nor should every insert check its references. The ORM keeps the relations; the
-    # API checks references before inserting (`api.ingest.reference_errors`).
+    # No foreign key is a database constraint: a partitioned table has no unique `id` to point at.
+    # The API checks references before inserting (`api.ingest.reference_errors`).
     workflow = models.ForeignKey(
         "Workflow",
         null=True,
@@ -144,8 +138,7 @@ class Run(models.Model):
     deliveries = models.PositiveSmallIntegerField(default=0)
     calls = models.PositiveSmallIntegerField(default=0, help_text="Source calls, local retries too")
     dispatched_at = models.DateTimeField(null=True, blank=True)
-    # Renewed by the running delivery's heartbeat; once it has run out, the sweeper takes the run
-    # back (its worker died).
+    # Renewed by the running delivery's heartbeat; once run out, the sweeper takes the run back.
     lease_until = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(
         max_length=200, blank=True, help_text="host:pid of the worker process holding the lease"
@@ -297,11 +290,8 @@ class Run(models.Model):
         return bool(changed)
 
     def start(self, now: datetime, owner: str, until: datetime, take_from: str = "") -> int | None:
-        """Take this running run's lease for one delivery; return its number (None: held).
-
-        The lease is free when nobody holds it, when it has run out, when `owner` holds it
-        already (a retried task), or when `take_from` (known dead) holds it.
-        """
+        """Take this running run's lease for one delivery; return its number (None: held). A
+        lease held by `owner` already (a retried task) or by `take_from` (known dead) is free."""
         free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner)
         if take_from:
             free |= Q(lease_owner=take_from)
@@ -387,8 +377,7 @@ class Run(models.Model):
         calls: int,
         delivery: int | None = None,
     ) -> bool:
-        """Store a subagent's envelope on this running run, once; False if already recorded or
-        another delivery took the run over."""
+        """Store a subagent's envelope on this running run once; False if recorded or taken over."""
         fields = self.outcome_fields(envelope | {"calls": calls}, finished_at)
         return self.transition_fenced(delivery, fields.pop("status"), **fields)
 
@@ -403,8 +392,7 @@ class Run(models.Model):
         switch_to: str | None = None,
         now: datetime | None = None,
     ) -> bool:
-        """Write the routing decision on this finished run, once (the built-in coordinator's and
-        an agent's `POST /decisions`); False if it already had one."""
+        """Write the routing decision on this finished run, once; False if it already had one."""
         fields = {
             "decision": action,
             "decision_reason": reason,
@@ -445,8 +433,7 @@ class Run(models.Model):
     def finish_reported(
         self, envelope: dict[str, Any], finished_at: datetime, **extra: Any
     ) -> bool:
-        """Finish an agent's running run with its envelope, once; False if it had finished.
-        `extra` sets other columns."""
+        """Finish an agent's running run with its envelope, once; False if it had finished."""
         fields = self.outcome_fields(envelope, finished_at) | extra
         fields.pop("calls")
         return self.transition(self.Status.RUNNING, fields.pop("status"), **fields)

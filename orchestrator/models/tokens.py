@@ -28,12 +28,8 @@ class ApiTokenQuerySet(models.QuerySet):
 
 class ApiTokenManager(models.Manager.from_queryset(ApiTokenQuerySet)):  # type: ignore[misc]
     def authenticate_cached(self, secret: str) -> ApiToken | None:
-        """`authenticate`, remembered per process for API_TOKEN_CACHE_SECONDS.
-
-        A revocation in this process is seen at once (`revoke` forgets every entry); in another
-        process once its entry expires. Unknown secrets are remembered too, so that a client
-        hammering with a bad token costs no query per request.
-        """
+        """`authenticate`, remembered per process for API_TOKEN_CACHE_SECONDS (unknown secrets
+        too: a client hammering with a bad token costs no query); `revoke` forgets them all."""
         hashed = ApiToken.hash_secret(secret)
         return _TOKENS.get(hashed, lambda: self.active().filter(hashed=hashed).first())
 
@@ -42,7 +38,6 @@ class ApiToken(models.Model):
     """A named credential for one agent or coordinator. Only a hash of the secret is stored."""
 
     PREFIX = "fs_"
-    # last_used_at is written at most once a minute, not on every request.
     LAST_USED_RESOLUTION = timedelta(seconds=60)
 
     name = models.CharField(max_length=100)
@@ -104,8 +99,7 @@ class ApiToken(models.Model):
         return self.revoked_at is None
 
     def set_callback(self, url: str, actor: Any = None) -> str:
-        """Point this token's resolutions at `url` with a new signing secret; return the secret
-        (shown once: only its encrypted form is kept, to sign with)."""
+        """Point this token's resolutions at `url` with a new signing secret, returned once."""
         secret, self.sealed_signing_secret = new_signing_secret()
         before = {"callback_url": self.callback_url}
         self.callback_url = url

@@ -29,9 +29,8 @@ class WorkflowQuerySet(models.QuerySet):
         return self.filter(BUILT_IN_WORKFLOW)
 
     def needing_step(self) -> WorkflowQuerySet:
-        """Unfinished built-in workflows in which a step has something to do now: a failed run
-        without a decision (its step was lost), a resolution not applied yet, or nothing left
-        pending (fan out, or settle)."""
+        """Unfinished built-in workflows where a step has work now: a failed run without a decision
+        (its step was lost), a resolution not applied, or nothing pending (fan out or settle)."""
         mine = {"workflow": OuterRef("pk")}
         undecided = Run.objects.filter(**mine, status=Run.Status.FAILED, decision="")
         unapplied = ReviewItem.objects.filter(**mine).unapplied()
