@@ -24,7 +24,6 @@ baseline measured in the same run. The database is dropped at the end (unless --
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
 import statistics
@@ -33,20 +32,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-
-def _loader():
-    """benchmarks/dashboard.py (its COPY loader), under a name that is not the dashboard app's."""
-    path = Path(__file__).resolve().parent / "dashboard.py"
-    spec = importlib.util.spec_from_file_location("dashboard_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-loader = _loader()
+import dashboard_data as loader
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/failsight_analytics_bench"
 DRY_RUN_TARGET_S = 2.0

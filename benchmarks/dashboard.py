@@ -31,46 +31,23 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
-import psycopg
-from dashboard_data import DAYS, add_current_hour, fold, load, runs_this_hour
+from dashboard_data import (
+    DAYS,
+    METRICS_TOKEN,
+    add_current_hour,
+    drop_database,
+    ensure_database,
+    fold,
+    load,
+    runs_this_hour,
+    setup_django,
+)
 from machine import cpu_probe_ms
-from psycopg import sql
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/failsight_dash_bench"
 TARGET_MS = 50.0
-METRICS_TOKEN = "benchmark-metrics-token"
-
-
-def ensure_database(url: str) -> None:
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-        if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
-def setup_django(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    # Production-like: DEBUG off (no debug toolbar-ish overhead), a throwaway secret.
-    os.environ.setdefault("DEBUG", "0")
-    os.environ.setdefault("SECRET_KEY", "benchmark-only-" + "x" * 40)
-    os.environ["METRICS_TOKEN"] = METRICS_TOKEN
-    os.environ.setdefault("API_RATE_LIMIT_PER_MINUTE", "0")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-
-
-# ---------------------------------------------------------------------------------------------
-# Timing
 
 
 def percentile(samples: list[float], share: float) -> float:
@@ -240,21 +217,6 @@ def measure(repeat: int) -> bool:
             f" {t['p95'] / select_1:11.0f}x {drift:5.2f}{flag}"
         )
     return ok
-
-
-def drop_database(url: str) -> None:
-    from django.db import connections
-
-    connections.close_all()
-    parts = urlsplit(url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(parts.path.lstrip("/"))
-            )
-        )
-    print(f"dropped the database {parts.path.lstrip('/')}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,21 +1,29 @@
-"""The dashboard benchmark's data (benchmarks/dashboard.py loads it, then times the pages): 30
-days of a realistic mix of runs, written with COPY with the run table's secondary indexes set aside
-and its triggers off, the counts and search entries its migrations would have made, review items on
-the latest escalations, and the rollups and failure groups that beat folds."""
+"""The data of the dashboard and analytics benchmarks, and the database it goes into (created,
+Django set up on it, dropped): 30 days of a realistic mix of runs, written with COPY with the run
+table's secondary indexes set aside and its triggers off, the counts and search entries its
+migrations would have made, review items on the latest escalations, and the rollups and failure
+groups that beat folds."""
 
 from __future__ import annotations
 
 import functools
 import itertools
 import json
+import os
 import random
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 from psycopg import sql
 
+ROOT = Path(__file__).resolve().parent.parent
+METRICS_TOKEN = "benchmark-metrics-token"
 DAYS = 30
 SOURCES = ["web_search", "news_api", "scholar_api", "internal_db", "archive_api", "wiki_api"]
 TOPICS = ["film", "music", "games", "publishing", "advertising", "education"]
@@ -30,6 +38,49 @@ FAILURES = {
     "unclassified": 5,
 }
 DECISIONS = {"retry": 50, "switch_source": 25, "accept_partial": 10, "escalate": 10, "abort": 5}
+
+
+def ensure_database(url: str) -> None:
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def setup_django(url: str) -> None:
+    os.environ["DATABASE_URL"] = url
+    # Production-like: DEBUG off (no debug toolbar-ish overhead), a throwaway secret.
+    os.environ.setdefault("DEBUG", "0")
+    os.environ.setdefault("SECRET_KEY", "benchmark-only-" + "x" * 40)
+    os.environ["METRICS_TOKEN"] = METRICS_TOKEN
+    os.environ.setdefault("API_RATE_LIMIT_PER_MINUTE", "0")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+def drop_database(url: str) -> None:
+    from django.db import connections
+
+    connections.close_all()
+    parts = urlsplit(url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(parts.path.lstrip("/"))
+            )
+        )
+    print(f"dropped the database {parts.path.lstrip('/')}")
 
 
 def _pick(rng: random.Random, weights: dict[str, int]) -> str:
