@@ -276,10 +276,13 @@ def app_env(database_url: str, broker_url: str, cache_url: str, var: Path) -> di
 
 def bench_database_url(suffix: str) -> str | None:
     """A benchmark smoke test's own database: DATABASE_URL's name with `suffix`, on the same
-    server (two checkouts sharing one PostgreSQL never load into each other's database), or None
-    when DATABASE_URL is not PostgreSQL."""
+    server (two checkouts sharing one PostgreSQL never load into each other's database), and the
+    pytest-xdist worker's name (each worker may run a module's fixture); None when DATABASE_URL
+    is not PostgreSQL."""
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
         return None
     parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{parts.path.strip('/')}{suffix}"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    name = parts.path.strip("/") + suffix + (f"_{worker}" if worker else "")
+    return urlunsplit(parts._replace(path=f"/{name}"))
