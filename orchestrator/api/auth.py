@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from functools import lru_cache
 
+import redis
 from django.conf import settings
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
@@ -93,21 +94,14 @@ def _incr_in_redis(key: str, timeout: int) -> int | None:
     if not isinstance(default, RedisCache):
         return None
     name = default.make_and_validate_key(key)
-    client = _redis_client(default)
+    client = _redis_client(settings.CACHES["default"]["LOCATION"])
     count = int(client.incr(name))
     if count == 1:
         client.expire(name, timeout)
     return count
 
 
-_clients: dict[tuple[str, ...], Any] = {}
-
-
-def _redis_client(backend: RedisCache) -> Any:
-    """RedisCache's client, made once per process: `get_client` builds a new `redis.Redis`
-    (with its table of ~170 response callbacks) on every call."""
-    servers = tuple(backend._servers)  # each thread has its own backend object: key by address
-    client = _clients.get(servers)
-    if client is None:
-        client = _clients[servers] = backend._cache.get_client(write=True)  # private API
-    return client
+@lru_cache
+def _redis_client(url: str) -> redis.Redis:
+    """One client (and its connection pool, shared by threads) per process and Redis URL."""
+    return redis.Redis.from_url(url)

@@ -17,12 +17,14 @@ router at once.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -367,49 +369,95 @@ def read_body(request: HttpRequest) -> bytes:
     """The request body, never more than API_MAX_BODY_BYTES (413 beyond), and whole (400 when
     it ends early).
 
-    A body sent with `Transfer-Encoding: chunked` has no Content-Length, so Django would read it
-    as empty: it is read here from the server's stream, which a server that decodes chunked bodies
-    ends at the last chunk (the server says so with `wsgi.input_terminated`). A server that does not
-    (Django's development server) cannot tell where such a body ends: 411, send a Content-Length.
-    The web server ends the stream early, without an error, when the client stops sending or a
-    chunk's framing is broken: a body shorter than its Content-Length, or a chunked one that
-    yields nothing, is refused rather than read as whatever arrived.
+    A body still chunked here is one the server did not end (`ChunkedBodies` hands on those it
+    did with their length): Django's development server cannot tell where it ends, 411. The web
+    server ends the stream early, without an error, when the client stops sending: a body shorter
+    than its Content-Length is refused rather than read as whatever arrived.
     """
-    limit = settings.API_MAX_BODY_BYTES
-    if hasattr(request, "_body") or not _chunked(request):
-        try:
-            body = request.body  # read already (ninja looks first; a chunked one, above)
-        except RequestDataTooBig:
-            raise _too_big() from None
-        if len(body) > limit:
-            raise _too_big()
-        declared = _declared_length(request)
-        if declared is not None and len(body) < declared:
-            raise invalid(
-                f"The body ended after {len(body)} of the {declared} bytes its Content-Length"
-                " declares.",
-                status=400,
-            )
-        return body
-    if not request.META.get("wsgi.input_terminated"):
+    if _chunked(request):
         raise ApiError(
             411,
             FailureCategory.INVALID_INPUT,
             "A chunked body cannot be read here; send it with a Content-Length header.",
             alternatives=["send the body with Content-Length instead of Transfer-Encoding"],
         )
-    stream = request.META["wsgi.input"]
-    pieces, size = [], 0
-    while piece := stream.read(_READ_PIECE):
-        size += len(piece)
-        if size > limit:
-            raise _too_big()  # stop reading: the rest never reaches memory
-        pieces.append(piece)
-    if not size:
-        raise invalid("The chunked body is empty or its chunk framing is malformed.", status=400)
-    body = b"".join(pieces)
-    request._body = body  # type: ignore[attr-defined]  # what request.body answers from now on
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise _too_big() from None
+    if len(body) > settings.API_MAX_BODY_BYTES:
+        raise _too_big()
+    declared = _declared_length(request)
+    if declared is not None and len(body) < declared:
+        raise invalid(
+            f"The body ended after {len(body)} of the {declared} bytes its Content-Length"
+            " declares.",
+            status=400,
+        )
     return body
+
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+def wsgi_error(environ: Environ, error: ApiError) -> tuple[str, list[tuple[str, str]], bytes]:
+    """The envelope of `error` as WSGI middleware answers it, before Django: status line,
+    headers and body."""
+    operation = f"{environ.get('REQUEST_METHOD')} {environ.get('PATH_INFO', '')}"
+    body = orjson.dumps(envelope(error, operation))
+    headers = {"Content-Type": "application/json"} | envelope_headers(error)
+    status = f"{error.status} {HTTPStatus(error.status).phrase}"
+    return status, [*headers.items(), ("Content-Length", str(len(body)))], body
+
+
+class ChunkedBodies:
+    """WSGI middleware: an API body sent chunked, which the server decoded and ended
+    (`wsgi.input_terminated`), is read here and handed on with its length, as Django reads a body
+    by its Content-Length only. Reading stops past API_MAX_BODY_BYTES (413); a body the server
+    could not decode (a malformed chunk) is a 400. Both in the envelope, before Django."""
+
+    def __init__(self, app: WsgiApp) -> None:
+        self.app = app
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if (
+            "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+            and environ.get("wsgi.input_terminated")
+            and environ.get("PATH_INFO", "").startswith("/api/")
+        ):
+            try:
+                body = self.read(environ["wsgi.input"])
+            except ApiError as error:
+                status, headers, answer = wsgi_error(environ, error)
+                start_response(status, headers)
+                return [answer]
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["CONTENT_LENGTH"] = str(len(body))
+            del environ["HTTP_TRANSFER_ENCODING"]
+        return self.app(environ, start_response)
+
+    @staticmethod
+    def read(stream: Any) -> bytes:
+        limit = settings.API_MAX_BODY_BYTES
+        pieces, size = [], 0
+        while True:
+            try:
+                piece = stream.read(_READ_PIECE)
+            except Exception:  # the server's decoder refused the chunks
+                logger.info("malformed chunked body", exc_info=True)
+                raise invalid("The chunked body is malformed.", status=400) from None
+            if not piece:
+                break
+            size += len(piece)
+            if size > limit:
+                raise _too_big()  # stop reading: the rest never reaches memory
+            pieces.append(piece)
+        if not size:  # what granian's input yields for a chunk framing it could not read
+            detail = "The chunked body is empty or its chunk framing is malformed."
+            raise invalid(detail, status=400)
+        return b"".join(pieces)
 
 
 class ApiHostMiddleware:
@@ -446,8 +494,8 @@ class RequestBodyMiddleware:
     """Read a body under /api/ before the view (or answer its 400/411/413 envelope).
 
     ninja looks at `request.body` before it calls the parser, and Django reads a body without
-    Content-Length as empty: without this, a chunked report would be a 422 "field required", and
-    so would a body cut off before any byte of it arrived.
+    Content-Length as empty: without this, a chunked body no server ended would be a 422 "field
+    required", and so would a body cut off before any byte of it arrived.
     """
 
     PREFIX = "/api/"

@@ -12,17 +12,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
-import orjson
-
-from orchestrator.api.errors import ApiError, envelope, envelope_headers
+from orchestrator.api.errors import ApiError, Environ, StartResponse, WsgiApp, wsgi_error
 from orchestrator.vocabulary import FailureCategory
-
-Environ = dict[str, Any]
-StartResponse = Callable[..., Any]
-WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 # What a refused request's client should wait before sending it again.
 SHED_RETRY_AFTER = 1.0
@@ -42,7 +35,7 @@ class Admission:
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if not self.enter():
             status, headers, body = shed(environ)
-            start_response(status, [*headers.items(), ("Content-Length", str(len(body)))])
+            start_response(status, headers)
             return [body]
         try:
             return self.app(environ, start_response)
@@ -77,14 +70,15 @@ class Admission:
             self.changed.notify()
 
 
-def shed(environ: Environ) -> tuple[str, dict[str, str], bytes]:
+def shed(environ: Environ) -> tuple[str, list[tuple[str, str]], bytes]:
     """The 503 of a refused request: status, headers, body (the envelope under /api/)."""
     detail = "The server is overloaded; nothing was done."
     path = environ.get("PATH_INFO", "")
     alternatives = ["retry after Retry-After seconds (with the same Idempotency-Key)"]
     if not path.startswith("/api/"):
-        headers = {"Content-Type": "text/plain; charset=utf-8", "Retry-After": "1"}
-        return "503 Service Unavailable", headers, detail.encode()
+        body = detail.encode()
+        headers = [("Content-Type", "text/plain; charset=utf-8"), ("Retry-After", "1")]
+        return "503 Service Unavailable", [*headers, ("Content-Length", str(len(body)))], body
     alternatives.append("report runs in batches (POST /api/v1/runs/batch)")
     error = ApiError(
         503,
@@ -93,6 +87,4 @@ def shed(environ: Environ) -> tuple[str, dict[str, str], bytes]:
         retry_after=SHED_RETRY_AFTER,
         alternatives=alternatives,
     )
-    body = orjson.dumps(envelope(error, f"{environ.get('REQUEST_METHOD')} {path}"))
-    headers = {"Content-Type": "application/json"} | envelope_headers(error)
-    return "503 Service Unavailable", headers, body
+    return wsgi_error(environ, error)
