@@ -206,7 +206,6 @@ def test_an_agent_waits_while_an_operator_resolves_in_a_browser(
 
     def wait() -> None:
         got["resolution"] = review.wait(timeout=60)
-        got["at"] = time.monotonic()
 
     waiter = threading.Thread(target=wait)
     waiter.start()
@@ -217,15 +216,14 @@ def test_an_agent_waits_while_an_operator_resolves_in_a_browser(
     card.locator('textarea[name="note"]').fill("rotated the CRM key; retry with the new one")
     card.locator("details.edited summary").click()
     card.locator('textarea[name="edited_input"]').fill(json.dumps(EDITED))
+    assert waiter.is_alive()  # the agent is waiting on its review when the operator resolves it
     card.locator("button", has_text="Resolve").click()
     page.wait_for_selector(f"#card-{review.id}.state-resolved")
-    resolved_at = time.monotonic()
     waiter.join(60)
 
     resolution = got["resolution"]
     assert resolution["action"] == "retry_edited" and resolution["input"] == EDITED
     assert resolution["resolved_by"] == "olga" and "rotated" in resolution["note"]
-    assert got["at"] - resolved_at < 5  # woken by the resolution, not by a poll running out
     assert [r.id for r in client.resolutions()] == [review.id]
     review.ack()
     assert review.data["delivered_at"] is not None

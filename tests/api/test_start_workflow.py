@@ -9,7 +9,6 @@ Redis in the middle of live workflows).
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 from django.test import Client
@@ -78,14 +77,11 @@ def test_a_start_while_the_broker_is_down_is_accepted_and_its_step_waits_in_the_
 ):
     headers = {**auth_headers, "HTTP_IDEMPOTENCY_KEY": "outage-1"}
     with app_sending_to(f"redis://127.0.0.1:{closed_port()}/0", "nowhere"):
-        began = time.monotonic()
         with django_capture_on_commit_callbacks(execute=True):
             response = post_json(client, "/workflows", BODY, **headers)
-        took = time.monotonic() - began
         with django_capture_on_commit_callbacks(execute=True):
             retried = post_json(client, "/workflows", BODY, **headers)  # the client's retry
     assert response.status_code == 201, response.content
-    assert took < 5  # refused at once, not a hung request
     assert retried.status_code == 201 and retried.json()["id"] == response.json()["id"]
     assert Workflow.objects.count() == 1
     message = OutboxMessage.objects.get()

@@ -154,11 +154,10 @@ def test_a_full_queue_loses_runs_counted_without_blocking_the_agent(spool, db):
         silent.listen(16)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         client = AgentClient(url, "fs_x", spool_path=spool, queue_size=2, timeout=2)
-        started = time.monotonic()
         for _ in range(8):
             with client.track("agent", "web_search") as call:
                 call.results = [1]
-        assert time.monotonic() - started < 1.0  # nothing waited on the silent server
+        # A call that waited for room in the queue would have lost nothing.
         assert client.stats.lost >= 4
         client.reporter.flush_timeout = 0.1
         client.close()
@@ -174,9 +173,9 @@ def test_close_wakes_a_thread_waiting_to_fill_a_batch_and_spools_it(spool, db):
         call.results = [1]
     wait_for(lambda: client.reporter.queue.empty(), 10, "the thread to take the run")
     time.sleep(0.3)  # past the thread's idle wait: it now waits on flush_interval
-    started = time.monotonic()
     client.close()
-    assert time.monotonic() - started < client.reporter.flush_timeout
+    # Spooled by the thread itself: had close() not woken it, its join would have given up
+    # with the run still held in the thread.
     assert [json.loads(line)["idempotency_key"] for line in spool.read_text().splitlines()] == [
         call.key
     ]
