@@ -206,9 +206,12 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
             # back is used at once rather than after a delay as long as the outage was.
             "reconnect_timeout": 5,
         }
+        # Checks each pooled connection as it is handed out (config/postgresql/base.py), in
+        # place of the pool's own check, which CONN_HEALTH_CHECKS would turn on.
+        _db["ENGINE"] = "config.postgresql"
     _db["CONN_MAX_AGE"] = 0
-    # The pool checks each connection before handing it out: one broken by a restart is replaced.
-    _db["CONN_HEALTH_CHECKS"] = True
+    # Without the pool, Django checks a connection before it reuses one.
+    _db["CONN_HEALTH_CHECKS"] = "pool" not in _db["OPTIONS"]
 elif _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the worker write while the web process reads; the timeout waits out short locks.
     _db["OPTIONS"] = {

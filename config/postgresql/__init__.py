@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend with pooled connections checked as `base` says."""
