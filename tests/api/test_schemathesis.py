@@ -15,17 +15,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
-from tests.conftest import require_service
+from tests.api.helpers import failed_run
+from tests.conftest import TEST_SOURCES, require_service
 from tests.orchestrator.test_worker import database_url
 from tests.services import app_env, manage, start_web
 
 pytestmark = pytest.mark.slow
 
 # Cases per operation: the API has about 20, and the suite runs on two cores.
-CASES = 20
+CASES = 30
 
 
 @dataclass
@@ -46,7 +48,10 @@ def live_api(django_db_setup, tmp_path_factory) -> Iterator[LiveApi]:
     require_service(url.startswith("postgres://"), "PostgreSQL")
     var = tmp_path_factory.mktemp("schemathesis")
     with own_database(url, "_schemathesis") as own:
-        env = app_env(own, "redis://127.0.0.1:1/0", "", var) | {"API_RATE_LIMIT_PER_MINUTE": "0"}
+        env = app_env(own, "redis://127.0.0.1:1/0", "", var) | {
+            "API_RATE_LIMIT_PER_MINUTE": "0",
+            "FAILSIGHT_SOURCE_MODULES": TEST_SOURCES,  # the workflows' sources, in process
+        }
         manage(env, "migrate", "--noinput")
         token = manage(env, "createtoken", "schemathesis")
         server, base_url = start_web(env, var / "web.log", WEB_CONCURRENCY="1")
@@ -71,12 +76,54 @@ def own_database(url: str, suffix: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def seed(api: LiveApi) -> dict[str, int]:
+    """A failed run, its review item and a workflow, so that cases reach past the 404 of an
+    unknown id: their ids are what schemathesis puts in half of the id parameters."""
+    with httpx.Client(
+        base_url=f"{api.url}/api/v1", headers={"Authorization": f"Bearer {api.token}"}, timeout=30
+    ) as client:
+        run = created(client.post("/runs", json=failed_run()))
+        item = created(client.post("/reviews", json={"run": run, "reason": "seed"}))
+        workflow = {"name": "seed", "topics": ["film"], "capability": "news"}
+        workflow_id = created(client.post("/workflows", json=workflow))
+    return {"runs": run, "items": item, "workflows": workflow_id}
+
+
+def created(response: httpx.Response) -> int:
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+ID_PARAMETERS = {
+    "path.run_id": "runs",
+    "body.run": "runs",
+    "path.item_id": "items",
+    "path.workflow_id": "workflows",
+    "body.workflow": "workflows",
+}
+
+
+def config_file(ids: dict[str, int], folder: Path) -> Path:
+    lines = [f"[dictionaries.{name}]\nvalues = [{value}]" for name, value in ids.items()]
+    # The seeded item is open: a long poll on it would hold each case for its whole wait.
+    lines.append('[parameters]\n"query.wait" = 0')
+    lines += [
+        f'"{key}" = {{ dictionary = "{name}", probability = 0.5 }}'
+        for key, name in ID_PARAMETERS.items()
+    ]
+    path = folder / "schemathesis.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def test_no_operation_answers_a_server_error(live_api: LiveApi, tmp_path: Path) -> None:
     """schemathesis' own runner (its pytest loader drives private pytest attributes that pytest 9
     no longer has): the documented examples, the boundary cases of each schema and CASES
     generated cases per operation. A failure prints each 5xx with a command reproducing it."""
     command = [
-        sys.executable, "-m", "schemathesis.cli", "run", f"{live_api.url}/api/v1/openapi.json",
+        sys.executable, "-m", "schemathesis.cli",
+        "--config-file", str(config_file(seed(live_api), tmp_path)),
+        "run", f"{live_api.url}/api/v1/openapi.json",
         "--checks", "not_a_server_error",
         "--header", f"Authorization: Bearer {live_api.token}",
         "--phases", "examples,coverage,fuzzing",
