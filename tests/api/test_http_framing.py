@@ -411,3 +411,26 @@ def server_closed(sock: socket.socket, line: bytes) -> bool:
     except OSError:
         pass
     return True
+
+
+@pytest.mark.xfail(
+    strict=False,  # on a loaded machine the report may come before the stalled ones are read in
+    reason="granian has no body read timeout: a request whose body stalls holds its work slot "
+    "(config.wsgi's admission) until the client closes, and WEB_THREADS of them refuse the rest",
+)
+def test_clients_stalling_mid_body_do_not_starve_the_server(web, secret):
+    stalled = [socket.create_connection(web.address, timeout=BOUND) for _ in range(12)]
+    try:
+        for sock in stalled:
+            sock.sendall(head(secret, b"Content-Length: 100\r\n\r\n") + b'{"status"')
+        time.sleep(0.5)  # each is read in by a thread that now waits for the rest of its body
+        answer = httpx.post(
+            f"{web.url}/api/v1/runs",
+            json=ok_run(topic="beside-stalled-bodies"),
+            headers={"Authorization": f"Bearer {secret}"},
+            timeout=30,
+        )
+    finally:
+        for sock in stalled:
+            sock.close()
+    assert answer.status_code == 201, answer.text
