@@ -1,7 +1,5 @@
-"""Alert rules are configured in the admin (a handful of rows, edited rarely); a new rule's
-signing secret is shown there once. Firings and failure groups are shown read-only (a group's
-state changes on the groups page, audited; a firing's webhook and its attempts are the
-orchestrator's)."""
+"""Alert rules are configured in the admin, where a new rule's signing secret is shown once;
+firings and failure groups are read-only (a group's state changes on its page, audited)."""
 
 from typing import Any
 

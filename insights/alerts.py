@@ -1,9 +1,5 @@
-"""Alert rules: measuring each rule and firing it once per cool-down.
-
-A rule measures a failure rate over a window, the age of the oldest open review item, or an SLO's
-burn rate (`slo`). A firing queues its webhook in the same transaction as the rule's new
-`last_fired_at`; `orchestrator.coordination.webhooks` signs it with the rule's secret and sends it.
-"""
+"""Alert rules: measuring each rule and firing it once per cool-down; a firing queues its webhook
+in the same transaction as the rule's new `last_fired_at`."""
 
 from __future__ import annotations
 
@@ -23,10 +19,8 @@ from orchestrator.models import ReviewItem, Run, WebhookDelivery
 
 
 def failure_rate(failure_type: str, minutes: int) -> tuple[float, int]:
-    """(share of finished runs that failed with this type, finished runs) over the last minutes.
-
-    Counted live: alert windows are short and `created_at` is indexed.
-    """
+    """(share of finished runs that failed with this type, finished runs) over the last minutes,
+    counted live: alert windows are short and `created_at` is indexed."""
     since = timezone.now() - timedelta(minutes=minutes)
     counts = Run.objects.filter(created_at__gte=since).aggregate(
         finished=Count("id", filter=Q(status__in=[Run.Status.SUCCEEDED, *FAILURE_STATUSES])),

@@ -1,19 +1,6 @@
-"""Failure groups: failures with one signature folded into groups, as an error tracker does.
-
-A run's signature (`orchestrator.fingerprint`: source, failure type and normalised detail) is
-written with the failure. A periodic task (`insights.tasks.fold_failure_groups`) recomputes the
-groups' hourly rows for the last few hours in one transaction, like the run rollups (`stats`):
-one GROUP BY over the failures created since then, each with the routing applied to it and how
-its task ended. Runs change after they are created (a retry succeeds, a review resolves), so the
-recent hours are recomputed, never counted once; older hours are final. Nothing is updated per
-run on the ingest path. The groups' totals are the sums of their hourly rows; a resolved group
-that fails again is reopened and flagged as a regression here.
-
-How a failure ended (`Ending`), in this order: a later attempt of its task succeeded (recovered
-by retry); the run a switch started from it, or a retry of that run, succeeded (recovered by
-switch); it went to a human (escalated); its task is still being handled (in progress); else it
-was lost (retries exhausted, partial results accepted, aborted, no source left).
-"""
+"""Failure groups: failures with one signature folded into groups, as an error tracker does. A
+periodic task recomputes the groups' last few hours with one GROUP BY (runs change after they are
+created: a retry succeeds, a review resolves); nothing is updated per run on the ingest path."""
 
 from __future__ import annotations
 
@@ -98,15 +85,12 @@ DECISION_COLUMNS = {
 }
 
 
-# ---------------------------------------------------------------------------------------------
 # How a failure ended, in SQL (one annotation, index probes only)
 
 
 def _after(outer: OuterRef) -> Q:
-    """What follows a run (a later attempt, the run a switch started) is created after it: each
-    probe says so (less CREATED_AFTER_MARGIN), which lets PostgreSQL skip, at run time, every
-    partition older than the run instead of probing the indexes of all of them (40 partitions:
-    0.6 ms a probe; a recent run's few: 0.1 ms)."""
+    """What follows a run is created after it: saying so lets PostgreSQL skip, at run time, every
+    partition older than the run instead of probing the indexes of all of them."""
     return Q(created_at__gte=ExpressionWrapper(outer - CREATED_AFTER_MARGIN, DateTimeField()))
 
 
@@ -147,14 +131,12 @@ def ending() -> Case:
     )
 
 
-# ---------------------------------------------------------------------------------------------
 # The fold
 
 
 def fold(start: datetime | None = None, now: datetime | None = None) -> int:
-    """Recompute every group's hours from `start` (default: the rollups' lookback) to now;
-    return the hourly rows written. The current, partial hour is included: groups are live
-    to within one run of the task."""
+    """Recompute every group's hours, the current one included, from `start` (default: the
+    rollups' lookback) to now; return the hourly rows written."""
     now = now or timezone.now()
     start = floor_hour(start or now - rollup_lookback())
     with transaction.atomic():
@@ -302,7 +284,6 @@ def _merge(listed: list, new: set, capped: bool) -> tuple[list, bool]:
     return values[:limit], capped or len(values) > limit
 
 
-# ---------------------------------------------------------------------------------------------
 # An operator's decisions on a group
 
 
@@ -332,7 +313,6 @@ def set_state(group: FailureGroup, state: str, user: Any, now: datetime | None =
     return True
 
 
-# ---------------------------------------------------------------------------------------------
 # Reading groups
 
 
@@ -371,11 +351,8 @@ def window_counts(window: GroupWindow, now: datetime, ids: Any = None) -> dict[i
 
 
 class BucketIndex(Func):
-    """The index of the `seconds`-long bucket, counted from `start`, that `hour` falls in.
-
-    Summing a page's hours per bucket in SQL returns a row per group and bucket (50 by 30 for a
-    month by day) instead of a row per group and hour (50 by 720).
-    """
+    """The index of the `seconds`-long bucket, counted from `start`, that `hour` falls in: summed
+    in SQL, a page reads a row per group and bucket instead of one per group and hour."""
 
     output_field = IntegerField()
 

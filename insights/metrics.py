@@ -1,14 +1,6 @@
-"""The Prometheus text endpoint: run counts from the rollups, the review queue, breaker states,
-and each agent's and source's SLO (objective, success, error budget left, burn rates).
-
-Run counts and the named run sets (retries spent, wasted, early, futile and avoided; switched runs;
-partial results) are the rollups' sums of the `RunSets` conditions the tiles count too.
-
-Scrapers do not sign in: the endpoint accepts `Authorization: Bearer <METRICS_TOKEN>`, or a
-client address inside METRICS_ALLOWED_IPS when that is set explicitly (empty by default, so the
-token is needed). The address is the connection's, or a forwarded one from TRUSTED_PROXIES only
-(`orchestrator.addresses`). A wrong token is refused even from an allowed address.
-"""
+"""The Prometheus text endpoint: run counts from the rollups, the review queue, breaker states and
+SLOs. Scrapers send `Authorization: Bearer <METRICS_TOKEN>` or come from METRICS_ALLOWED_IPS (empty
+by default); a wrong token is refused even from an allowed address."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""Minute rollups and running totals, kept from the runs as they are written (PostgreSQL).
-
-The run table's statement triggers (`orchestrator.counters.DeltaTrigger`) append, per minute,
-status, failure type and source, the change each INSERT, UPDATE or DELETE made to the rollup
-metrics (`stats.metric_aggregates`, the `RunSets` conditions): a batch of a thousand runs adds a
-few rows, a status change one row taking the run from its old key and one giving it to the new.
-`fold` moves those deltas, every few seconds, into `MinuteRollup` (the current hour and the
-1-hour window) and `RunTotal` (/metrics' running totals) and bumps `RollupVersion`, which keys
-the overview's cached tiles. Readers add the deltas not folded yet, so a count agrees with a live
-count of the runs whenever it is read.
-
-`install` creates the triggers and counts the totals and the recent minutes once from the runs,
-with writers held off, so that nothing is missed or counted twice.
-"""
+"""Minute rollups and running totals, kept from the runs as they are written (PostgreSQL): the run
+table's statement triggers append each statement's change per minute and key (`RunDelta`), `fold`
+moves them into `MinuteRollup` and `RunTotal`, and readers add the deltas not folded yet, so a
+count agrees with a live count whenever it is read."""
 
 from __future__ import annotations
 
@@ -26,8 +16,7 @@ from insights.models import MinuteRollup, RollupVersion, RunDelta, RunTotal
 from insights.stats import METRICS, metric_aggregates
 from orchestrator import counters
 
-# Minutes kept after they are folded: the 1-hour window and the one before it, the current
-# hour of the 24-hour and 7-day windows, and a margin for a late fold.
+# Kept after folding: the 1-hour window, the one before it (and the current hour), a margin.
 KEEP = timedelta(hours=3)
 KEYS = ("status", "failure_type", "source")
 # The minute a run was created in, in UTC whatever the writer's session time zone.
@@ -88,9 +77,8 @@ def _upsert(table: str, keys: tuple[str, ...], constraint: str, where: str = "tr
 
 
 def fold(now: datetime | None = None) -> int:
-    """Move the pending deltas into the minute rollups and the running totals, drop the minutes
-    older than KEEP, and bump the rollup version; return the delta rows folded (0 when another
-    fold is running, or on SQLite)."""
+    """Move the pending deltas into the minute rollups and running totals, drop minutes older than
+    KEEP, bump the rollup version; return the rows folded (0: another fold runs, or SQLite)."""
     if not counters.enabled():
         return 0
     keep = (now or timezone.now()) - KEEP

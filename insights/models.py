@@ -1,15 +1,6 @@
-"""Hourly, six-hour and minute run rollups and running totals that feed the tiles and /metrics,
-failure groups, and alert rules with their firings.
-
-The tables keep the names they had when the pages' app owned them (`dashboard_*`).
-
-Rollups and failure groups are folded in batches by periodic tasks
-(`insights.tasks.refresh_rollups`, `insights.tasks.fold_failure_groups`), never per insert: a
-counter row updated on every run would serialise every report on that row. The current hour's
-minute rollups and the running totals are kept from the runs as they are written, but as appended
-deltas (`RunDelta`, by the run table's triggers on PostgreSQL), never by updating a shared counter
-row. Counting with these rows is `stats`'s, `minutes`'s and `groups`'s job.
-"""
+"""Run rollups and running totals for the tiles and /metrics, failure groups, alert rules. Counts
+are folded in batches or appended as deltas, never updated per run (a shared counter row would
+serialise every report). The tables keep the names they had in the pages' app (`dashboard_*`)."""
 
 from __future__ import annotations
 
@@ -23,26 +14,19 @@ from orchestrator.models.tokens import new_signing_secret
 
 
 class RollupCounts(models.Model):
-    """Counts of runs per status and failure type; the time span and other keys are the
-    subclass's."""
+    """Counts of runs per status and failure type, one column per named set of `RunSets` (retries
+    with a failure status are the wasted ones); the time span and other keys are the subclass's."""
 
     status = models.CharField(max_length=12)
     failure_type = models.CharField(max_length=20, blank=True, help_text="Blank: no failure")
     count = models.PositiveIntegerField(default=0)
-    # failed runs that kept partial results, and how many partial items they kept
     partial_runs = models.PositiveIntegerField(default=0)
     partial_items = models.PositiveBigIntegerField(default=0)
-    # succeeded with zero results: a valid empty answer, not a failure
     empty_runs = models.PositiveIntegerField(default=0)
-    # runs that are retries (retry_of set); with status=failed they are wasted retries
     retries = models.PositiveIntegerField(default=0)
-    # retries started before their due time (before the provider's Retry-After): should be 0
     early_retries = models.PositiveIntegerField(default=0)
-    # retries on another source than the first attempt (a switch_source decision)
     switched = models.PositiveIntegerField(default=0)
-    # failures the coordinator did not retry although a blind retry-everything policy would have
     avoided_retries = models.PositiveIntegerField(default=0)
-    # failures retried although they said a retry cannot help (RunSets.FUTILE_RETRIES): should be 0
     futile_retries = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -69,14 +53,9 @@ class RunRollup(RollupCounts):
 
 
 class SixHours(models.Model):
-    """Six consecutive hours of hourly rollups summed, kept for every hour as a start.
-
-    The blocks overlap on purpose: the 7-day tiles bin their hours into six-hour buckets that
-    end with the current hour, so a bucket can start at any hour; with a block for every start
-    hour, each complete bucket and each six-hour stretch of a previous window is one block, and
-    the blocks of one `phase` (every sixth start) never overlap. Only blocks of complete hours
-    are stored, folded from `RunRollup` by the same refresh.
-    """
+    """Six consecutive complete hours of hourly rollups summed, kept for every hour as a start: the
+    7-day tiles' six-hour buckets end with the current hour, so one can start at any hour. The
+    blocks of one `phase` (every sixth start) never overlap."""
 
     start = models.DateTimeField(help_text="Start of the first of the six hours (UTC)")
     phase = models.PositiveSmallIntegerField(
@@ -88,11 +67,7 @@ class SixHours(models.Model):
 
 
 class SixHourRollup(SixHours, RollupCounts):
-    """Counts of the runs created in six hours from `start`, per status and failure type.
-
-    Without the source: a week of them is 28 blocks of ~17 rows, where hourly rows per source
-    were 168 hours of ~75.
-    """
+    """Counts of the runs created in six hours from `start`, per status and failure type."""
 
     class Meta:
         db_table = "dashboard_sixhourrollup"
@@ -137,8 +112,7 @@ class SixHourWastedRetries(SixHours):
 
 
 class SignedCounts(models.Model):
-    """The rollup metrics as signed numbers: a delta takes runs away from a key when they change
-    status. The key columns (status, failure type, source) are the rollups'."""
+    """The rollup metrics as signed numbers: a delta takes runs away from a key they leave."""
 
     status = models.CharField(max_length=12)
     failure_type = models.CharField(max_length=20, blank=True, help_text="Blank: no failure")
@@ -157,9 +131,8 @@ class SignedCounts(models.Model):
 
 
 class RunDelta(SignedCounts):
-    """The change of one minute's counts made by one statement on the run table, appended by
-    its triggers in the writer's transaction (`insights.minutes`); folded into `MinuteRollup`
-    and `RunTotal` every few seconds. PostgreSQL only."""
+    """The change of one minute's counts made by one statement on the run table, appended by its
+    triggers (`insights.minutes`) and folded every few seconds. PostgreSQL only."""
 
     minute = models.DateTimeField(help_text="Start of the minute (UTC) the runs were created in")
     source = models.CharField(max_length=100)
@@ -178,8 +151,7 @@ class RunDelta(SignedCounts):
 
 
 class MinuteRollup(SignedCounts):
-    """Counts of the runs created in one minute, per status, failure type and source: the current
-    hour and the 1-hour window, kept for a few hours (`insights.minutes`)."""
+    """Counts of the runs created in one minute, per status, failure type and source."""
 
     minute = models.DateTimeField(help_text="Start of the minute (UTC) the runs were created in")
     source = models.CharField(max_length=100)
@@ -198,8 +170,7 @@ class MinuteRollup(SignedCounts):
 
 
 class RunTotal(SignedCounts):
-    """Running totals of every run ever stored, per status, failure type and source: /metrics'
-    counters, moved on by each fold instead of summing every rollup at each scrape."""
+    """Running totals of every run ever stored, per key: /metrics' counters, moved by each fold."""
 
     source = models.CharField(max_length=100)
 
@@ -216,8 +187,7 @@ class RunTotal(SignedCounts):
 
 
 class RollupVersion(models.Model):
-    """One row whose version each fold of the counts bumps: the overview's cached tile fragments
-    are keyed by it."""
+    """One row whose version each fold bumps: the overview's cached tiles are keyed by it."""
 
     version = models.BigIntegerField(default=0)
 
@@ -244,9 +214,7 @@ class AlertRule(models.Model):
     class Kind(models.TextChoices):
         FAILURE_RATE = "failure_rate", "failure rate of a type over a window"
         REVIEW_AGE = "review_age", "age of the oldest open review item"
-        # Fires when an agent's or a source's SLO burns its error budget at `threshold` times
-        # the sustainable rate in both windows of a pair: `window_minutes` and a twelfth of it
-        # (60 → 5 for the fast pair at 14.4, 360 → 30 for the slow pair at 6).
+        # Fires when an SLO burns at `threshold` in both `window_minutes` and a twelfth of it.
         SLO_BURN = "slo_burn", "SLO error-budget burn rate over a long and a short window"
 
     name = models.CharField(max_length=100)
@@ -283,8 +251,7 @@ class AlertRule(models.Model):
 
 
 class AlertDelivery(models.Model):
-    """One firing of a rule and the webhook that posts it (its state and every attempt are the
-    webhook's)."""
+    """One firing of a rule; its state and attempts are its webhook's."""
 
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="deliveries")
     webhook = models.OneToOneField(
@@ -301,17 +268,14 @@ class AlertDelivery(models.Model):
         return f"alert {self.rule_id} at {self.created_at:%Y-%m-%d %H:%M}"
 
 
-# ---------------------------------------------------------------------------------------------
 # Failure groups
 
 
 class GroupCounts(models.Model):
-    """What happened to the failures of one group (in one hour, or ever): how many, the routing
-    applied to each, and how each ended. Folded in batches by `insights.groups.fold`."""
+    """What happened to one group's failures (in one hour, or ever): routing applied, endings."""
 
     count = models.PositiveIntegerField(default=0)
-    # failures that were themselves retries, failures that kept partial results, and failures
-    # retried although they said a retry cannot help (the named set of futile retries)
+    # failures that were retries, kept partial results, or were futile retries (`RunSets`)
     wasted = models.PositiveIntegerField(default=0)
     partial = models.PositiveIntegerField(default=0)
     futile = models.PositiveIntegerField(default=0)
@@ -351,9 +315,7 @@ class GroupCounts(models.Model):
 
 class FailureGroup(GroupCounts):
     """Failures with one signature (source, failure type and normalised detail), as an error
-    tracker groups events into issues: counts, first and last seen, who was affected, and a
-    state an operator sets (open, muted, resolved). A resolved group that happens again is
-    reopened and flagged as a regression."""
+    tracker groups events; a resolved group that happens again is reopened as a regression."""
 
     class State(models.TextChoices):
         OPEN = "open", "open"
@@ -376,8 +338,7 @@ class FailureGroup(GroupCounts):
     )
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
-    # Distinct agents (names) and workflows (ids) seen failing this way, at most MAX_LISTED each;
-    # `*_capped` says there were more (the page then shows "N+").
+    # Distinct agents and workflow ids, at most MAX_LISTED each (`*_capped`: there were more).
     agents = models.JSONField(default=list, blank=True)
     agents_capped = models.BooleanField(default=False)
     workflows = models.JSONField(default=list, blank=True)

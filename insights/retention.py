@@ -1,12 +1,6 @@
-"""Retention: runs older than `RUNS_RETENTION_DAYS` go, the counts of them stay longer.
-
-Runs are dropped by `orchestrator.partitions.drop_before` (whole partitions on PostgreSQL, so
-the cost is a partition's catalogue entries and its claims, not a delete per run); the hourly and
-six-hour rollups and the failure groups' hours are deleted past `ROLLUP_RETENTION_DAYS` (settings
-make it at least as long, so the tiles of a week or a month never lose runs they still show). A
-failure group whose example run was dropped keeps its example text and loses only the link.
-Run daily by beat (`insights.tasks.apply_retention`); a setting of 0 keeps that kind forever.
-"""
+"""Retention: runs older than `RUNS_RETENTION_DAYS` go (whole partitions on PostgreSQL), their
+counts stay until `ROLLUP_RETENTION_DAYS`, at least as long, so a tile never loses runs it still
+shows. A setting of 0 keeps that kind forever."""
 
 from __future__ import annotations
 

@@ -1,21 +1,8 @@
-"""Service-level objectives per agent and per source: the share of finished runs that succeed.
-
-An objective (`SLO_OBJECTIVE`, 99 % by default, or a named one in `SLO_OBJECTIVES`) over
-`SLO_WINDOW_DAYS` (28) gives an *error budget*: the failures the window may hold,
-(1 - objective) * runs. *Budget remaining* is the share of it not spent yet (below zero once
-overspent). A *burn rate* over a shorter window is how fast the budget goes there: the window's
-failure share divided by (1 - objective); 1 spends exactly the budget over the whole window.
-
-Alerts use multi-window pairs, each firing only when both of its windows
-burn at or above its rate, so a short spike that has ended does not page and a long burn is
-caught early: *fast* (1 h and 5 min at 14.4, 2 % of a 28-day budget in an hour) and *slow* (6 h
-and 30 min at 6, 5 % in six hours). They are delivered through the webhook alert rules
-(`AlertRule.Kind.SLO_BURN`, whose window is the long one; the short one is a twelfth of it).
-
-A finished run is one that succeeded or failed (escalated included); cancelled and skipped runs
-spend no budget. Each window is one aggregate query grouped by (agent, source), folded into both
-kinds of target here.
-"""
+"""Service-level objectives per agent and per source: the share of finished runs that succeed
+(cancelled and skipped runs spend no budget). A *burn rate* is a window's failure share divided by
+(1 - objective): 1 spends exactly the budget over the SLO window. Alerts fire when both windows of
+a pair burn at its rate, so an ended spike does not page and a long burn is caught early: *fast*
+(1 h and 5 min at 14.4: 2 % of a 28-day budget in an hour), *slow* (6 h and 30 min at 6)."""
 
 from __future__ import annotations
 
@@ -114,9 +101,8 @@ def _counts(since: datetime, until: datetime) -> dict[tuple[str, str], tuple[int
 def objectives(
     now: datetime | None = None, windows: Iterable[int] = SHORT_WINDOWS, whole: bool = True
 ) -> list[Objective]:
-    """Every agent's and source's objective over the SLO window (unless not `whole`: the alerts
-    need only their windows), with the burn windows' counts (minutes), agents first, each kind
-    by name."""
+    """Every agent's and source's objective over the SLO window (unless not `whole`), with the
+    burn windows' counts (minutes), agents first, each kind by name."""
     now = now or timezone.now()
     main = _counts(now - timedelta(days=settings.SLO_WINDOW_DAYS), now) if whole else {}
     found = {

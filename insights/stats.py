@@ -1,21 +1,6 @@
-"""Counting runs for the tiles and /metrics without scanning the run table.
-
-Complete hours come from `RunRollup` (folded by a periodic task with one GROUP BY over the indexed
-`created_at` range); the current, partial hour, and the 1-hour window, come from the minute
-rollups the run table's triggers keep on PostgreSQL (`insights.minutes`: folded minutes plus
-the deltas not folded yet), and /metrics' counts from the running totals kept the same way. On
-SQLite those are counted live with the same GROUP BY. The same
-task sums the hourly rows into six-hour blocks, one per start hour (`SixHourRollup` per status and
-failure type, `SixHourWastedRetries` per failure type and source), so that the 24-hour and 7-day
-windows read 4 or 28 blocks per key and window instead of 24 or 168 hourly rows per source; only
-the last few complete hours after the last whole block are read hourly. The 1-hour window is
-read at minute resolution.
-
-The sets of runs counted here (failures, retries, wasted, early, avoided and futile retries,
-switched runs, partial results, valid empty results) are defined once, in
-`orchestrator.models.RunSets`, and counted here with those same conditions; the runs page's
-filters and the API read them through the `Run` QuerySet methods of the same names.
-"""
+"""Counting runs for the tiles and /metrics without scanning the run table: complete hours from the
+hourly rollups and their six-hour blocks, the current hour and the 1-hour window from the minute
+rollups (`insights.minutes`; live on SQLite). The sets counted are `RunSets`' conditions."""
 
 from __future__ import annotations
 
@@ -62,7 +47,6 @@ BLOCK_HOURS = 6
 BLOCK = BLOCK_HOURS * HOUR
 
 
-# ---------------------------------------------------------------------------------------------
 # The one GROUP BY, shared by the rollup task and the live queries
 
 
@@ -97,13 +81,8 @@ def floor_hour(t: datetime) -> datetime:
 
 
 def refresh_rollups(start: datetime, end: datetime | None = None) -> int:
-    """Recompute the rollups of the complete hours in [start, end); return the hourly rows written.
-
-    The current hour is never stored (it is counted live), so a rollup row is final once written
-    unless a run created in that hour changes status later: the periodic task therefore
-    recomputes the last few hours, not just the last one. The six-hour blocks that contain any of
-    those hours are recomputed with them, in the same transaction.
-    """
+    """Recompute the rollups (and six-hour blocks) of the complete hours in [start, end); return
+    the hourly rows written. The task recomputes the last few hours, as runs change status later."""
     current_hour = floor_hour(timezone.now())
     end = min(floor_hour(end or current_hour), current_hour)
     start = floor_hour(start)
@@ -133,11 +112,8 @@ def refresh_rollups(start: datetime, end: datetime | None = None) -> int:
 
 
 def _fold_six_hours(start: datetime, end: datetime, current_hour: datetime) -> None:
-    """Recompute the six-hour blocks that overlap the hours [start, end), from the hourly rows.
-
-    A block is stored once its six hours are complete (it ends by `current_hour`); the hours of
-    a block after `end` are read from their stored rows, which the refresh did not change.
-    """
+    """Recompute the six-hour blocks that overlap the hours [start, end), from the hourly rows; a
+    block is stored once its six hours are complete."""
     first = start - BLOCK + HOUR  # the earliest block that overlaps `start`
     last = min(end, current_hour - BLOCK + HOUR)  # blocks from here on are not complete yet
     hourly = RunRollup.objects.filter(
@@ -156,7 +132,7 @@ def _fold_six_hours(start: datetime, end: datetime, current_hour: datetime) -> N
                     acc[i] += value
                 if failed_retries:
                     wasted[(block, ftype, source)] += failed_retries
-    # Inserted in order, so that the rows of one block share a page (a week reads 28 blocks).
+    # Inserted in order, so that the rows of one block share a page.
     SixHourRollup.objects.filter(start__gte=first, start__lt=end).delete()
     SixHourRollup.objects.bulk_create(
         (
@@ -189,11 +165,8 @@ def block_phase(start: datetime) -> int:
 
 
 def whole_blocks(start: datetime, end: datetime) -> tuple[Q, datetime]:
-    """The six-hour blocks that tile [start, end) from `start` on, and the start of the tail.
-
-    Return (a filter for those blocks, tail start); the tail [tail start, end) is under six
-    hours and has no block of its own.
-    """
+    """(A filter for the six-hour blocks that tile [start, end) from `start` on, the start of the
+    tail under six hours that has no block of its own)."""
     tail = start + max(0, (end - start) // BLOCK) * BLOCK
     return Q(phase=block_phase(start), start__gte=start, start__lt=tail), tail
 
@@ -202,7 +175,6 @@ def rollup_lookback() -> timedelta:
     return timedelta(hours=getattr(settings, "DASHBOARD_ROLLUP_LOOKBACK_HOURS", 3))
 
 
-# ---------------------------------------------------------------------------------------------
 # Windows
 
 
@@ -301,13 +273,8 @@ class WindowStats:
 
 
 def window_stats(window: Window, now: datetime | None = None) -> WindowStats:
-    """Sum the rollups and the live partial step for the current and the previous window.
-
-    Complete hours take four small queries, none of which returns a row per hour and key (that
-    cost more in Python than in SQL): totals per status and failure type from six-hour blocks,
-    counts per sparkline bucket, wasted retries from the blocks, and the hours after the last
-    whole block, which are also the last bucket of a week.
-    """
+    """Sum the rollups and the live partial step for the current and the previous window; no
+    query returns a row per hour and key (costlier in Python than in SQL)."""
     now = now or timezone.now()
     prev_start, start, anchor = window.bounds(now)
     stats = WindowStats(
@@ -329,9 +296,7 @@ def window_stats(window: Window, now: datetime | None = None) -> WindowStats:
                 stats.add_to_series(row["bucket"], row["failure_type"], row["count"])
         live = _current_hour(anchor)
     else:
-        # Both hours are live. Grouping them by minute, status, failure type and source returned
-        # over a thousand rows at a realistic rate, costlier in Python than in SQL: the totals
-        # come without a time bucket, the sparkline counts per minute and failure type only.
+        # Both hours are live: totals without a time bucket, the sparkline per minute and type.
         for row in _live_totals(prev_start, start, anchor + MINUTE):
             (stats.previous if row["bucket"] < start else stats.current).add(row)
         for bucket_time, ftype, n in _live_series(start, anchor + MINUTE):
@@ -347,8 +312,7 @@ def window_stats(window: Window, now: datetime | None = None) -> WindowStats:
 
 
 def _current_hour(anchor: datetime) -> Iterable[dict[str, Any]]:
-    """Metric sums of the runs created in the hour from `anchor` per status, failure type and
-    source, with bucket = `anchor`: from the minute rollups where the database keeps them."""
+    """Metric sums of the hour from `anchor` per key, from the minute rollups where kept."""
     if not counters.enabled():
         return grouped_runs(anchor, anchor + HOUR, "hour")
     rows = _minute_sums(Q(minute__gte=anchor, minute__lt=anchor + HOUR), KEYS)
@@ -371,8 +335,7 @@ def _minute_sums(where: Q, keys: tuple[str, ...], **annotations: Any) -> list[di
 
 
 def _live_totals(prev_start: datetime, start: datetime, end: datetime) -> Iterable[dict]:
-    """Metric sums of the runs created in [prev_start, end) per status, failure type and source,
-    with bucket = `prev_start` for the previous window and `start` for the current one."""
+    """Metric sums of [prev_start, end) per key, bucket = the start of the run's window."""
     if counters.enabled():
         side = _window_side("minute", prev_start, start, start)
         where = Q(minute__gte=prev_start, minute__lt=end)
@@ -416,13 +379,8 @@ def _window_side(field: str, prev_start: datetime, start: datetime, current: dat
 
 
 def _block_totals(prev_start: datetime, start: datetime, end: datetime) -> list[dict[str, Any]]:
-    """Metric sums per status and failure type of the whole six-hour blocks of both windows
-    (from `prev_start` to `start`, from `start` to `end`), with bucket = the window's start.
-
-    One query for both windows (a week: 2 x 28 blocks of ~17 rows): a UNION ALL of one query
-    per window got a parallel plan on PostgreSQL, whose workers took longer to start than the
-    whole query takes.
-    """
+    """Metric sums per status and failure type of the whole six-hour blocks of both windows,
+    with bucket = the window's start; one query (a UNION ALL got a slower parallel plan)."""
     qs = SixHourRollup.objects.filter(
         whole_blocks(prev_start, start)[0] | whole_blocks(start, end)[0]
     )
@@ -432,8 +390,7 @@ def _block_totals(prev_start: datetime, start: datetime, end: datetime) -> list[
 
 def _tail_rows(prev_start: datetime, start: datetime, end: datetime) -> list[dict[str, Any]]:
     """Metric sums per status, failure type and source of the hours after each window's last
-    whole block (a day or a week: the current window's last 5 complete hours), with bucket =
-    the previous window's start or the current window's tail start."""
+    whole block, with bucket = the previous window's start or the current window's tail start."""
     prev_tail = whole_blocks(prev_start, start)[1]
     tail = whole_blocks(start, end)[1]
     hours = Q(hour__gte=tail, hour__lt=end)
@@ -446,12 +403,8 @@ def _tail_rows(prev_start: datetime, start: datetime, end: datetime) -> list[dic
 
 
 def _rollup_series(window: Window, start: datetime, end: datetime) -> QuerySet:
-    """(bucket start, failure type, runs) over the complete hours [start, end), except that
-    six-hour buckets leave out the tail after the last whole block (see `_tail_rows`).
-
-    Six-hour buckets read one block per whole bucket (a week: 27 blocks instead of 162 hours);
-    other buckets read the hourly rows.
-    """
+    """(bucket start, failure type, runs) over the complete hours [start, end): six-hour buckets
+    read one block each and leave out the tail (`_tail_rows`); others read the hourly rows."""
     if window.per_bucket == BLOCK_HOURS:
         blocks = whole_blocks(start, end)[0]
         qs = SixHourRollup.objects.filter(blocks).annotate(bucket=F("start"))
@@ -477,8 +430,7 @@ def all_time_counts(now: datetime | None = None) -> dict[tuple[str, str, str], d
         lambda: dict.fromkeys(METRICS, 0)
     )
     if counters.enabled():
-        # Running totals and the deltas not folded into them yet: a few hundred rows, however
-        # many runs and hours are stored.
+        # Running totals and the deltas not folded yet: a few hundred rows, however many runs.
         for row in [*_sums(RunTotal.objects.all(), KEYS), *_sums(RunDelta.objects.all(), KEYS)]:
             totals = counts[(row["status"], row["failure_type"], row["source"])]
             for m in METRICS:

@@ -1,6 +1,5 @@
-"""The insights Celery tasks: folding run rollups, minute counts and failure groups, evaluating
-alert rules (`orchestrator.tasks.deliver_webhook` sends their webhooks), and retention. Each
-takes ids (or nothing), calls one function of its module, and returns."""
+"""The insights Celery tasks: folding counts and failure groups, evaluating alert rules, retention.
+Each takes ids (or nothing), calls one function of its module, and returns."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from insights import alerts, groups, minutes, retention, stats
 
 @shared_task(ignore_result=True)
 def refresh_rollups(hours: int | None = None) -> int:
-    """Recompute the last few complete hours (runs change status after they are created) and
-    the six-hour blocks that hold them."""
+    """Recompute the last few complete hours (runs change status after they are created)."""
     lookback = timedelta(hours=hours) if hours else stats.rollup_lookback()
     return stats.refresh_rollups(timezone.now() - lookback)
 

@@ -1,6 +1,5 @@
-"""`manage.py rollups --hours 720`: backfill the tiles' hourly rollups and six-hour blocks (the
-beat task keeps the last few hours fresh; a fresh install or an import of old runs needs one
-backfill)."""
+"""`manage.py rollups --hours 720`: backfill the tiles' rollups after an import of old runs (the
+beat task keeps only the last few hours fresh)."""
 
 from datetime import timedelta
 from typing import Any
