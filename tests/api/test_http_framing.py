@@ -200,6 +200,21 @@ AMBIGUOUS = {
     "Content-Length with a sign": lambda n: b"Content-Length: +%d\r\n\r\n" % n,
     "Content-Length in hexadecimal": lambda n: b"Content-Length: 0x%x\r\n\r\n" % n,
     "a space before the colon": lambda n: b"Content-Length : %d\r\n\r\n" % n,
+    "Content-Length as a list": lambda n: b"Content-Length: %d, %d\r\n\r\n" % (n, n),
+    "a negative Content-Length": lambda n: b"Content-Length: -1\r\n\r\n",
+    "a NUL in a header value": lambda n: b"X-A: 1\x00\r\nContent-Length: %d\r\n\r\n" % n,
+    "a coding that only looks like chunked": (
+        lambda n: b"Transfer-Encoding: xchunked\r\nContent-Length: %d\r\n\r\n" % n
+    ),
+    "chunked followed by another coding": (
+        lambda n: b"Transfer-Encoding: chunked, identity\r\nContent-Length: %d\r\n\r\n" % n
+    ),
+    "a second Transfer-Encoding": (
+        lambda n: b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n"
+    ),
+    "a space before the colon of Transfer-Encoding": (
+        lambda n: b"Transfer-Encoding : chunked\r\nContent-Length: %d\r\n\r\n" % n
+    ),
 }
 
 
