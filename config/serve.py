@@ -5,8 +5,9 @@
 granian (HTTP parsing, keep-alive and timeouts in Rust) hands each request to one of its Python
 threads. In front of Django, `config.wsgi` admits WEB_THREADS requests per process at once; a
 newcomer waits at most WEB_QUEUE_MS for one of them to finish, else it is answered 503 with
-Retry-After at once (`orchestrator.api.overload.Admission`). granian runs more threads than
-that, so that the excess reaches the admission and is refused instead of waiting unseen.
+Retry-After at once (`orchestrator.api.overload.Admission`); a long poll gives its slot back
+while it waits, up to WEB_LONG_POLLS at once. granian runs a thread for each of those and a few
+more, so that the excess reaches the admission and is refused instead of waiting unseen.
 
 | variable | default | what |
 |---|---|---|
@@ -14,6 +15,7 @@ that, so that the excess reaches the admission and is refused instead of waiting
 | `WEB_CONCURRENCY` | `2` | processes (one per core) |
 | `WEB_THREADS` | `8` | requests each process works on at once |
 | `WEB_QUEUE_MS` | `100` | longest wait for a work slot before a 503 |
+| `WEB_LONG_POLLS` | `32` | long polls (`?wait=S`) each process holds at once; more answer at once |
 | `WEB_HEADER_TIMEOUT_MS` | `5000` | a client must send its request head within this |
 | `WEB_BACKLOG` | `1024` | the kernel's queue of connections not yet accepted |
 | `WEB_ACCESS_LOG` | `1` | one line per request on stdout |
@@ -39,6 +41,7 @@ class Serving:
     processes: int
     threads: int
     queue_ms: int
+    long_polls: int
     header_timeout_ms: int
     backlog: int
     access_log: bool
@@ -50,8 +53,9 @@ class Serving:
 
     @property
     def server_threads(self) -> int:
-        """granian's Python threads per process: the working, the waiting and a few to refuse."""
-        return self.threads + self.waiting + 8
+        """granian's Python threads per process: the working, the waiting for a slot, the long
+        polls and a few to refuse."""
+        return self.threads + self.waiting + self.long_polls + 8
 
     @property
     def connections(self) -> int:
@@ -67,7 +71,8 @@ class Serving:
         command += ["--blocking-threads", str(self.server_threads)]
         command += ["--backpressure", str(self.connections), "--backlog", str(self.backlog)]
         command += ["--http", "1", "--http1-header-read-timeout", str(self.header_timeout_ms)]
-        command += ["--no-ws", "--respawn-failed-workers"]
+        # A stop lets requests in flight finish for 10 s (a long poll may take 30), then kills.
+        command += ["--no-ws", "--respawn-failed-workers", "--workers-kill-timeout", "10"]
         if self.access_log:
             command.append("--access-log")
         return command
@@ -83,6 +88,7 @@ def from_env() -> Serving:
         processes=env_int("WEB_CONCURRENCY", 2, minimum=1),
         threads=env_int("WEB_THREADS", 8, minimum=1),
         queue_ms=env_int("WEB_QUEUE_MS", 100),
+        long_polls=env_int("WEB_LONG_POLLS", 32),
         header_timeout_ms=env_int("WEB_HEADER_TIMEOUT_MS", 5000, minimum=1),
         backlog=env_int("WEB_BACKLOG", 1024, minimum=128),
         access_log=env_bool("WEB_ACCESS_LOG", True),

@@ -16,5 +16,9 @@ from orchestrator.api.overload import Admission  # noqa: E402
 
 _serving = serve.from_env()
 application = Admission(
-    ChunkedBodies(django_application), _serving.threads, _serving.queue_ms, _serving.waiting
+    ChunkedBodies(django_application),
+    slots=_serving.threads,
+    queue_ms=_serving.queue_ms,
+    waiting=_serving.waiting,
+    idling=_serving.long_polls,
 )

@@ -5,31 +5,39 @@ until every answer comes after its client's timeout and all the work is wasted. 
 wraps the WSGI application (`config.wsgi`): `slots` requests run at once; a newcomer waits at
 most `queue_ms` for a slot, behind at most `waiting` others, and is otherwise answered 503 with
 Retry-After in the error envelope, without entering Django, so that a refusal costs a small
-fraction of serving. The web server runs more threads than `slots + waiting` (`config.serve`).
+fraction of serving. A request that waits for an event rather than works (a long poll) gives
+its slot back meanwhile (`idle`), up to `idling` of them at once; beyond, it answers without
+waiting. The web server runs a thread for each of these (`config.serve`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 from orchestrator.api.errors import ApiError, Environ, StartResponse, WsgiApp, wsgi_error
 from orchestrator.vocabulary import FailureCategory
 
 # What a refused request's client should wait before sending it again.
 SHED_RETRY_AFTER = 1.0
+# The environ key under which a request finds `Admission.idle`.
+IDLE = "failsight.admission.idle"
 
 
 class Admission:
     """WSGI middleware: at most `slots` requests in `app` at once, a short wait for the rest."""
 
-    def __init__(self, app: WsgiApp, slots: int, queue_ms: int, waiting: int) -> None:
+    def __init__(self, app: WsgiApp, slots: int, queue_ms: int, waiting: int, idling: int) -> None:
         self.app = app
         self.free = slots
         self.bar = queue_ms / 1000
         self.most_waiting = waiting
         self.waiting = 0
+        self.most_idling = idling
+        self.idling = 0
         self.changed = threading.Condition()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -37,6 +45,7 @@ class Admission:
             status, headers, body = shed(environ)
             start_response(status, headers)
             return [body]
+        environ[IDLE] = self.idle
         try:
             return self.app(environ, start_response)
         finally:
@@ -68,6 +77,34 @@ class Admission:
         with self.changed:
             self.free += 1
             self.changed.notify()
+
+    @contextmanager
+    def idle(self) -> Iterator[bool]:
+        """While the block waits for an event, the request's slot serves others: yield True, and
+        take a slot again (waiting as long as it takes) at its end. Yield False, keeping the
+        slot, when `idling` requests wait so already: the caller answers without waiting."""
+        with self.changed:
+            allowed = self.idling < self.most_idling
+            if allowed:
+                self.idling += 1
+                self.free += 1
+                self.changed.notify()
+        try:
+            yield allowed
+        finally:
+            if allowed:
+                with self.changed:
+                    self.idling -= 1
+                    while not self.free:
+                        self.changed.wait()
+                    self.free -= 1
+
+
+def idle(environ: Environ) -> AbstractContextManager[bool]:
+    """`Admission.idle` of the request with this environ; outside one (the test client,
+    runserver) a block that may wait and holds nothing."""
+    found: Any = environ.get(IDLE)
+    return found() if found is not None else nullcontext(True)
 
 
 def shed(environ: Environ) -> tuple[str, list[tuple[str, str]], bytes]:

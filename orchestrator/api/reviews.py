@@ -18,6 +18,7 @@ from ninja import Query, Router
 from ninja.responses import Status
 
 from orchestrator import keyset, notify
+from orchestrator.api import overload
 from orchestrator.api.decisions import review_ref
 from orchestrator.api.errors import ApiError, FieldError, error_responses, invalid, not_found_error
 from orchestrator.api.schemas import ReviewFilters, ReviewIn, ReviewListOut, ReviewOut, ReviewWait
@@ -61,8 +62,13 @@ def get_review(request: HttpRequest, item_id: int, params: Query[ReviewWait]) ->
     item = _item(item_id)
     if params.wait and item.state != ReviewItem.State.RESOLVED:
         resolved = ReviewItem.objects.filter(pk=item_id, state=ReviewItem.State.RESOLVED)
-        if notify.wait_for(notify.REVIEW_RESOLVED, item_id, params.wait, resolved.exists):
-            item = _item(item_id)
+        # Waiting is not work: the server's work slot serves others meanwhile (`overload`), and
+        # when too many wait already this one answers the state as it is now.
+        with overload.idle(request.META) as may_wait:
+            if may_wait and notify.wait_for(
+                notify.REVIEW_RESOLVED, item_id, params.wait, resolved.exists
+            ):
+                item = _item(item_id)
     return resolution_payload(item)
 
 

@@ -20,6 +20,7 @@ import httpx
 import psycopg
 import pytest
 
+from orchestrator.api import overload
 from orchestrator.api.overload import Admission
 from orchestrator.models import ApiToken, Run
 from tests.api.helpers import ENVELOPE_KEYS, ok_run, web_env
@@ -218,7 +219,7 @@ def in_thread(app, path: str = "/api/v1/runs") -> tuple[threading.Thread, list]:
 
 def test_past_the_waiting_line_a_newcomer_is_refused_without_waiting():
     gate = Gate()
-    admission = Admission(gate, slots=1, queue_ms=60_000, waiting=1)
+    admission = Admission(gate, slots=1, queue_ms=60_000, waiting=1, idling=0)
     working, worked = in_thread(admission)
     assert gate.inside.acquire(timeout=10)
     waiting, waited = in_thread(admission)
@@ -235,7 +236,7 @@ def test_past_the_waiting_line_a_newcomer_is_refused_without_waiting():
 
 def test_a_waiting_request_is_refused_at_the_bar_and_its_place_freed():
     gate = Gate()
-    admission = Admission(gate, slots=1, queue_ms=50, waiting=4)
+    admission = Admission(gate, slots=1, queue_ms=50, waiting=4, idling=0)
     working, worked = in_thread(admission)
     assert gate.inside.acquire(timeout=10)
     assert call(admission)[0].startswith("503")
@@ -248,7 +249,7 @@ def test_a_waiting_request_is_refused_at_the_bar_and_its_place_freed():
 
 def test_a_refused_page_gets_plain_text_not_the_api_envelope():
     gate = Gate()
-    admission = Admission(gate, slots=1, queue_ms=0, waiting=0)
+    admission = Admission(gate, slots=1, queue_ms=0, waiting=0, idling=0)
     working, _ = in_thread(admission)
     assert gate.inside.acquire(timeout=10)
     status, headers, body = call(admission, "/runs/")
@@ -256,3 +257,56 @@ def test_a_refused_page_gets_plain_text_not_the_api_envelope():
     working.join(10)
     assert status.startswith("503") and headers["Content-Type"].startswith("text/plain")
     assert b"overloaded" in body
+
+
+class LongPoll:
+    """A WSGI app whose requests wait, idle, until the test releases them (a long poll)."""
+
+    def __init__(self) -> None:
+        self.waiting = threading.Semaphore(0)
+        self.release = threading.Event()
+        self.waited: list[bool] = []
+
+    def __call__(self, environ, start_response):
+        with overload.idle(environ) as may_wait:
+            self.waited.append(may_wait)
+            if may_wait:
+                self.waiting.release()
+                self.release.wait(30)
+        start_response("200 OK", [])
+        return [b"answered"]
+
+
+def test_a_long_poll_gives_its_slot_to_others_while_it_waits():
+    poll = LongPoll()
+    served = Gate()
+    served.open.set()
+
+    def app(environ, start_response):
+        target = poll if environ["PATH_INFO"].endswith("wait") else served
+        return target(environ, start_response)
+
+    admission = Admission(app, slots=1, queue_ms=0, waiting=0, idling=1)
+    polling, polled = in_thread(admission, "/api/v1/reviews/1?wait")
+    assert poll.waiting.acquire(timeout=10)
+    assert call(admission)[0] == "201 Created"  # the only slot is free while the poll waits
+    poll.release.set()
+    polling.join(10)
+    assert polled[0][0] == "200 OK" and poll.waited == [True]
+    assert admission.free == 1 and admission.idling == 0
+
+
+def test_past_the_long_poll_limit_a_poll_answers_without_waiting():
+    poll = LongPoll()
+    admission = Admission(poll, slots=2, queue_ms=0, waiting=0, idling=1)
+    first, _ = in_thread(admission, "/api/v1/reviews/1?wait")
+    assert poll.waiting.acquire(timeout=10)
+    assert call(admission, "/api/v1/reviews/2?wait")[0] == "200 OK"  # at once: no wait
+    poll.release.set()
+    first.join(10)
+    assert sorted(poll.waited) == [False, True]
+
+
+def test_outside_the_admission_a_long_poll_may_wait():
+    with overload.idle({}) as may_wait:
+        assert may_wait
