@@ -4,6 +4,7 @@ with a fast 503 instead of queueing it, and `ChunkedBodies`, which hands on a ch
 with its length."""
 
 import os
+from collections.abc import Iterable
 
 from django.core.wsgi import get_wsgi_application
 
@@ -11,12 +12,53 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_application = get_wsgi_application()
 
 from config import serve  # noqa: E402  # reads the settings module configured above
-from orchestrator.api.errors import ChunkedBodies  # noqa: E402  # needs the apps loaded above
+from orchestrator.api.errors import (  # noqa: E402  # needs the apps loaded above
+    ChunkedBodies,
+    Environ,
+    StartResponse,
+    WsgiApp,
+)
 from orchestrator.api.overload import Admission  # noqa: E402
+
+# What the server says of the request (PEP 3333's CGI names); anything else a request's environ
+# holds under a name of this process's environment came from that environment.
+CGI_NAMES = frozenset(
+    [
+        "REQUEST_METHOD",
+        "SCRIPT_NAME",
+        "PATH_INFO",
+        "QUERY_STRING",
+        "CONTENT_TYPE",
+        "CONTENT_LENGTH",
+        "SERVER_NAME",
+        "SERVER_PORT",
+        "SERVER_PROTOCOL",
+        "REMOTE_ADDR",
+        "REMOTE_HOST",
+        "GATEWAY_INTERFACE",
+        "SERVER_SOFTWARE",
+    ]
+)
+
+
+def without_process_environment(app: WsgiApp) -> WsgiApp:
+    """`app`, given only what describes the request: granian starts each request's environ from
+    a copy of the process's environment (SECRET_KEY, DATABASE_URL …), which request.META would
+    carry into error reports and debug pages."""
+    inherited = frozenset(os.environ) - CGI_NAMES
+
+    def wsgi(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        for name in inherited.intersection(environ):
+            if not name.startswith("HTTP_"):
+                del environ[name]
+        return app(environ, start_response)
+
+    return wsgi
+
 
 _serving = serve.from_env()
 application = Admission(
-    ChunkedBodies(django_application),
+    without_process_environment(ChunkedBodies(django_application)),
     slots=_serving.threads,
     queue_ms=_serving.queue_ms,
     waiting=_serving.waiting,
