@@ -1,7 +1,7 @@
 """The WSGI entry point the web server serves (`config.serve`): Django's application behind
 `Admission`, which lets a process work on WEB_THREADS requests at once and answers the excess
-with a fast 503 instead of queueing it, and `ChunkedBodies`, which hands on a chunked API body
-with its length."""
+with a fast 503 instead of queueing it, behind `ChunkedBodies`, which reads a chunked API body
+and hands it on with its length."""
 
 import os
 from collections.abc import Iterable
@@ -57,10 +57,14 @@ def without_process_environment(app: WsgiApp) -> WsgiApp:
 
 
 _serving = serve.from_env()
-application = Admission(
-    without_process_environment(ChunkedBodies(django_application)),
-    slots=_serving.threads,
-    queue_ms=_serving.queue_ms,
-    waiting=_serving.waiting,
-    idling=_serving.long_polls,
+application = without_process_environment(
+    ChunkedBodies(
+        Admission(
+            django_application,
+            slots=_serving.threads,
+            queue_ms=_serving.queue_ms,
+            waiting=_serving.waiting,
+            idling=_serving.long_polls,
+        )
+    )
 )

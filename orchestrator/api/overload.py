@@ -5,18 +5,23 @@ until every answer comes after its client's timeout and all the work is wasted. 
 wraps the WSGI application (`config.wsgi`): `slots` requests run at once; a newcomer waits at
 most `queue_ms` for a slot, behind at most `waiting` others, and is otherwise answered 503 with
 Retry-After in the error envelope, without entering Django, so that a refusal costs a small
-fraction of serving. A request that waits for an event rather than works (a long poll) gives
-its slot back meanwhile (`idle`), up to `idling` of them at once; beyond, it answers without
-waiting. The web server runs a thread for each of these (`config.serve`).
+fraction of serving. A request's body is read before it takes a slot (`read_ahead`): a client
+sending it slowly holds a server thread meanwhile, not one of the few slots. A request that
+waits for an event rather than works (a long poll) gives its slot back meanwhile (`idle`), up
+to `idling` of them at once; beyond, it answers without waiting. The web server runs a thread
+for each of these (`config.serve`).
 """
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
+
+from django.conf import settings
 
 from orchestrator.api.errors import ApiError, Environ, StartResponse, WsgiApp, wsgi_error
 from orchestrator.vocabulary import FailureCategory
@@ -41,6 +46,7 @@ class Admission:
         self.changed = threading.Condition()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        read_ahead(environ)
         if not self.enter():
             status, headers, body = shed(environ)
             start_response(status, headers)
@@ -98,6 +104,18 @@ class Admission:
                     while not self.free:
                         self.changed.wait()
                     self.free -= 1
+
+
+def read_ahead(environ: Environ) -> None:
+    """Read a body of a declared, acceptable length now and hand it on as a buffer (a chunked
+    one `ChunkedBodies` has read already; a longer one Django refuses unread, 413). A body that
+    ends early is handed on short, as it came."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return
+    if 0 < length <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        environ["wsgi.input"] = io.BytesIO(environ["wsgi.input"].read(length))
 
 
 def idle(environ: Environ) -> AbstractContextManager[bool]:

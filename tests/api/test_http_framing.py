@@ -438,11 +438,6 @@ def server_closed(sock: socket.socket, line: bytes) -> bool:
     return True
 
 
-@pytest.mark.xfail(
-    strict=False,  # on a loaded machine the report may come before the stalled ones are read in
-    reason="granian has no body read timeout: a request whose body stalls holds its work slot "
-    "(config.wsgi's admission) until the client closes, and WEB_THREADS of them refuse the rest",
-)
 def test_clients_stalling_mid_body_do_not_starve_the_server(web, secret):
     stalled = [socket.create_connection(web.address, timeout=BOUND) for _ in range(12)]
     try:

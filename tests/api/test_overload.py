@@ -310,3 +310,42 @@ def test_past_the_long_poll_limit_a_poll_answers_without_waiting():
 def test_outside_the_admission_a_long_poll_may_wait():
     with overload.idle({}) as may_wait:
         assert may_wait
+
+
+class SlowBody:
+    """A request body that arrives only when the test says so."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.reading = threading.Event()
+        self.arrive = threading.Event()
+
+    def read(self, size: int = -1) -> bytes:
+        self.reading.set()
+        self.arrive.wait(30)
+        return self.data[:size] if size >= 0 else self.data
+
+
+def test_a_body_sent_slowly_holds_no_work_slot_while_it_arrives():
+    seen: list[bytes] = []
+
+    def app(environ, start_response):
+        if "wsgi.input" in environ:
+            seen.append(environ["wsgi.input"].read())
+        start_response("201 Created", [])
+        return [b"served"]
+
+    admission = Admission(app, slots=1, queue_ms=0, waiting=0, idling=0)
+    body = SlowBody(b'{"status": "ok"}')
+    slow = {"REQUEST_METHOD": "POST", "PATH_INFO": "/api/v1/runs"}
+    slow |= {"CONTENT_LENGTH": str(len(body.data)), "wsgi.input": body}
+    answers: list = []
+    sending = threading.Thread(
+        target=lambda: answers.append(list(admission(slow, lambda *args: None)))
+    )
+    sending.start()
+    assert body.reading.wait(10)
+    assert call(admission)[0] == "201 Created"  # the only slot serves others meanwhile
+    body.arrive.set()
+    sending.join(10)
+    assert answers == [[b"served"]] and seen == [b'{"status": "ok"}']
