@@ -557,13 +557,13 @@ class EnvelopeParser(Parser):
 
     def parse_body(self, request: HttpRequest) -> Any:
         data = parse_json(read_body(request))
-        request._parsed_json = data  # type: ignore[attr-defined]
+        request.parsed_json = data  # type: ignore[attr-defined]  # read back by `parsed`
         return data
 
     @staticmethod
     def parsed(request: HttpRequest) -> Any:
         """The body as this parser returned it (views hash it for idempotency)."""
-        return getattr(request, "_parsed_json", None)
+        return getattr(request, "parsed_json", None)
 
 
 def parse_json(body: bytes) -> Any:
