@@ -1,10 +1,6 @@
-"""kombu's filesystem transport, with messages that appear in the queue only once written.
-
-kombu's own `_put` creates the message file under its final name and then writes it; a consumer
-polling the folder in between moves the empty file away, fails to decode it and the worker dies
-(celery/kombu#1551). Here the message is written under a name no consumer matches, then renamed
-into the queue in one step (`os.replace` is atomic within a folder).
-"""
+"""kombu's filesystem transport, with a message written aside and renamed into the queue: kombu's
+own `_put` writes under the final name, and a consumer that picks up the still-empty file dies
+(celery/kombu#1551)."""
 
 from __future__ import annotations
 
@@ -23,7 +19,6 @@ PARTIAL_SUFFIX = ".part"  # "<ms>_<uuid>.<queue>.msg.part": not "<queue>.msg" fo
 
 class Channel(filesystem.Channel):
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
-        """Put `payload` onto `queue`: write it aside, then rename it into the queue."""
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
         partial = final + PARTIAL_SUFFIX

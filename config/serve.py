@@ -1,27 +1,8 @@
-"""The web server as shipped: granian serving `config.wsgi`, every setting of it in this module.
+"""The web server as shipped: granian serving `config.wsgi` (`python -m config.serve`).
 
-    python -m config.serve          # what the Procfile's `web`, `make run` and the tests run
-
-granian (HTTP parsing, keep-alive and timeouts in Rust) hands each request to one of its Python
-threads. In front of Django, `config.wsgi` admits WEB_THREADS requests per process at once; a
-newcomer waits at most WEB_QUEUE_MS for one of them to finish, else it is answered 503 with
-Retry-After at once (`orchestrator.api.overload.Admission`); a long poll gives its slot back
-while it waits, up to WEB_LONG_POLLS at once. granian runs a thread for each of those and a few
-more, so that the excess reaches the admission and is refused instead of waiting unseen.
-
-| variable | default | what |
-|---|---|---|
-| `BIND` | `127.0.0.1:8000` | address and port to listen on |
-| `WEB_CONCURRENCY` | `2` | processes (one per core) |
-| `WEB_THREADS` | `8` | requests each process works on at once |
-| `WEB_QUEUE_MS` | `100` | longest wait for a work slot before a 503 |
-| `WEB_LONG_POLLS` | `32` | long polls (`?wait=S`) each process holds at once; more answer at once |
-| `WEB_HEADER_TIMEOUT_MS` | `5000` | a client must send its request head within this |
-| `WEB_BACKLOG` | `1024` | the kernel's queue of connections not yet accepted |
-| `WEB_ACCESS_LOG` | `1` | one line per request on stdout |
-
-Each value is read with the settings module's helpers (a bad one fails loudly).
-"""
+granian gets more Python threads than WEB_THREADS so that the excess reaches `config.wsgi`'s
+admission and is refused with a 503 instead of waiting unseen; docs/configuration.md lists the
+variables."""
 
 from __future__ import annotations
 
@@ -53,18 +34,15 @@ class Serving:
 
     @property
     def server_threads(self) -> int:
-        """granian's Python threads per process: the working, the waiting for a slot, the long
-        polls and a few to refuse."""
+        """granian's threads: the working, the waiting, the long polls and a few to refuse."""
         return self.threads + self.waiting + self.long_polls + 8
 
     @property
     def connections(self) -> int:
-        """Open connections per process granian accepts (its `--backpressure`, which counts
-        connections, idle keep-alive ones included): the excess waits in the kernel's queue."""
+        """granian's `--backpressure` counts connections, idle keep-alive ones included."""
         return max(self.backlog, 1024)
 
     def command(self, app: str = "config.wsgi:application") -> list[str]:
-        """The granian command line serving `app` with these settings."""
         command = [sys.executable, "-m", "granian", "--interface", "wsgi", app]
         command += ["--host", self.host, "--port", str(self.port)]
         command += ["--workers", str(self.processes)]

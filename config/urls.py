@@ -1,6 +1,4 @@
-"""Root URLs: the admin, the API v1 (JSON everywhere under /api/), sign-in, /metrics, the
-dashboard at / (included by its dotted name: nothing imports the pages), and /favicon.ico
-(browsers ask for it whatever the page's <link rel="icon"> says)."""
+"""Root URLs. The dashboard is included by its dotted name: nothing imports the pages."""
 
 from django.contrib import admin
 from django.templatetags.static import static

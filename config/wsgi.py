@@ -1,7 +1,5 @@
-"""The WSGI entry point the web server serves (`config.serve`): Django's application behind
-`Admission`, which lets a process work on WEB_THREADS requests at once and answers the excess
-with a fast 503 instead of queueing it, behind `ChunkedBodies`, which reads a chunked API body
-and hands it on with its length."""
+"""The WSGI entry point `config.serve` serves: Django behind `Admission` (WEB_THREADS requests
+at once, a fast 503 for the excess) behind `ChunkedBodies` (a chunked API body read whole)."""
 
 import os
 from collections.abc import Iterable
@@ -20,8 +18,8 @@ from orchestrator.api.errors import (  # noqa: E402  # needs the apps loaded abo
 )
 from orchestrator.api.overload import Admission  # noqa: E402
 
-# What the server says of the request (PEP 3333's CGI names); anything else a request's environ
-# holds under a name of this process's environment came from that environment.
+# PEP 3333's CGI names: any other name of the process's environment in a request's environ
+# came from the process, not the request.
 CGI_NAMES = frozenset(
     [
         "REQUEST_METHOD",
@@ -42,9 +40,8 @@ CGI_NAMES = frozenset(
 
 
 def without_process_environment(app: WsgiApp) -> WsgiApp:
-    """`app`, given only what describes the request: granian starts each request's environ from
-    a copy of the process's environment (SECRET_KEY, DATABASE_URL …), which request.META would
-    carry into error reports and debug pages."""
+    """granian copies the process's environment (SECRET_KEY, DATABASE_URL …) into each request's
+    environ, which request.META would carry into error reports and debug pages."""
     inherited = frozenset(os.environ) - CGI_NAMES
 
     def wsgi(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:

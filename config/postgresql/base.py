@@ -1,12 +1,6 @@
-"""Django's PostgreSQL backend, each pooled connection checked as it is handed out and the
-whole pool checked once one is found broken (settings: ENGINE when DATABASE_POOL is on).
-
-psycopg's pool can check connections itself (what CONN_HEALTH_CHECKS asks of it), but it tries
-the idle ones one by one and pauses 1 s, then 2 s, after each broken one: after a database
-restart, with every idle connection broken, a request waited out the pool's timeout and was
-answered 503 while the database was up again. Here the first broken connection has the pool
-check all the others at once, so the next connection it hands out works.
-"""
+"""Django's PostgreSQL backend, whose first broken pooled connection has the pool check all the
+others at once: psycopg's own check (CONN_HEALTH_CHECKS) pauses after each broken one, so after a
+database restart a request waited out the pool's timeout."""
 
 from __future__ import annotations
 
