@@ -1,9 +1,5 @@
-"""`python manage.py createtoken NAME [--callback URL]`: create an API token and print its secret.
-
-With `--callback`, resolutions of the review items of the runs this token reports are POSTed to
-URL, signed (docs/api.md, "Webhooks"); the signing secret is printed once, on a second line, and
-only kept encrypted to sign with.
-"""
+"""`manage.py createtoken NAME [--callback URL]`; the webhook signing secret is printed once and
+kept only encrypted (docs/api.md, "Webhooks")."""
 
 from __future__ import annotations
 
