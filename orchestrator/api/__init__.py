@@ -1,19 +1,9 @@
-"""REST API v1 for agents and coordinators: one router per concern, mounted on one `api`.
+"""REST API v1 for agents and coordinators: one router per concern, mounted on one `api`, which
+sets auth, the rate limit, the body parser and the error envelope once for all. Business rules
+live in the models and `orchestrator.coordination`, never here.
 
-Cross-cutting behaviour is set once on `api`, so any router mounted on it gets the same: bearer
-auth on every operation (`auth`), the per-token rate limit, the JSON body parser (size, depth, NUL),
-the error envelope for every failure (`errors`); the `X-Policy-Version` header on every answer
-(`policies.PolicyVersionMiddleware`) and the JSON 405 (`errors.MethodNotAllowedMiddleware`) come
-from middleware keyed on the API's URL namespace. A router added later needs only
-`api.add_router("/prefix", router)` and `response={200: X, **error_responses()}` in its
-decorators.
-The routers: `runs` (report, list, read, finish), `policies`, `decisions` (routing as a service
-and classification), `workflows` (the built-in coordinator's and agents' own), `otlp`
-(OpenTelemetry spans in, as runs), `reviews` (escalations and their resolutions, delivered
-back). Business rules live in the models and in `orchestrator.coordination`, never here.
-
-Every valid token sees every run: this is an internal multi-agent system where coordinators read
-what their subagents (holding other tokens) reported. Idempotency keys are scoped per token.
+Every valid token sees every run: coordinators read what their subagents (holding other tokens)
+reported. Idempotency keys are scoped per token.
 """
 
 from __future__ import annotations
@@ -71,8 +61,7 @@ api.add_router("/reviews", reviews.router)
 
 
 def urls() -> tuple[list[URLPattern | URLResolver], str, str]:
-    """The API's URL patterns, to mount with `path("api/v1/", urls())`: ninja's own, the docs'
-    assets, and last a JSON 404 for any other path under the mount point."""
+    """The API's URL patterns, to mount with `path("api/v1/", urls())`."""
     patterns, app_name, namespace = api.urls
     return (
         [

@@ -1,7 +1,4 @@
-"""Who may call the API and how often: bearer tokens and a per-token rate limit.
-
-Both are set once on the NinjaAPI, so every router mounted on it inherits them.
-"""
+"""Who may call the API and how often: bearer tokens and a per-token rate limit."""
 
 from __future__ import annotations
 
@@ -33,14 +30,9 @@ class BearerToken(HttpBearer):
 
 
 class TokenRateThrottle(BaseThrottle):
-    """At most settings.API_RATE_LIMIT_PER_MINUTE requests per token per clock minute (0: off).
-
-    A fixed window counted with one atomic cache increment per request: O(1) whatever the limit,
-    unlike a sliding log of timestamps. It lets a client burst up to twice the limit across a
-    minute boundary, which is acceptable for a limit meant to stop runaway loops. With the default
-    local-memory cache the count is per server process; CACHE_URL (Redis) shares it, and
-    `check --deploy` fails without it (`orchestrator.checks`).
-    """
+    """At most API_RATE_LIMIT_PER_MINUTE requests per token per clock minute, counted per process
+    unless CACHE_URL is shared. A fixed window lets a burst reach twice the limit across a
+    boundary: enough to stop runaway loops."""
 
     WINDOW = 60
 
@@ -66,8 +58,6 @@ class TokenRateThrottle(BaseThrottle):
         counted = _incr_in_redis(key, self.WINDOW * 2)
         if counted is not None:
             return counted
-        # The window's key exists for every request but its first: count up first, and create
-        # it only when missing (one cache call a request instead of two).
         try:
             return cache.incr(key)
         except ValueError:  # the window's first request
@@ -84,12 +74,8 @@ class TokenRateThrottle(BaseThrottle):
 
 
 def _incr_in_redis(key: str, timeout: int) -> int | None:
-    """Count `key` up in one round trip when the cache is Redis; None for another cache.
-
-    Django's `add` + `incr` cost three round trips (`incr` checks that the key exists first);
-    INCR creates a missing key, and only its first count sets the expiry. Should that EXPIRE be
-    lost, the key names a past window and is never read again.
-    """
+    """Count `key` up in one round trip when the cache is Redis (Django's `add` + `incr` take
+    three); None for another cache. A lost EXPIRE leaves a key of a past window, never read."""
     default = caches["default"]  # `cache` is a proxy: isinstance needs the backend itself
     if not isinstance(default, RedisCache):
         return None

@@ -1,12 +1,6 @@
-"""The API docs page (Swagger UI) under our Content-Security-Policy, with no CDN.
-
-ninja renders its docs from a CDN (jsdelivr) unless "ninja" is in INSTALLED_APPS, and our CSP
-(script-src 'self') blocks any CDN anyway; no machine here reaches the internet either. So the page
-is rendered here and loads the Swagger UI files that ship inside the ninja package through a
-small view under the API (docs/assets/<name>). The page has no inline script: ninja's own
-swagger-ui-init.js reads the settings from a non-executable JSON block, so the CSP needs no
-exception. (Adding "ninja" to INSTALLED_APPS would let collectstatic/WhiteNoise serve the same
-files; this keeps the docs working without touching settings.)
+"""The API docs page (Swagger UI) under our Content-Security-Policy, with no CDN: ninja loads it
+from jsdelivr unless "ninja" is in INSTALLED_APPS, which our CSP blocks. The files bundled with
+ninja are served here; the settings ride in a non-executable JSON block, so no inline script.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""Every error the API returns, as one JSON envelope with a taxonomy failure type.
-
-The envelope is the one agents report their own failures in (docs/api.md, "Errors"), so an agent
-can feed our answer to its own classifier and routing unchanged:
-
-    {"status": "error", "failure_type": "invalid_input", "retryable": false, "retry_after": null,
-     "detail": "…", "errors": [{"path": "runs.3.failure_type", "message": "…"}],
-     "attempted": {"operation": "POST /api/v1/runs/batch"}, "partial_results": [],
-     "alternatives": ["…"]}
-
-`install_handlers(api)` registers the handlers once on the NinjaAPI, so every router mounted on it
-answers the same way. Reading the body (chunked ones too: `RequestBodyMiddleware`) and the JSON
-body parser live here too because their refusals (411, 413, too deep, an integer too wide to keep,
-malformed) are errors of this shape, and it is where NUL characters are neutralised for every
-router at once.
-"""
+"""Every error the API returns, as one JSON envelope with a taxonomy failure type: the one agents
+report their own failures in (docs/api.md, "Errors"), so an agent can feed our answer to its own
+classifier unchanged. Body reading and the JSON parser live here because their refusals are
+errors of this shape."""
 
 from __future__ import annotations
 
@@ -43,18 +31,13 @@ from orchestrator.vocabulary import RETRYABLE, FailureCategory
 
 logger = logging.getLogger(__name__)
 
-# The URL namespace the API's views are mounted under (`orchestrator.api`).
 API_NAMESPACE = "api"
 
-# What a client should wait before retrying when the database is unreachable or locked.
 DB_RETRY_AFTER = 5.0
 
 
-# Status codes of the errors every operation may answer, for the OpenAPI document: no token,
-# another method, the rate limit, an internal error, the database unavailable.
+# For the OpenAPI document: what any operation may answer, and one with a JSON body too.
 COMMON_ERRORS = (401, 405, 429, 500, 503)
-# ...and those of an operation with a JSON body: unparsable (400), a chunked body this server
-# cannot end (411), too large (413), invalid (422).
 BODY_ERRORS = (400, 411, 413, 422)
 
 
@@ -106,8 +89,7 @@ def not_found_error(detail: str) -> ApiError:
 
 
 def error_responses(*extra: int, body: bool = False) -> dict[int, type[ErrorOut]]:
-    """The `response=` entries documenting our error envelope, for `@router.get(response=…)`:
-    the common ones, those of a JSON body when `body`, and `extra` (404, 409, 422 …)."""
+    """The `response=` entries documenting our error envelope, for `@router.get(response=…)`."""
     codes = {*COMMON_ERRORS, *(BODY_ERRORS if body else ()), *extra}
     return dict.fromkeys(sorted(codes), ErrorOut)
 
@@ -143,10 +125,6 @@ def error_response(request: HttpRequest, error: ApiError) -> HttpResponse:
     for name, value in envelope_headers(error).items():
         response[name] = value
     return response
-
-
-# ---------------------------------------------------------------------------------------------
-# Exception handlers
 
 
 def _validation_errors(exc: NinjaValidationError) -> list[FieldError]:
@@ -247,10 +225,6 @@ def install_handlers(api: NinjaAPI) -> None:
     api.add_exception_handler(Exception, _unexpected)
 
 
-# ---------------------------------------------------------------------------------------------
-# Views outside ninja's routes: unknown URLs and methods must answer in the envelope too
-
-
 @csrf_exempt
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     """Catch-all for unknown URLs under the API (instead of Django's HTML 404 page)."""
@@ -282,16 +256,12 @@ class MethodNotAllowedMiddleware:
         return error_response(request, error)
 
 
-# ---------------------------------------------------------------------------------------------
-# The JSON body parser
-
 _NUL_ESCAPE = b"\\u0000"
 _ORJSON_DEPTH = "depth limit exceeded"  # orjson refuses nesting beyond 1,024 levels itself
 _ORJSON_HUGE = "number is infinity"  # a number of more than ~308 digits
 
 
 def deeper_than(value: Any, limit: int) -> bool:
-    """Return True if `value` nests containers more than `limit` levels deep."""
     return json_shape(value, limit)[0]
 
 
@@ -301,14 +271,8 @@ _ROUNDED = float(2**63)
 
 
 def json_shape(value: Any, limit: int) -> tuple[bool, bool]:
-    """(nests containers more than `limit` levels deep, holds a float of 2**63 or more in
-    magnitude) for parsed JSON.
-
-    Checked after parsing (orjson itself stops at 1,024 levels), level by level (no recursion to
-    exhaust), in one pass: a batch of 1,000 runs costs about 3 ms. The second answer tells
-    whether the body may hold an integer orjson rounded, which only then is looked for in the
-    raw bytes (`_wide_integer`: a pattern search over the whole body cost twice this pass).
-    """
+    """(nests containers more than `limit` levels deep, holds a float that may be a rounded
+    integer), level by level: no recursion to exhaust."""
     level = [value] if type(value) in (dict, list) else []
     rounded = type(value) is float and not -_ROUNDED < value < _ROUNDED
     depth = 0
@@ -330,7 +294,7 @@ def json_shape(value: Any, limit: int) -> tuple[bool, bool]:
 
 
 def replace_nul(value: Any) -> Any:
-    """Return `value` with every U+0000 in strings and keys replaced by U+FFFD."""
+    """`value` with every U+0000 in its strings and keys replaced by U+FFFD."""
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
     if isinstance(value, list):
@@ -349,7 +313,6 @@ def _too_deep(limit: int) -> ApiError:
     return invalid(f"The JSON nests deeper than {limit} levels.", [FieldError("", "too deep")])
 
 
-# orjson reads an integer beyond 64 bits as a float, rounding it; anything that long is checked.
 _LONG_NUMBER = re.compile(rb"\d{19,}")
 INT_RANGE = (-(2**63), 2**64 - 1)
 _READ_PIECE = 64 * 1024
@@ -366,14 +329,9 @@ def _declared_length(request: HttpRequest) -> int | None:
 
 
 def read_body(request: HttpRequest) -> bytes:
-    """The request body, never more than API_MAX_BODY_BYTES (413 beyond), and whole (400 when
-    it ends early).
-
-    A body still chunked here is one the server did not end (`ChunkedBodies` hands on those it
-    did with their length): Django's development server cannot tell where it ends, 411. The web
-    server ends the stream early, without an error, when the client stops sending: a body shorter
-    than its Content-Length is refused rather than read as whatever arrived.
-    """
+    """The request body, at most API_MAX_BODY_BYTES, and whole: the web server ends the stream
+    early, without an error, when the client stops sending. A body still chunked here is one the
+    server did not end (Django's development server cannot tell where it ends): 411."""
     if _chunked(request):
         raise ApiError(
             411,
@@ -403,8 +361,7 @@ WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 
 def wsgi_error(environ: Environ, error: ApiError) -> tuple[str, list[tuple[str, str]], bytes]:
-    """The envelope of `error` as WSGI middleware answers it, before Django: status line,
-    headers and body."""
+    """The envelope of `error` as WSGI middleware answers it, before Django."""
     operation = f"{environ.get('REQUEST_METHOD')} {environ.get('PATH_INFO', '')}"
     body = orjson.dumps(envelope(error, operation))
     headers = {"Content-Type": "application/json"} | envelope_headers(error)
@@ -413,10 +370,8 @@ def wsgi_error(environ: Environ, error: ApiError) -> tuple[str, list[tuple[str, 
 
 
 class ChunkedBodies:
-    """WSGI middleware: an API body sent chunked, which the server decoded and ended
-    (`wsgi.input_terminated`), is read here and handed on with its length, as Django reads a body
-    by its Content-Length only. Reading stops past API_MAX_BODY_BYTES (413); a body the server
-    could not decode (a malformed chunk) is a 400. Both in the envelope, before Django."""
+    """WSGI middleware: a chunked API body the server ended (`wsgi.input_terminated`) is read and
+    handed on with its length, as Django reads a body by its Content-Length only."""
 
     def __init__(self, app: WsgiApp) -> None:
         self.app = app
@@ -461,12 +416,8 @@ class ChunkedBodies:
 
 
 class ApiHostMiddleware:
-    """Refuse a request under /api/ whose Host is not in ALLOWED_HOSTS with the envelope (400).
-
-    Django refuses it where the host is first read (CommonMiddleware) with its HTML 400 page, or
-    the debug page: an agent pointed at the wrong name would get HTML. First in MIDDLEWARE, so
-    it answers before anything else reads the host; logged as Django logs it.
-    """
+    """Refuse an /api/ request whose Host is not in ALLOWED_HOSTS with the envelope, before
+    Django's CommonMiddleware answers it with an HTML page (hence first in MIDDLEWARE)."""
 
     PREFIX = "/api/"
     security = logging.getLogger("django.security.DisallowedHost")
@@ -491,12 +442,8 @@ class ApiHostMiddleware:
 
 
 class RequestBodyMiddleware:
-    """Read a body under /api/ before the view (or answer its 400/411/413 envelope).
-
-    ninja looks at `request.body` before it calls the parser, and Django reads a body without
-    Content-Length as empty: without this, a chunked body no server ended would be a 422 "field
-    required", and so would a body cut off before any byte of it arrived.
-    """
+    """Read an /api/ body before the view: ninja looks at `request.body` before it calls the
+    parser, so a chunked or cut-off body would otherwise be a 422 "field required"."""
 
     PREFIX = "/api/"
 
@@ -515,11 +462,8 @@ class RequestBodyMiddleware:
 
 
 def _wide_integer(body: bytes) -> str | None:
-    """Return the path of the first integer outside 64 bits (orjson would round it), or None.
-
-    Read again with the standard library, which keeps integers exact; only bodies holding a run
-    of 19 or more digits pay for it.
-    """
+    """The path of the first integer outside 64 bits, read again with the standard library
+    (which keeps integers exact), or None."""
     if not _LONG_NUMBER.search(body):
         return None
     try:
@@ -544,16 +488,9 @@ def _wide_integer(body: bytes) -> str | None:
 
 
 class EnvelopeParser(Parser):
-    """ninja's body parser, made safe: size (chunked bodies too), depth, strict JSON, integers
-    kept exact, and no NUL characters.
-
-    PostgreSQL refuses U+0000 in text and jsonb. Rather than refuse a whole failure report because
-    an exception message carried a NUL byte (losing the very information the product exists to
-    carry), every U+0000 in any string is replaced with U+FFFD (the Unicode replacement
-    character), which keeps a visible trace that something was there. Integers from -2**63 to
-    2**64-1 are kept exactly; a wider one (which orjson would round to a float) is a 422 naming
-    its path, never stored rounded.
-    """
+    """ninja's body parser, made safe: size, depth, strict JSON, integers kept exact (a wider one
+    is a 422, never stored rounded), and U+0000, which PostgreSQL refuses in text, replaced by
+    U+FFFD rather than refusing a failure report whose exception message carried one."""
 
     def parse_body(self, request: HttpRequest) -> Any:
         data = parse_json(read_body(request))

@@ -1,11 +1,7 @@
 """Group commit: concurrent single reports of one process share one INSERT and one commit.
 
-Each report waits in a queue; the first to find nobody storing becomes the leader, takes the whole
-queue (up to a limit), stores it with one call of the store function on its own connection, hands
-every waiter its outcome and passes the lead to the next waiter, if any. Nobody waits for a timer:
-a report arriving alone is stored at once, and reports arriving while a commit is in flight form
-the next group. A waiter gets its outcome only after the leader's commit returned, so every
-answer describes a durable row.
+No timer: a report arriving alone is stored at once, and those arriving while a commit is in
+flight form the next group. A waiter is answered only after the leader's commit returned.
 """
 
 from __future__ import annotations
@@ -19,9 +15,8 @@ Result = TypeVar("Result")
 
 
 class _Slot(Generic[Item, Result]):
-    """One waiting report. Its `wake` lock is taken when it is made and released once, by the
-    leader that stores it or hands it the lead: the cheapest wait CPython has (an Event costs a
-    Condition's bookkeeping and a lock made on every wait)."""
+    """One waiting report; its `wake` lock, released once by a leader, is the cheapest wait
+    CPython has."""
 
     __slots__ = ("error", "item", "lead", "result", "wake")
 
@@ -63,8 +58,7 @@ class GroupCommit(Generic[Item, Result]):
         return slot.result  # type: ignore[return-value]
 
     def _lead(self, own: _Slot[Item, Result]) -> None:
-        """Store the waiting group, then hand the lead to the next waiter (if any). `own` is the
-        leader's report: it waits on nothing."""
+        """Store the waiting group, then hand the lead to the next waiter (if any)."""
         with self._lock:
             limit = max(1, self._limit())
             group, self._queue = self._queue[:limit], self._queue[limit:]

@@ -1,17 +1,8 @@
 """Recording reported runs: per-item validation, idempotency keys, outcomes, group commit.
 
-This is the ingest hot path (flow 1 of the architecture). A batch costs a fixed number of queries
-whatever its size: at most one per kind of reference checked (workflow, retry_of), the insert that
-skips stored keys (PostgreSQL: the claimed keys, the new ids, one COPY; SQLite: one `INSERT … ON
-CONFLICT DO NOTHING RETURNING`), and one SELECT for the keys that were already stored (the
-statements themselves are `inserts`'). Concurrent repeats of a key produce one row because a unique
-index arbitrates, never a read-then-write: on SQLite the run table's
-`run_idempotency_key_per_token`, on PostgreSQL, where the run table is partitioned, the claims
-table `orchestrator_runkey` (see `Run`), whose trigger fails a batch that lost a race; it is tried
-again and then skips the key. Nothing else happens on the request path: no counter rows are updated
-(dashboard rollups and failure groups are folded in by periodic jobs). Each failure's group key
-(`orchestrator.fingerprint.signature`, microseconds) is written with the row, so grouping never
-rewrites a run.
+A batch costs a fixed number of queries whatever its size. Concurrent repeats of a key produce one
+row because a unique index arbitrates, never a read-then-write (on PostgreSQL the claims table,
+see `Run`). No counter is updated on the request path: periodic jobs fold them in.
 """
 
 from __future__ import annotations
@@ -71,7 +62,7 @@ class Pending:
     token_id: int
     key: str
     digest: str
-    row: tuple = ()  # its `_row`, once `store` has made it (the answer is built from it too)
+    row: tuple = ()
 
 
 @dataclass(slots=True)
@@ -95,16 +86,11 @@ class Outcome:
         return {"index": self.index, "status": self.status, "id": self.id, "error": error}
 
 
-# ---------------------------------------------------------------------------------------------
-# Validation
-
-
 def _path(prefix: str, loc: Iterable[Any]) -> str:
     return ".".join(str(part) for part in (prefix, *loc) if part != "")
 
 
 def validate_item(raw: Any, prefix: str) -> tuple[RunIn | None, list[FieldError]]:
-    """Return the validated run, or the errors (with paths under `prefix`) that refuse it."""
     try:
         run = RunIn.model_validate(raw)
     except pydantic.ValidationError as exc:
@@ -143,12 +129,8 @@ def consistency_errors(run: EnvelopeIn, prefix: str = "") -> list[FieldError]:
 
 
 def reference_errors(pending: Sequence[Pending], prefix: Callable[[int], str]) -> dict[int, list]:
-    """Return {index: errors} for items whose references the database would refuse.
-
-    A workflow or first attempt must exist (foreign keys), and a retry's attempt number must be
-    free (`run_unique_retry_attempt`): checked here so that one such item is rejected alone
-    instead of failing the batch's single INSERT. A few queries per batch, none without refs.
-    """
+    """Return {index: errors} for items whose references the database would refuse, so that one
+    such item is rejected alone instead of failing the batch's single INSERT."""
     errors: dict[int, list[FieldError]] = {}
 
     def refuse(p: Pending, field: str, message: str) -> None:
@@ -195,19 +177,10 @@ def _retry_conflicts(retries: Sequence[Pending]) -> Iterable[tuple[Pending, str,
 
 
 def request_hash(raw: dict[str, Any]) -> str:
-    """Hash of the reported JSON, keys sorted, so a key reused for another body is detected.
-
-    Two bodies are the same report when they are equal as JSON data: key order and whitespace do
-    not matter. The idempotency key itself is left out (it names the report, it is not in it).
-    Hashing the parsed body rather than the validated model is several times cheaper on the
-    batch path.
-    """
+    """Hash of the reported JSON data (key order and whitespace do not matter), the idempotency
+    key left out, so a key reused for another body is detected."""
     data = {name: value for name, value in raw.items() if name != "idempotency_key"}
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------
-# Storing
 
 
 def _duration_ms(run: RunIn) -> float | None:
@@ -224,7 +197,6 @@ def _operation(run: RunIn) -> str:
 
 
 def _row(p: Pending) -> tuple:
-    """The ROW_FIELDS values of one run, as Python values (JSON columns as lists and dicts)."""
     run = p.run
     return (
         run.workflow,
@@ -282,7 +254,6 @@ def store(
     key_path: Callable[[int], str],
     created_at: datetime | None = None,
 ) -> list[Outcome]:
-    """Insert the valid items; return one outcome per item, in the order given."""
     first: dict[str, Pending] = {}
     to_insert: list[Pending] = []
     repeats: list[Pending] = []
@@ -321,17 +292,11 @@ def _judge_repeat(p: Pending, stored: Stored | None, path: str) -> Outcome:
     return Outcome(p.index, "existing", stored.id, created_at=stored.created_at)
 
 
-# ---------------------------------------------------------------------------------------------
-# The two entry points
-
-
 def ingest_batch(
     token_id: int, items: Sequence[Any], digests: Sequence[str] | None = None
 ) -> list[Outcome]:
     """Validate each item on its own, store the valid ones, and say what happened to each.
-
-    `digests` replaces the hash of each item's JSON as what a repeated key is compared with
-    (spans compare the span as it was sent, not the run read from it: see `otlp`)."""
+    `digests` replaces each item's hash (spans compare the span as sent: see `otlp`)."""
     outcomes: dict[int, Outcome] = {}
     pending: list[Pending] = []
     for index, raw in enumerate(items):
@@ -356,11 +321,8 @@ def ingest_batch(
 def ingest_one(
     token_id: int, run: RunIn, raw: dict[str, Any], header_key: str | None
 ) -> tuple[Run, bool]:
-    """Store one report, or find its identical earlier report; return the run and whether it
-    was the earlier one (an idempotent replay). Raise ApiError otherwise.
-
-    Reports arriving together share one INSERT and one commit (`GROUP`); each is answered once
-    its row is committed."""
+    """Store one report (sharing an INSERT and commit with those arriving together), or find its
+    identical earlier report; return the run and whether it was the earlier one."""
     if header_key and run.idempotency_key and header_key != run.idempotency_key:
         raise invalid(
             "The Idempotency-Key header and the body's idempotency_key differ.",
@@ -377,26 +339,19 @@ def ingest_one(
     if outcome.error is not None:
         raise outcome.error
     if outcome.status == "created":
-        # Answered from what was inserted: a read after the commit could fail (the database
-        # going away) and turn a stored report into an error its sender would resend.
+        # Not read back: a read after the commit could fail and turn a stored report into an error.
         return inserted_run(p, outcome.id, created_at), False
-    # An identical earlier report: the stored row, read in its own partition when its time is
-    # known (a retry storm is all such reads).
     bound = {"created_at": outcome.created_at} if outcome.created_at is not None else {}
     return Run.objects.get(pk=outcome.id, **bound), True
 
 
 def store_group(items: Sequence[Pending]) -> list[tuple[Outcome, datetime]]:
     """Store single reports of any tokens as one group; return each one's outcome and time.
-
-    The batch path's steps over the whole group: one query per kind of reference, one INSERT per
-    token (several in one transaction), one SELECT for repeated keys. Should the group's INSERT
-    fail on a value validation let through, each report is stored again alone, so that the
-    others are not refused with it.
-    """
+    Should the group's INSERT fail on a value validation let through, each report is stored again
+    alone, so that the others are not refused with it."""
     group = list(items)
     for i, p in enumerate(group):
-        p.index = i  # each report's caller made its Pending for this one store and reads no index
+        p.index = i
     outcomes: dict[int, Outcome] = {}
     for index, errors in reference_errors(group, lambda i: "").items():
         refusal = invalid("Invalid reference to a workflow or run.", errors)
@@ -436,19 +391,16 @@ def _refusal(exc: Exception) -> ApiError:
     return invalid("A value does not fit its database column.")
 
 
-# Single reports of this process, grouped (INGEST_GROUP_MAX reports at most per group).
 GROUP: GroupCommit[Pending, tuple[Outcome, datetime]] = GroupCommit(
     store_group, lambda: settings.INGEST_GROUP_MAX
 )
 
 
 def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
-    """The Run row `insert_rows` wrote for `p`, as an instance (the model's defaults elsewhere)."""
     values = dict(zip(_row_attnames(), p.row or _row(p), strict=True))
     return Run(id=pk, token_id=p.token_id, created_at=created_at, **values)
 
 
 @cache
 def _row_attnames() -> tuple[str, ...]:
-    """The attribute names of ROW_FIELDS (`workflow_id` for `workflow` …)."""
     return tuple(Run._meta.get_field(name).attname for name in ROW_FIELDS)

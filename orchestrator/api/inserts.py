@@ -1,14 +1,6 @@
-"""Writing run rows into the run table: the fastest statement for the size, keys already stored
-skipped.
-
-`ingest` turns reports into rows (`ROW_FIELDS` order); `insert_rows` writes them. On PostgreSQL,
-where the run table is partitioned and its unique claims live in `orchestrator_runkey` (see
-`Run`): a small group (single reports) as one prepared `INSERT … SELECT FROM
-json_populate_recordset` in its own transaction, one round trip, optimistic about keys; a batch
-in three statements whatever its size (the claimed keys, the new ids, one COPY), tried again
-when a concurrent batch claimed one of its keys meanwhile. On SQLite: multi-row `INSERT … ON
-CONFLICT DO NOTHING RETURNING`. `stored_keys` finds the stored runs of repeated keys.
-"""
+"""Writing run rows into the run table with the fastest statement for the size, keys already
+stored skipped. PostgreSQL: a small group as one prepared `INSERT … SELECT`, a batch as COPY;
+SQLite: multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING`."""
 
 from __future__ import annotations
 
@@ -27,10 +19,8 @@ from psycopg.types.json import Jsonb
 
 from orchestrator.models import Run
 
-# Run fields that differ per reported run, in the order of `ingest._row`. Every other column
-# takes one value for the whole batch: created_at and token, and the model default of the
-# coordinator's bookkeeping (decision, due time, delivery counts …), read from the model at insert
-# time so that a field added later needs no change here.
+# Fields that differ per run; every other column takes its model default (read at insert time,
+# so a field added later needs no change here), created_at or the token.
 ROW_FIELDS = (
     "workflow",
     "topic",
@@ -69,10 +59,8 @@ ROW_FIELDS = (
 
 
 def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]]:
-    """The columns with one value for the whole batch, and that value ready for the database."""
     given = {"created_at": created_at, "token": token_id}
-    # `connection` itself, looked up once: each use of the proxy finds this thread's
-    # connection again (a few µs each, on a single report's path).
+    # Not the `connection` proxy: each use of it looks this thread's connection up again.
     db = connections[DEFAULT_DB_ALIAS]
     return [
         (field, field.get_db_prep_save(given[field.name], db))
@@ -84,8 +72,7 @@ def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]
 
 @cache
 def _batch_defaults() -> tuple[tuple[Field, Any], ...]:
-    """Each `_batch_fields` column with its model default, ready for the database (prepared once:
-    they are constants, and preparing 17 of them was a tenth of a single report's cost)."""
+    """Each `_batch_fields` column with its model default, ready for the database, once."""
     connection.ensure_connection()
     return tuple(
         (field, field.get_db_prep_save(field.get_default(), connection))
@@ -95,7 +82,6 @@ def _batch_defaults() -> tuple[tuple[Field, Any], ...]:
 
 @cache
 def _batch_fields() -> tuple[Field, ...]:
-    """The columns `_batch_values` fills, in the table's order."""
     return tuple(
         f for f in Run._meta.concrete_fields if not f.primary_key and f.name not in ROW_FIELDS
     )
@@ -103,8 +89,7 @@ def _batch_fields() -> tuple[Field, ...]:
 
 def _conflict_clause() -> str:
     quote = connection.ops.quote_name
-    # SQLite (unpartitioned): the conflict target repeats the partial unique index's predicate
-    # so that it is inferred.
+    # The conflict target repeats the partial unique index's predicate so that it is inferred.
     return (
         f"ON CONFLICT ({quote('token_id')}, {quote('idempotency_key')}) "
         f"WHERE NOT ({quote('idempotency_key')} = '') DO NOTHING "
@@ -113,15 +98,8 @@ def _conflict_clause() -> str:
 
 
 def _insert_copy(rows: Sequence[tuple], batch: list[tuple[Field, Any]], token_id: int) -> list:
-    """PostgreSQL: COPY the rows straight into the run table, ids drawn from its sequence first.
-
-    Three statements whatever the batch size: which keys are already claimed (an index probe
-    each in `orchestrator_runkey`), one `nextval` per new row, and the COPY, whose rows psycopg
-    writes in C (JSON columns serialised by orjson). COPY is the table's fastest way in: no
-    per-row SQL to parse, no JSON document for the server to take apart. The claims trigger
-    runs in the COPY's statement, so a key another batch claimed meanwhile fails it (after
-    waiting for that batch to commit); it is then tried again, and skips that key as stored.
-    """
+    """PostgreSQL: COPY the rows into the run table, ids drawn from its sequence first. A key
+    another batch claimed meanwhile fails the COPY (the claims trigger); the retry skips it."""
     table = Run._meta.db_table
     quote = connection.ops.quote_name
     names = [Run._meta.get_field(name).column for name in ROW_FIELDS]
@@ -134,14 +112,12 @@ def _insert_copy(rows: Sequence[tuple], batch: list[tuple[Field, Any]], token_id
             with (
                 transaction.atomic(),
                 connection.wrap_database_errors,
-                # Server-side binding (Django's cursors bind on the client): the claimed keys'
-                # array travels as one parameter instead of 1,000 quoted literals in the SQL for
-                # the server to parse, 1.4 ms instead of 5.5 for a 1,000-run batch.
+                # Server-side binding: the keys travel as one array, not 1,000 literals to parse.
                 psycopg.Cursor(connection.connection) as cursor,
             ):
                 claimed = _claimed_keys(cursor, token_id, [row[KEY] for row in rows if row[KEY]])
                 fresh = [row for row in rows if not row[KEY] or row[KEY] not in claimed]
-                if not fresh:  # every row a repeat (a retried report): nothing to write
+                if not fresh:
                     return []
                 cursor.execute(_DRAW_IDS, [table, len(fresh)])
                 ids = [pk for (pk,) in cursor.fetchall()]
@@ -155,9 +131,7 @@ def _insert_copy(rows: Sequence[tuple], batch: list[tuple[Field, Any]], token_id
     raise AssertionError("unreachable")
 
 
-# One id per row from the table's sequence. The sequence is looked up once (a materialized CTE):
-# `nextval(pg_get_serial_sequence(…))` looked it up again for every row, 2.3 ms of a 1,000-run
-# batch against 0.4.
+# The sequence is looked up once (a materialized CTE), not once per row.
 _DRAW_IDS = (
     "WITH s AS MATERIALIZED (SELECT pg_get_serial_sequence(%s, 'id')::regclass AS seq) "
     "SELECT nextval(s.seq) FROM s, generate_series(1, %s)"
@@ -186,14 +160,12 @@ def _copy_row(row: tuple) -> list:
 
 
 def _copy_value(value: Any) -> Any:
-    """A value as COPY takes it: lists and dicts as jsonb (orjson), the rest as they are."""
     if isinstance(value, list | dict):
         return Jsonb(value, dumps=orjson.dumps)
     return value
 
 
-# A unique violation on a claim means another batch stored the same key meanwhile (it has
-# committed: the claim waited for it); the next attempt finds the key stored and skips it.
+# A unique violation on a claim: another batch committed the key meanwhile; a retry skips it.
 CLAIM_ATTEMPTS = 3
 
 
@@ -250,12 +222,8 @@ def _max_params() -> int:
 def insert_rows(
     token_id: int, rows: Sequence[tuple], created_at: datetime | None = None
 ) -> list[tuple[int, str]]:
-    """Insert rows, skipping stored keys; return (id, key) of the rows inserted, in row order.
-
-    On PostgreSQL the ids are drawn before the COPY, in row order; on SQLite row order is the
-    RETURNING order of one INSERT, as Django's own bulk_create relies on. Keyed rows are matched
-    by key anyway, only keyless ones by order.
-    """
+    """Insert rows, skipping stored keys; return (id, key) of the rows inserted, in row order
+    (SQLite's RETURNING order, as Django's own bulk_create relies on)."""
     if not rows:
         return []
     batch = _batch_values(token_id, created_at or timezone.now())
@@ -271,27 +239,16 @@ def insert_rows(
         return _insert_copy(rows, batch, token_id)
 
 
-# Up to this many rows (a group of single reports, a small batch), PostgreSQL is first asked for
-# one prepared `INSERT … SELECT` on its own: one round trip where the COPY path takes six (BEGIN,
-# the claimed keys, the ids, the COPY, COMMIT), which was most of a single report's cost. Beyond,
-# COPY's cheaper rows win.
+# Up to this many rows one `INSERT … SELECT` (one round trip) beats COPY's six.
 ONE_STATEMENT_ROWS = 64
 
 
 def _insert_one_statement(rows: Sequence[tuple], batch: list[tuple[Field, Any]]) -> list | None:
-    """PostgreSQL, outside any transaction: insert `rows` with one statement, which is its own
-    transaction (autocommit), so the answer comes back once the rows are durable. Return (id,
-    key) per row in row order, or None when a key is already claimed (the claims trigger fails
-    the whole statement, nothing is stored): the COPY path then skips the stored keys.
-
-    The rows travel as one JSON array (orjson) that `json_populate_recordset` reads as run rows,
-    so the statement's text is the same for any number of rows and is prepared once per
-    connection (DATABASE_PREPARED_STATEMENTS: without a prepare threshold on the connection,
-    psycopg ignores `prepare=True`): no per-row placeholders to parse on either side, no plan
-    made per report. Optimistic on purpose: a
-    repeated key is the rare case (a retry whose answer was lost), so it pays the failed
-    statement and the slow path, and every other report pays one round trip.
-    """
+    """PostgreSQL, autocommit: insert `rows` with one statement; return (id, key) per row, or None
+    when a key is already claimed (nothing stored: the COPY path then skips it). The rows travel as
+    one JSON array, so the statement's text is the same for any number of rows and is prepared
+    once (psycopg ignores `prepare=True` without DATABASE_PREPARED_STATEMENTS' threshold).
+    Optimistic: a repeated key (a retry whose answer was lost) is the rare case."""
     constants = {f.column: _json_value(value) for f, value in batch if value is not None}
     data = orjson.dumps([dict(zip(_ROW_COLUMNS, row, strict=True), **constants) for row in rows])
     db = connections[DEFAULT_DB_ALIAS]
@@ -323,8 +280,7 @@ def _one_statement_sql() -> str:
 
 
 class Stored(NamedTuple):
-    """A stored run a repeated key points at: its id, its request's hash and, when known, its
-    creation time (which names its partition: a read of it then plans one partition, not all)."""
+    """A stored run a repeated key points at; its creation time names its partition."""
 
     id: int
     digest: str
@@ -332,7 +288,6 @@ class Stored(NamedTuple):
 
 
 def stored_keys(token_id: int, keys: Iterable[str]) -> dict[str, Stored]:
-    """Return {key: Stored} of this token's stored runs with these keys."""
     wanted = list(set(keys))
     if not wanted:
         return {}

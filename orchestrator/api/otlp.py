@@ -1,14 +1,5 @@
-"""OpenTelemetry in: `POST /otlp/v1/traces`, the OTLP/HTTP trace endpoint, spans stored as runs.
-
-Point an OTLP exporter at `<server>/api/v1/otlp` (it appends `/v1/traces`) with the header
-`Authorization: Bearer <token>`. Both encodings of OTLP/HTTP are read: binary protobuf
-(`application/x-protobuf`) and JSON (`application/json`, ids in hex, as the specification
-writes them), each plain or compressed (`Content-Encoding: gzip` or `deflate`). The answer is an
-`ExportTraceServiceResponse` in the request's encoding, whose `partial_success` counts the spans
-that could not be stored and says why; a body that is not OTLP gets a 400 in our error envelope.
-
-Which spans become runs, and what a span says, is `spans`'; the insert, with an idempotency key
-per span so that an exporter's retry never stores a span twice, is `ingest`'s.
+"""OpenTelemetry in: `POST /otlp/v1/traces`, the OTLP/HTTP trace endpoint (protobuf or JSON,
+plain or compressed), spans stored as runs. Which spans become runs is `spans`'.
 """
 
 from __future__ import annotations
@@ -38,7 +29,6 @@ router = Router(tags=["opentelemetry"])
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-# Reasons of refused spans quoted in partial_success.error_message (the count covers them all).
 QUOTED_REASONS = 5
 # Fields of the OTLP JSON encoding that carry ids: hex there, base64 in protobuf's JSON mapping.
 HEX_IDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
@@ -94,10 +84,6 @@ def export_traces(request: HttpRequest) -> HttpResponse:
     return _answer(refused, as_json)
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading the request
-
-
 def _media_type(request: HttpRequest) -> str:
     media = request.content_type.split(";", 1)[0].strip().lower()
     if media not in (PROTOBUF, JSON):
@@ -121,8 +107,7 @@ def _too_big() -> ApiError:
 
 
 def _body(request: HttpRequest) -> bytes:
-    """The body, uncompressed, and never more than API_MAX_BODY_BYTES of it (a gzip bomb is a
-    413, not a server out of memory)."""
+    """The body, uncompressed, at most API_MAX_BODY_BYTES (a gzip bomb is a 413)."""
     limit = settings.API_MAX_BODY_BYTES
     try:
         body = request.body
@@ -152,7 +137,6 @@ def _body(request: HttpRequest) -> bytes:
 
 
 def _decode(body: bytes, as_json: bool) -> ExportTraceServiceRequest:
-    """The export request a body holds; a 400 envelope when it holds none."""
     if not as_json:
         try:
             return ExportTraceServiceRequest.FromString(body)
@@ -187,10 +171,6 @@ def _ids_as_base64(data: Any) -> Any:
                 raise invalid(f"{key} {value[:40]!r} is not hexadecimal.", status=400) from None
         out[key] = _ids_as_base64(value)
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# The answer
 
 
 def _reason(error: ApiError) -> str:

@@ -1,16 +1,7 @@
-"""Admission: a process works on a few requests at once and refuses the excess at once.
-
-A server that takes every request in turn answers each one later than the last under overload,
-until every answer comes after its client's timeout and all the work is wasted. `Admission`
-wraps the WSGI application (`config.wsgi`): `slots` requests run at once; a newcomer waits at
-most `queue_ms` for a slot, behind at most `waiting` others, and is otherwise answered 503 with
-Retry-After in the error envelope, without entering Django, so that a refusal costs a small
-fraction of serving. A request's body is read before it takes a slot (`read_ahead`): a client
-sending it slowly holds a server thread meanwhile, not one of the few slots. A request that
-waits for an event rather than works (a long poll) gives its slot back meanwhile (`idle`), up
-to `idling` of them at once; beyond, it answers without waiting. The web server runs a thread
-for each of these (`config.serve`).
-"""
+"""Admission: a process works on a few requests at once and refuses the excess at once (503
+before Django), since under overload a server that queues everything answers each request after
+its client's timeout. A body is read before its request takes a slot (`read_ahead`): a client
+sending slowly holds a server thread, not one of the few slots."""
 
 from __future__ import annotations
 
@@ -26,9 +17,7 @@ from django.conf import settings
 from orchestrator.api.errors import ApiError, Environ, StartResponse, WsgiApp, wsgi_error
 from orchestrator.vocabulary import FailureCategory
 
-# What a refused request's client should wait before sending it again.
 SHED_RETRY_AFTER = 1.0
-# The environ key under which a request finds `Admission.idle`.
 IDLE = "failsight.admission.idle"
 
 
@@ -107,9 +96,8 @@ class Admission:
 
 
 def read_ahead(environ: Environ) -> None:
-    """Read a body of a declared, acceptable length now and hand it on as a buffer (a chunked
-    one `ChunkedBodies` has read already; a longer one Django refuses unread, 413). A body that
-    ends early is handed on short, as it came."""
+    """Read a body of a declared, acceptable length now and hand it on as a buffer (a longer
+    one Django refuses unread)."""
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:

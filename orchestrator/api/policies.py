@@ -1,13 +1,6 @@
-"""The policies endpoint: the routing table and the enabled provider overrides, with their version,
-and the `X-Policy-Version` header every API answer carries.
-
-Read-only for agents; operators edit policies on the dashboard or in the admin, through
-`models.save_policy_change`, which bumps the version every decision records. `GET /versions`
-lists every version with its full content and its diff; `POST /dry-run` replays the last days'
-failures under a proposed table beside the current one (`orchestrator.analytics.dryrun`) and
-saves nothing. The header lets an
-agent that embeds the classifier (`AgentClient`) notice an edit on any answer and fetch this
-endpoint again, so that operators' overrides reach its classifications too.
+"""The policies endpoints (read-only for agents) and the `X-Policy-Version` header every API
+answer carries, so that an agent embedding the classifier notices an operator's edit on any answer
+and fetches the policies again.
 """
 
 from __future__ import annotations

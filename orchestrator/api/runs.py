@@ -1,8 +1,5 @@
-"""The runs endpoints: report one run or a batch (idempotent), list them, read one.
-
-Validation and the insert itself live in `ingest`; this module only maps HTTP onto it. Auth, the
-rate limit, the body parser and the error envelope come from the API they are mounted on.
-"""
+"""The runs endpoints: report one run or a batch (idempotent), list them, read one. Validation
+and the insert live in `ingest`; this module only maps HTTP onto it."""
 
 from __future__ import annotations
 
@@ -75,8 +72,7 @@ def report_runs(request: HttpRequest, payload: RunBatchIn) -> HttpResponse:
         message = f"at most {limit} runs per batch"
         raise invalid(f"Too many runs: {len(payload.runs)}.", [FieldError("runs", message)])
     outcomes = ingest.ingest_batch(request.auth.pk, payload.runs)
-    # Serialised directly: validating 1,000 result items against the schema again costs more
-    # than the rest of the response; the schema documents the shape.
+    # Not validated against the schema again (it documents the shape): that cost more than the rest.
     body = {"results": [outcome.as_dict() for outcome in outcomes]}
     return HttpResponse(orjson.dumps(body), content_type="application/json")
 

@@ -1,25 +1,8 @@
-"""Reading OpenTelemetry spans as runs: which spans are runs, and what each one says.
-
-`runs_from_request` turns a decoded OTLP `ExportTraceServiceRequest` into run reports in the shape
-`POST /runs/batch` takes (docs/api.md: "OpenTelemetry in"). The rule for which spans become runs:
-
-- a **GenAI span** (an agent invocation, a model call, a tool call: any of the GenAI attributes
-  in `GENAI_MARKERS`, or the span kinds OpenInference and OpenLLMetry write) is one run, ok or
-  failed;
-- a **failed span** without GenAI attributes (status ERROR, or status unset with an `exception`
-  event or an `error.type`) is a step of its own, one run, unless its nearest ancestor in the
-  same request that is a GenAI span or failed is a model or tool *call*, or failed: then its
-  failure is the *cause* of that ancestor's outcome, read as the next link of its chain (the
-  HTTP span of a tool call that got a 429 explains why the tool call failed; under a tool call
-  that succeeded, it was recovered locally). Under an agent invocation that went on, it is one
-  of the agent's own steps, a run;
-- every other span (plain internal spans that succeeded) is skipped: received, not stored, and
-  not counted as rejected.
-
-A span with status OK is a success even with an exception event (the instrumentation said it
-recovered). The failure is classified from what the span says, with the same classifier and
-provider overrides as `POST /classify` (`classifier.described`). This module only reads; storing
-(with the idempotency key `otlp:<trace_id>:<span_id>`) is `ingest`'s, HTTP is `otlp`'s.
+"""Reading OpenTelemetry spans as runs: which spans are runs, and what each one says
+(the rule: docs/api.md, "OpenTelemetry in"). A failed plain span under a model or tool call, or
+under a failed span, is the *cause* of that outcome, not a run; under an agent invocation that
+went on, it is one of the agent's own steps. A span with status OK is a success even with an
+exception event: the instrumentation said it recovered.
 """
 
 from __future__ import annotations
@@ -39,11 +22,9 @@ from classifier.described import classify_description
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from orchestrator.api.errors import replace_nul
 
-# The idempotency key of a span's run: an exporter's retry of the same span finds it.
 KEY_PREFIX: Final = "otlp"
 
-# Attributes that make a span a GenAI span (the OpenTelemetry GenAI semantic conventions, and the
-# names OpenInference and OpenLLMetry instrumentations write).
+# The GenAI semantic conventions' attributes, and OpenInference's and OpenLLMetry's.
 GENAI_MARKERS: Final = (
     "gen_ai.operation.name",
     "gen_ai.tool.name",
@@ -53,7 +34,6 @@ GENAI_MARKERS: Final = (
     "openinference.span.kind",
     "traceloop.span.kind",
 )
-# The span kinds of those two conventions, as GenAI operation names.
 KIND_OPERATIONS: Final = {
     "llm": "chat",
     "tool": "execute_tool",
@@ -61,10 +41,7 @@ KIND_OPERATIONS: Final = {
     "embedding": "embeddings",
     "chain": "chain",
 }
-# Operations that invoke an agent (or a chain of steps) rather than call a model or a tool: a
-# failed plain span under one that went on is a step of its own, not the cause of a call's failure.
 AGENT_OPERATIONS: Final = frozenset({"invoke_agent", "create_agent", "chain", "workflow", "task"})
-# Each role read from the first attribute present, in this order.
 AGENT_NAMES: Final = ("gen_ai.agent.name", "agent.name")
 TOOL_NAMES: Final = ("gen_ai.tool.name", "tool.name")
 PROVIDER_NAMES: Final = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
@@ -76,7 +53,6 @@ RETRY_AFTER_HEADERS: Final = (
     "http.response.header.x-ratelimit-reset",
     "http.response.header.ratelimit-reset",
 )
-# What the request was (attempted) and, for a success, what the span says came back (results).
 ATTEMPTED: Final = {
     "model": "gen_ai.request.model",
     "tool_call": "gen_ai.tool.call.id",
@@ -93,7 +69,6 @@ RESULTS: Final = {
     "result": "gen_ai.tool.call.result",
     "status_code": "http.response.status_code",
 }
-# gRPC status codes by number (rpc.grpc.status_code), read as their names by the classifier.
 GRPC_NAMES: Final = (
     "OK",
     "CANCELLED",
@@ -113,23 +88,18 @@ GRPC_NAMES: Final = (
     "DATA_LOSS",
     "UNAUTHENTICATED",
 )
-# error.type's own value for "an error the instrumentation could not name".
 OTHER_ERROR: Final = "_OTHER"
 EXCEPTION_EVENT: Final = "exception"
-# What a failed span that names no exception is described as (its message: the span's name).
 UNNAMED_SPAN: Final = "otlp.SpanError"
-# An error.type ending so names an exception class, not a provider's code.
 CLASS_SUFFIXES: Final = ("Error", "Exception", "Timeout", "Exceeded", "Refused")
 UNKNOWN_SERVICE: Final = "unknown_service"
 VALUE_LIMIT = 1000  # characters of one attribute kept in attempted / results
-STACK_LIMIT = 8000  # characters of a stack trace kept in the detail (its end: the raise)
+STACK_LIMIT = 8000  # its end is kept: the raise
 MAX_DEPTH = 64  # parent links followed, against a cycle in a hand-made payload
 
 
 @dataclass(slots=True)
 class SpanView:
-    """One span of the request, with its resource's attributes and its own, read once."""
-
     span: Span
     resource: dict[str, Any]
     attrs: dict[str, Any]
@@ -155,8 +125,6 @@ class SpanView:
 
 @dataclass(slots=True)
 class SpanRun:
-    """A run read from a span: the batch item, the digest of the span as sent, and its name."""
-
     item: dict[str, Any]
     digest: str
     label: str
@@ -166,11 +134,7 @@ class SpanRun:
 class Reading:
     runs: list[SpanRun]
     skipped: int
-    invalid: list[str]  # why a span could not be read (bad ids), one line each
-
-
-# ---------------------------------------------------------------------------------------------
-# Attribute values
+    invalid: list[str]
 
 
 def value_of(value: AnyValue) -> Any:
@@ -201,10 +165,6 @@ def _clip(value: Any) -> Any:
 
 def _text(value: Any, limit: int) -> str:
     return str(value)[:limit] if value not in (None, "") else ""
-
-
-# ---------------------------------------------------------------------------------------------
-# Which spans are runs
 
 
 def is_genai(attrs: Mapping[str, Any]) -> bool:
@@ -241,7 +201,6 @@ def _views(request: ExportTraceServiceRequest, invalid: list[str]) -> list[SpanV
 
 
 def _ancestors(view: SpanView, by_key: Mapping[tuple[str, str], SpanView]) -> Iterator[SpanView]:
-    """The span's ancestors present in the same request, nearest first."""
     seen = {view.key}
     current = view
     for _ in range(MAX_DEPTH):
@@ -272,10 +231,6 @@ def select(views: Sequence[SpanView]) -> list[SpanView]:
 
 def _is_agent(view: SpanView) -> bool:
     return view.genai and _operation(view) in AGENT_OPERATIONS
-
-
-# ---------------------------------------------------------------------------------------------
-# What a span says
 
 
 def describe(view: SpanView, depth: int = 0) -> dict[str, Any]:
@@ -312,8 +267,7 @@ def describe(view: SpanView, depth: int = 0) -> dict[str, Any]:
 
 
 def _read_error_type(error_type: str, described: dict[str, Any]) -> None:
-    """error.type names a category ("timeout", "rate_limit"), an exception class
-    ("httpx.ConnectTimeout", "RateLimitError") or a provider's code ("ThrottlingException")."""
+    """error.type names a category, an exception class or a provider's code."""
     try:
         parse_failure_type(error_type)
     except UnknownFailureType:
@@ -352,7 +306,6 @@ def _operation(view: SpanView) -> str:
 
 
 def _agent(view: SpanView, by_key: Mapping[tuple[str, str], SpanView]) -> str:
-    """The span's agent, else its nearest ancestor's in the request, else the service's name."""
     for candidate in (view, *_ancestors(view, by_key)):
         name = candidate.first(AGENT_NAMES)
         if name:
@@ -361,8 +314,7 @@ def _agent(view: SpanView, by_key: Mapping[tuple[str, str], SpanView]) -> str:
 
 
 def _source(view: SpanView) -> str:
-    """Where the run got its data: the tool, else the model provider, else the server called;
-    an agent invocation with none of them is its agent's own."""
+    """The tool, else the model provider, else the server called, else the agent's own."""
     found = view.first(TOOL_NAMES) or view.first(PROVIDER_NAMES) or view.first(SERVER_NAMES)
     if not found and _is_agent(view):
         found = view.first(AGENT_NAMES)
@@ -418,8 +370,7 @@ def _outcome(view: SpanView, classifier: Classifier, source: str) -> dict[str, A
 
 
 def _as_sent(described: Mapping[str, Any], failure: Failure) -> str:
-    """The category, under the alias error.type named it with when that is what decided (so the
-    run keeps what the span said in `reported_failure_type`)."""
+    """The category, under the alias error.type named it with when that is what decided."""
     stated = described.get("failure_type")
     if isinstance(stated, str) and parse_failure_type(stated) is failure.category:
         return stated
@@ -435,8 +386,7 @@ def _detail(view: SpanView, failure: Failure) -> str:
 
 
 def _digest(view: SpanView) -> str:
-    """The span as sent (with its resource): an exporter's retry repeats it byte for byte, even
-    if the classification rules changed in between."""
+    """The span as sent: a retry repeats it even if the classification rules changed since."""
     digest = hashlib.sha256(view.span.SerializeToString(deterministic=True))
     digest.update(repr(sorted(view.resource.items())).encode())
     return digest.hexdigest()

@@ -1,14 +1,6 @@
 """What every schema of the REST API v1 shares: constrained types, name folding, the error envelope.
-
-String limits match the model columns, integer limits match the column types (PostgreSQL `integer`,
-`smallint`, `bigint`), so nothing valid here can overflow or be truncated in the database.
-
-Every failure type arriving as text is read by `FailureTypeName`, the classifier's one parser
-(canonical names and their aliases; anything else is a 422 naming the valid values), and a run's
-fields are also read under the names other envelope conventions use (`classifier.envelope`'s
-aliases and camelCase forms, folded by `fold_other_names`); unknown keys are still refused.
-`ErrorOut` is the envelope every non-2xx answer uses.
-"""
+Limits match the model columns and types, so nothing valid here overflows or is truncated in the
+database."""
 
 from __future__ import annotations
 
@@ -41,11 +33,8 @@ NoNul = StringConstraints(pattern=r"^[^\x00]*$")
 
 
 def in_utc(value: datetime | None) -> datetime | None:
-    """A time in UTC (naive means UTC); refused unless it lies within years 1 to 9999 in UTC.
-
-    PostgreSQL would store "0001-01-01T00:00:00+14:00" (a time in year 0 UTC), which Python
-    cannot read back: every list and page showing it would fail. It never gets that far.
-    """
+    """A time in UTC (naive means UTC), within years 1 to 9999 in UTC: PostgreSQL would store a
+    time in year 0 UTC, which Python cannot read back."""
     if value is None:
         return None
     if value.tzinfo is None:
@@ -122,8 +111,7 @@ def _error(kind: str, message: str, key: str, value: Any) -> InitErrorDetails:
 
 @functools.cache
 def _name_groups(model: type[BaseModel]) -> dict[str, tuple[int, tuple[str, ...]]]:
-    """{name: (its field's position, all of that field's names)} for the fields of `model`
-    read under several names: computed once per model, as the batch path reads it per item."""
+    """{name: (its field's position, all of that field's names)}, once per model."""
     groups = [
         alias.choices if isinstance(alias, AliasChoices) else ()
         for alias in (field.validation_alias for field in model.model_fields.values())
@@ -176,18 +164,14 @@ def _fold_query(data: dict[str, Any]) -> tuple[dict[str, Any], list[InitErrorDet
 
 @functools.cache
 def _other_keys(model: type[BaseModel]) -> frozenset[str]:
-    """The names `model` reads besides its fields' own (aliases, camelCase forms, a bare
-    attempted_query): a body using none of them has nothing to fold and no field twice."""
+    """The names `model` reads besides its fields' own (aliases, camelCase forms …)."""
     return frozenset(_name_groups(model)) - frozenset(model.model_fields)
 
 
 def fold_other_names(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
-    """Return `data` ready for `model`: a bare attempted_query folded into `attempted`.
-
-    Raise a ValidationError when one field is given under two of its names, or when the query
-    differs from attempted's own.
-    """
-    if data.keys().isdisjoint(_other_keys(model)):  # the usual body: every field by its name
+    """Return `data` ready for `model`; a ValidationError when one field is given under two of
+    its names."""
+    if data.keys().isdisjoint(_other_keys(model)):
         return data
     errors = _duplicates(model, data)
     if not errors:
@@ -195,10 +179,6 @@ def fold_other_names(model: type[BaseModel], data: dict[str, Any]) -> dict[str, 
     if errors:
         raise ValidationError.from_exception_data(model.__name__, errors)
     return data
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors (the envelope every non-2xx answer uses)
 
 
 class FieldErrorOut(Schema):

@@ -1,6 +1,4 @@
-"""The schemas of decisions and classification: `DecisionIn`/`DecisionOut` (with the `FailureIn`
-a decision is about) and `ClassifyIn`/`ClassificationOut` (an error described as data, or an MCP
-tool result)."""
+"""The schemas of decisions and classification."""
 
 from __future__ import annotations
 
