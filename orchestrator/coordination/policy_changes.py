@@ -27,17 +27,8 @@ def save_policy_change(obj: RoutingPolicy | ProviderOverride, actor: Any, note: 
             before = old.snapshot() if old else None
         obj.full_clean()
         obj.save()
-        version = PolicyState.bump()
-        PolicyVersion.capture(version, actor, note)
-        AuditEntry.record(
-            actor=actor,
-            action=f"{obj._meta.model_name}.{'update' if before else 'create'}",
-            obj=obj,
-            before=before,
-            after=obj.snapshot() | {"version": version},
-            note=note,
-        )
-    return version
+        change = "update" if before else "create"
+        return _new_version(obj, actor, note, change, before, obj.snapshot())
 
 
 def delete_policy_object(obj: ProviderOverride, actor: Any, note: str = "") -> int:
@@ -47,16 +38,28 @@ def delete_policy_object(obj: ProviderOverride, actor: Any, note: str = "") -> i
         pk = obj.pk
         obj.delete()
         obj.pk = pk
-        version = PolicyState.bump()
-        PolicyVersion.capture(version, actor, note)
-        AuditEntry.record(
-            actor=actor,
-            action=f"{obj._meta.model_name}.delete",
-            obj=obj,
-            before=before,
-            after={"version": version},
-            note=note,
-        )
+        return _new_version(obj, actor, note, "delete", before, {})
+
+
+def _new_version(
+    obj: RoutingPolicy | ProviderOverride,
+    actor: Any,
+    note: str,
+    change: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+) -> int:
+    """Bump the version, keep its snapshot and audit the change; return the version."""
+    version = PolicyState.bump()
+    PolicyVersion.capture(version, actor, note)
+    AuditEntry.record(
+        actor=actor,
+        action=f"{obj._meta.model_name}.{change}",
+        obj=obj,
+        before=before,
+        after=after | {"version": version},
+        note=note,
+    )
     return version
 
 
