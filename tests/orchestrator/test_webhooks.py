@@ -50,7 +50,9 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop's next poll: half a second at the default interval.
+        serve = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        serve.start()
 
     def close(self) -> None:
         self.server.shutdown()
