@@ -25,8 +25,10 @@ WORKERS ?= 2
 # The whole suite: the fast tests in parallel, then the slow ones (real workers, servers, browsers,
 # kill-and-recover bounds) one at a time, as they were written to run. Exit 5 is "none selected".
 test: $(STAMP) browser-deps
-	$(PY) -m pytest -m "not slow" -n $(WORKERS) $(PYTEST_ARGS); fast=$$?; \
-	$(PY) -m pytest -m slow $(PYTEST_ARGS); slow=$$?; \
+	@mkdir -p var
+	$(PY) -m pytest -m "not slow" -n $(WORKERS) --junitxml=var/junit-fast.xml $(PYTEST_ARGS); \
+	fast=$$?; $(PY) -m pytest -m slow --junitxml=var/junit-slow.xml $(PYTEST_ARGS); slow=$$?; \
+	$(PY) scripts/test-totals var/junit-fast.xml var/junit-slow.xml; \
 	case "$$fast $$slow" in "0 0"|"0 5"|"5 0") ;; *) exit 1 ;; esac
 
 fast: $(STAMP)
