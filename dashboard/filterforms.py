@@ -14,6 +14,7 @@ from django.http import QueryDict
 
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from orchestrator import keyset
+from orchestrator.api.schemas.common import BIGINT_MAX
 
 MAX_VALUES = 20
 
@@ -155,7 +156,7 @@ class IdField(forms.Field):
         raw = (value or "").strip()
         if not raw:
             return None
-        if raw.isdigit() and int(raw) < 2**63:
+        if raw.isdigit() and int(raw) <= BIGINT_MAX:
             return int(raw)
         params = {"noun": str(self.label).lower(), "value": raw, "what": self.what}
         raise ValidationError(self.error_messages["invalid"], code="invalid", params=params)
