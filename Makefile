@@ -14,22 +14,32 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# `make run ARGS="--duration 60 --seed 7"` passes options to `manage.py launch`.
+# `make run ARGS="--duration 60 --seed 7"` passes options to `manage.py launch`, exec'd: no
+# shell stands between make and the launcher, which watches make for the signals make keeps.
 run: $(STAMP)
-	$(PY) manage.py launch $(ARGS)
+	exec $(PY) manage.py launch $(ARGS)
 
 # The fast tests run on $(WORKERS) processes (pytest-xdist, its default `load` distribution: each
 # worker keeps pytest-django's order, so no test runs on a database a transactional test flushed).
 WORKERS ?= 2
 
-# The whole suite: the fast tests in parallel, then the slow ones (real workers, servers, browsers,
-# kill-and-recover bounds) one at a time, as they were written to run. Exit 5 is "none selected".
+# The whole suite: the fast tests in parallel; then the slow ones (real workers, servers, browsers)
+# in parallel too, a whole module per worker (`--dist loadscope`: a module's shared servers and
+# its launch of the main job start once); then the slow tests marked `serial` (timing bounds,
+# kill-and-recover bounds, cluster-wide reads) in one process, alone. Every slow test uses a
+# transactional database (restored at its start) or none, so a module never finds a database that
+# another one flushed. Exit 5 is "none selected": each run may select none, not all three.
 test: $(STAMP) browser-deps
 	@mkdir -p var
 	$(PY) -m pytest -m "not slow" -n $(WORKERS) --junitxml=var/junit-fast.xml $(PYTEST_ARGS); \
-	fast=$$?; $(PY) -m pytest -m slow --junitxml=var/junit-slow.xml $(PYTEST_ARGS); slow=$$?; \
-	$(PY) scripts/test-totals var/junit-fast.xml var/junit-slow.xml; \
-	case "$$fast $$slow" in "0 0"|"0 5"|"5 0") ;; *) exit 1 ;; esac
+	fast=$$?; \
+	$(PY) -m pytest -m "slow and not serial" -n $(WORKERS) --dist loadscope \
+		--junitxml=var/junit-slow.xml $(PYTEST_ARGS); slow=$$?; \
+	$(PY) -m pytest -m "slow and serial" --junitxml=var/junit-serial.xml $(PYTEST_ARGS); \
+	serial=$$?; \
+	$(PY) scripts/test-totals var/junit-fast.xml var/junit-slow.xml var/junit-serial.xml; \
+	for rc in $$fast $$slow $$serial; do case $$rc in 0|5) ;; *) exit 1 ;; esac; done; \
+	test "$$fast $$slow $$serial" != "5 5 5"
 
 fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" -n $(WORKERS) $(PYTEST_ARGS)

@@ -24,7 +24,6 @@ baseline measured in the same run. The database is dropped at the end (unless --
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -167,26 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--days", type=int, default=7, help="Span of the loaded runs")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_URL))
-    parser.add_argument("--skip-load", action="store_true", help="Reuse the loaded data")
-    parser.add_argument("--keep-database", action="store_true", help="Do not drop it at the end")
+    loader.database_options(parser, DEFAULT_URL)
     args = parser.parse_args(argv)
-    if not args.database_url.startswith(("postgres://", "postgresql://")):
-        parser.error("the analytics benchmark needs PostgreSQL (COPY)")
-    print(f"load average before starting: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    loader.ensure_database(args.database_url)
-    loader.setup_django(args.database_url)
-    from django.core.management import call_command
-
-    try:
-        call_command("migrate", interactive=False, verbosity=0)
+    with loader.benchmark_database(loader.postgres_url(parser, args), args.keep_database):
         if not args.skip_load:
             load(args.rows, args.days)
         ok = measure(args.repeat, args.days)
         print(f"\ndry run under {DRY_RUN_TARGET_S:.0f} s" if ok else "\nDRY RUN MISSED THE TARGET")
-    finally:
-        if not args.keep_database:  # a million runs is a gigabyte: not left behind by default
-            loader.drop_database(args.database_url)
     return 0
 
 

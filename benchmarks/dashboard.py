@@ -37,12 +37,12 @@ from dashboard_data import (
     DAYS,
     METRICS_TOKEN,
     add_current_hour,
-    drop_database,
-    ensure_database,
+    benchmark_database,
+    database_options,
     fold,
     load,
+    postgres_url,
     runs_this_hour,
-    setup_django,
 )
 from machine import cpu_probe_ms
 
@@ -174,13 +174,36 @@ def pages() -> list[tuple[str, str, dict[str, str]]]:
         ("failure groups (24 h)", "/groups/?range=24h", {}),
         ("failure group detail", f"/groups/{group.pk}/", {}),
         ("policies", "/policies/", {}),
+        ("search: common word", "/search/?q=upstream", {}),
+        ("search: a run's id", f"/search/?q={retry.pk}", {}),
+        ("costs (24 h)", "/costs/?window=24h", {}),
+        ("costs (7 d)", "/costs/?window=7d", {}),
+        ("  its CSV (24 h)", "/costs/?window=24h&format=csv", {}),
         ("/metrics", "/metrics", scrape),
         ("GET /api/v1/runs", "/api/v1/runs", api),
         ("GET /api/v1/runs?status=failed", "/api/v1/runs?status=failed&failure_type=timeout", api),
     ]
 
 
-def measure(repeat: int) -> bool:
+def chosen(
+    targets: list[tuple[str, str, dict[str, str]]], only: list[str] | None
+) -> list[tuple[str, str, dict[str, str]]]:
+    """The pages whose label holds one of `only` (case ignored), each with the indented rows that
+    follow it (its total); every page without `only`."""
+    if not only:
+        return targets
+    words = [w.lower() for w in only]
+    kept, keeping = [], False
+    for target in targets:
+        label = target[0]
+        if not label.startswith(" "):
+            keeping = any(w in label.lower() for w in words)
+        if keeping:
+            kept.append(target)
+    return kept
+
+
+def measure(repeat: int, only: list[str] | None = None) -> bool:
     from django.contrib.auth.models import Group, User
     from django.test import Client
 
@@ -188,7 +211,7 @@ def measure(repeat: int) -> bool:
     user.groups.add(Group.objects.get(name="operators"))
     client = Client()
     client.force_login(user)
-    targets = pages()
+    targets = chosen(pages(), only)
     print(f"\nload average before timing: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     select_1 = round_trip_ms(repeat)
     trivial = time_page(client, "/favicon.ico", repeat, {})["p50"]
@@ -233,21 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         "--groups-days", type=int, default=DAYS, help="Days of failure groups folded after the load"
     )
     parser.add_argument("--repeat", type=int, default=40)
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_URL))
-    parser.add_argument("--skip-load", action="store_true", help="Reuse the loaded data")
-    parser.add_argument("--keep-database", action="store_true", help="Do not drop it at the end")
+    database_options(parser, DEFAULT_URL)
+    parser.add_argument(
+        "--pages",
+        help="Time only the pages whose label holds one of these comma-separated words "
+        "(case ignored; a page's total comes with it), e.g. 'review queue,group detail'",
+    )
     args = parser.parse_args(argv)
-    if not args.database_url.startswith(("postgres://", "postgresql://")):
-        parser.error("the dashboard benchmark needs PostgreSQL (COPY)")
-    print(f"load average before starting: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    ensure_database(args.database_url)
-    setup_django(args.database_url)
-    from django.core.management import call_command
-
-    try:
-        started = time.perf_counter()
-        call_command("migrate", interactive=False, verbosity=0)
-        print(f"migrate: {time.perf_counter() - started:.1f} s")
+    with benchmark_database(postgres_url(parser, args), args.keep_database):
         if not args.skip_load:
             load(args.runs, args.reviews, min(args.current_hour, args.runs // 10))
         fold(args.groups_days)
@@ -256,11 +272,9 @@ def main(argv: list[str] | None = None) -> int:
             current -= runs_this_hour()
         if current > 0:
             add_current_hour(args.runs, current)
-        ok = measure(args.repeat)
+        only = [w.strip() for w in args.pages.split(",") if w.strip()] if args.pages else None
+        ok = measure(args.repeat, only)
         print(f"\nevery p95 within {TARGET_MS:.0f} ms" if ok else "\nSOME PAGES MISSED THE TARGET")
-    finally:
-        if not args.keep_database:
-            drop_database(args.database_url)
     return 0
 
 

@@ -6,6 +6,7 @@ groups that beat folds."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import itertools
 import json
@@ -14,6 +15,8 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -81,6 +84,38 @@ def drop_database(url: str) -> None:
             )
         )
     print(f"dropped the database {parts.path.lstrip('/')}")
+
+
+def database_options(parser: argparse.ArgumentParser, default_url: str) -> None:
+    """--database-url (PostgreSQL: the loads use COPY), --skip-load and --keep-database."""
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", default_url))
+    parser.add_argument("--skip-load", action="store_true", help="Reuse the loaded data")
+    parser.add_argument("--keep-database", action="store_true", help="Do not drop it at the end")
+
+
+def postgres_url(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    if not args.database_url.startswith(("postgres://", "postgresql://")):
+        parser.error(f"{parser.prog} needs PostgreSQL (COPY)")
+    return args.database_url
+
+
+@contextmanager
+def benchmark_database(url: str, keep: bool) -> Iterator[None]:
+    """The benchmark's database created if missing, Django set up on it and migrated; dropped
+    at the end unless `keep` (a million runs is a gigabyte: not left behind by default)."""
+    print(f"load average before starting: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    ensure_database(url)
+    setup_django(url)
+    from django.core.management import call_command
+
+    try:
+        started = time.perf_counter()
+        call_command("migrate", interactive=False, verbosity=0)
+        print(f"migrate: {time.perf_counter() - started:.1f} s")
+        yield
+    finally:
+        if not keep:
+            drop_database(url)
 
 
 def _pick(rng: random.Random, weights: dict[str, int]) -> str:
@@ -189,6 +224,8 @@ def _run(rng: random.Random, i: int, created: datetime, now: datetime) -> dict:
         "started_at": created,
         "finished_at": created + timedelta(seconds=1.2),
         "duration_ms": 1200.0,
+        # What the call cost (USD), for the Costs page: 0.001 to 0.009.
+        "cost": f"0.00{i % 9 + 1}",
     }
     roll = rng.random()
     if roll < 0.68:
@@ -310,6 +347,7 @@ def add_current_hour(rows: int, current: int) -> None:
     start_id = (Run.objects.order_by("-id").values_list("id", flat=True).first() or 0) + 1
     ids = range(start_id, start_id + current)
     workflows = max(10, rows // 50)
+    recall_tasks(start_id)
     started = time.perf_counter()
     copy_rows(Run, run_rows(ids, rows, workflows, (anchor, now), TASKS), triggers=True)
     seconds = time.perf_counter() - started
@@ -342,6 +380,20 @@ def add_current_hour(rows: int, current: int) -> None:
                 cursor.execute(f'VACUUM (ANALYZE) "{name}"')
                 if search.in_use():
                     cursor.execute(f'VACUUM (ANALYZE) "{search.partition_name(name)}"')
+
+
+def recall_tasks(start_id: int) -> None:
+    """Read the retries of the runs a new run may retry (`_root`: up to 200 ids back) into TASKS,
+    so that runs added by another process (--skip-load) continue their attempts' numbers."""
+    from django.db.models import Max
+
+    from orchestrator.models import Run
+
+    recent = Run.objects.filter(id__gte=start_id - 200, retry_of__isnull=False)
+    TASKS.retries.update(recent.values_list("id", flat=True))
+    roots = Run.objects.filter(retry_of_id__gte=start_id - 400).values_list("retry_of_id")
+    for root, attempt in roots.annotate(last=Max("attempt")).order_by():
+        TASKS.attempts[root] = max(TASKS.attempts.get(root, 1), attempt)
 
 
 def runs_this_hour() -> int:
@@ -436,6 +488,32 @@ def open_reviews(count: int, now: datetime) -> None:
     )
 
 
+def fold_observations() -> None:
+    """Fold /metrics' histograms and event counters: the whole loaded range the first time (an
+    upgraded deployment's first fold), then time beat's periodic fold of the last hours."""
+    from django.db import connection
+
+    from insights import observations
+    from insights.models import ObservationFold, ObservationHour
+
+    started = time.perf_counter()
+    first = ObservationFold.objects.exists()
+    written = observations.fold()
+    whole = time.perf_counter() - started
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {ObservationHour._meta.db_table}")
+    periodic = []
+    for _ in range(3):
+        started = time.perf_counter()
+        observations.fold()
+        periodic.append(time.perf_counter() - started)
+    print(
+        f"observations: {written:,} rows in {whole:.1f} s ({'a later' if first else 'the first'} "
+        f"fold; {ObservationHour.objects.count():,} stored); the periodic fold takes "
+        f"{1000 * statistics.median(periodic):.0f} ms (median of 3)"
+    )
+
+
 def fold(groups_days: int = DAYS) -> None:
     """Fold the rollups (hourly and six-hour) and the failure groups of the whole loaded range
     (the beat tasks then keep the last hours), and time the groups' periodic fold."""
@@ -456,6 +534,7 @@ def fold(groups_days: int = DAYS) -> None:
         f"rollups: {written:,} rows for {DAYS} days in {time.perf_counter() - started:.1f} s "
         f"({RunRollup.objects.count():,} stored)"
     )
+    fold_observations()
     started = time.perf_counter()
     hours = groups.fold(datetime.now(UTC) - timedelta(days=groups_days, hours=1))
     whole = time.perf_counter() - started

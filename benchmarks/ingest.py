@@ -2,7 +2,7 @@
 single reports over HTTP in open loop, against the web server as shipped and stock gunicorn.
 
     .venv/bin/python benchmarks/ingest.py [--n 100000] [--quick] [--database-url postgres://…]
-        [--rates 500,1000,1500,2000] [--open-seconds 10] [--skip-batch] [--skip-single]
+        [--rates 500,1000,1500,2000] [--open-seconds 10] [--skip-batch] [--skip-single] [--priced]
 
 Against PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/failsight_bench):
 recreates that database, migrates it, creates a token, and drops it at the end whatever happens.
@@ -56,6 +56,7 @@ FAILURE_TYPES = ["transient", "rate_limited", "auth_failure", "resource_missing"
 FAILURE_TYPES += ["server_fault", "invalid_input", "unclassified"]
 SOURCES = ["web_search", "news_api", "scholar_api", "internal_db"]
 TOPICS = ["film", "music", "games", "publishing", "advertising"]
+MODELS = ["gpt-4o", "gpt-4o-mini", "claude-sonnet", "unpriced-model"]
 BATCH_GOAL = 20_000  # runs/s through the batch API
 P99_GOAL_MS = 25.0
 OVERLOAD_GOODPUT_GOAL = 0.8  # of the capacity, at twice the capacity
@@ -88,6 +89,10 @@ def make_run(rng: random.Random, i: int, workflows: list[int]) -> dict:
     }
     if workflows and rng.random() < 0.5:
         run["workflow"] = rng.choice(workflows)
+    if PRICED:
+        tokens = {"input_tokens": rng.randint(100, 20_000), "output_tokens": rng.randint(10, 2_000)}
+        run["usage"] = tokens | {"cached_tokens": tokens["input_tokens"] // 4}
+        run["usage"]["model"] = rng.choice(MODELS)
     if rng.random() < 0.7:
         run |= {"status": "ok", "results": [result(rng, i, j) for j in range(rng.randint(0, 5))]}
         return run
@@ -103,6 +108,27 @@ def make_run(rng: random.Random, i: int, workflows: list[int]) -> dict:
         "partial_results": [result(rng, i, j) for j in range(rng.randint(0, 3))],
         "alternatives": ["retry later", "use news_api instead"],
     }
+
+
+# --priced: every run reports its tokens, priced at ingest from a price table of a few models,
+# three of the four sources priced per call, and earlier prices the runs' start leaves behind.
+PRICED = False
+PRICE_TABLE = """
+from datetime import UTC, datetime
+from decimal import Decimal as D
+from orchestrator.coordination.policy_changes import save_policy_change
+from orchestrator.models import Price
+for year in (2023, 2024):
+    at = datetime(year, 1, 1, tzinfo=UTC)
+    for name, prices in (("gpt-4o", "2.5 10 1.25"), ("gpt-4o-mini", "0.15 0.6 0.075"),
+                         ("claude-sonnet", "3 15 0.3")):
+        i, o, c = map(D, prices.split())
+        save_policy_change(Price(kind="model", name=name, effective_from=at, input_per_million=i,
+                                 output_per_million=o, cached_per_million=c), None)
+    for source in ("web_search", "news_api", "scholar_api"):
+        save_policy_change(Price(kind="source_call", name=source, effective_from=at,
+                                 per_call=D("0.005")), None)
+"""
 
 
 def batches(n: int, size: int, workflows: list[int]) -> list[bytes]:
@@ -352,8 +378,11 @@ def batch_lines(env: dict[str, str], secret: str, args: argparse.Namespace) -> l
         env,
         "shell",
         "-c",
-        "from orchestrator.models import Workflow; "
-        "print(','.join(str(Workflow.objects.create(name=f'bench {i}').pk) for i in range(5)))",
+        # The benchmark token's own workflows: another's would take act:all (API scopes).
+        "from orchestrator.models import ApiToken, Workflow; "
+        "token = ApiToken.objects.get(name='benchmark'); "
+        "print(','.join(str(Workflow.objects.create(name=f'bench {i}', token=token).pk) "
+        "for i in range(5)))",
     )
     bodies = batches(n, 1000, [int(pk) for pk in workflows.splitlines()[-1].split(",")])
     load, probe = os.getloadavg()[0], cpu_probe_ms()
@@ -383,9 +412,10 @@ def batch_lines(env: dict[str, str], secret: str, args: argparse.Namespace) -> l
 def open_loop(base: str, secret: str, rate: float, seconds: float, tag: str) -> dict:
     """One open-loop run by benchmarks/openloop.py in its own process; its JSON figures."""
     command = [sys.executable, str(ROOT / "benchmarks" / "openloop.py")]
-    command += ["--port", str(urlsplit(base).port), "--token", secret, "--rate", str(rate)]
+    command += ["--port", str(urlsplit(base).port), "--rate", str(rate)]
     command += ["--duration", str(seconds), "--prefix", tag, "--timeout", str(CLIENT_TIMEOUT)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+    env = {**os.environ, "FAILSIGHT_TOKEN": secret}  # never on a command line (ps)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120, env=env)
     if done.returncode:
         raise SystemExit(f"openloop.py failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -486,7 +516,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--open-seconds", type=float, default=10.0, help="seconds per rate")
     parser.add_argument("--skip-batch", action="store_true", help="single reports only")
     parser.add_argument("--skip-single", action="store_true", help="batches only")
+    parser.add_argument(
+        "--priced", action="store_true", help="runs report tokens, priced from a price table"
+    )
     args = parser.parse_args()
+    global PRICED
+    PRICED = args.priced
     if args.quick:
         args.n, args.rates, args.open_seconds = 3000, "100,200", 1.0
     if not args.database_url.startswith(("postgres://", "postgresql://")):
@@ -503,6 +538,8 @@ def main() -> None:
     try:
         manage(env, "migrate", "--noinput")
         secret = manage(env, "createtoken", "benchmark").splitlines()[-1]
+        if args.priced:
+            manage(env, "shell", "-c", PRICE_TABLE)
         if not args.skip_batch:
             print("\n".join(batch_lines(env, secret, args)), flush=True)
             execute(url, "TRUNCATE orchestrator_run CASCADE", "TRUNCATE orchestrator_runkey")

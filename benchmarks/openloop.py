@@ -1,6 +1,6 @@
 """An open-loop HTTP load generator: requests leave on a fixed schedule, whatever the answers.
 
-    .venv/bin/python benchmarks/openloop.py --port 8000 --token fs_… --rate 1000 --duration 10
+    FAILSIGHT_TOKEN=fs_… .venv/bin/python benchmarks/openloop.py --port 8000 --rate 1000
 
 A closed-loop client (each connection waits for its answer before sending again) slows down with
 the server and hides its queueing: it never offers more than the server serves. Here request i
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import re
 import resource
@@ -255,7 +256,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--token", required=True)
     parser.add_argument("--rate", type=float, required=True, help="requests per second offered")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of sending")
     parser.add_argument("--timeout", type=float, default=2.0, help="client timeout (s)")
@@ -264,7 +264,13 @@ def main() -> None:
     # polling its connections altogether until one closes.
     parser.add_argument("--max-connections", type=int, default=512, help="most open at once")
     parser.add_argument("--prefix", default=str(time.time_ns()), help="idempotency key suffix")
-    print(json.dumps(asyncio.run(measure(parser.parse_args()))))
+    args = parser.parse_args()
+    # The bearer secret comes by environment, as failsight-mcp takes it: a command line is
+    # readable by every user of the machine (ps).
+    args.token = os.environ.get("FAILSIGHT_TOKEN", "")
+    if not args.token:
+        parser.error("set FAILSIGHT_TOKEN to the API token's secret")
+    print(json.dumps(asyncio.run(measure(args))))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 with the same rules as a real exception. Every key is optional:
 
     {"exception_type": "httpx.ReadTimeout", "message": "read timed out", "status_code": 504,
-     "headers": {"Retry-After": "3"}, "provider_code": "ThrottlingException",
+     "headers": {"Retry-After": "3"}, "body": {"retry_after": 3},
+     "provider_code": "ThrottlingException",
      "grpc_status": "UNAVAILABLE", "retryable": null, "failure_type": null,
      "cause": {...the same shape, nested}}
 """
@@ -176,6 +177,7 @@ def _node(data: Mapping[str, Any]) -> Node:
     grpc = data.get("grpc_status")
     sqlstate = data.get("sqlstate")
     headers = data.get("headers")
+    body = data.get("body")
     retryable = data.get("retryable")
     return Node(
         exception_class_named(name[:300]),
@@ -187,6 +189,7 @@ def _node(data: Mapping[str, Any]) -> Node:
         headers=headers if isinstance(headers, Mapping | list) else None,
         flag=retryable if isinstance(retryable, bool) else None,
         delay=_delay(data.get("retry_after")),
+        body=body if isinstance(body, Mapping | str) else None,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any, Final
 from classifier.engine import DEFAULT_CLASSIFIER, Classifier
 from classifier.failure import Failure
 from classifier.taxonomy import TAXONOMY_VERSION, UnknownFailureType, parse_failure_type
+from classifier.usage import usage_of
 
 # Deeper data is replaced by its str(), which also ends reference cycles.
 MAX_DEPTH: Final = 20
@@ -41,7 +42,9 @@ EVIDENCE_KEYS: Final = (
 FIELD_ALIASES: Final = MappingProxyType(
     {
         "alternatives": ("alternatives_suggested", "suggested_alternatives"),
-        "retryable": ("retry_recommended",),
+        "retryable": ("retry_recommended", "is_retryable"),  # the latter MCP's isRetryable
+        "failure_type": ("error_category",),  # MCP's errorCategory
+        "detail": ("message",),
     }
 )
 # Some agents send a bare query string instead of an `attempted` object.
@@ -57,15 +60,20 @@ def error_envelope(
     classifier: Classifier | None = None,
     provider: str | None = None,
 ) -> dict[str, Any]:
-    """Return the error envelope for `exc`: the ENVELOPE_KEYS plus the EVIDENCE_KEYS; never
-    raises. Partial results are kept (3 of 5 sources found is 3 results, not 0)."""
+    """Return the error envelope for `exc`: the ENVELOPE_KEYS plus the EVIDENCE_KEYS, and
+    `usage` when the failing call says what it used (`classifier.usage`); never raises. Partial
+    results are kept (3 of 5 sources found is 3 results, not 0)."""
     failure = (classifier or DEFAULT_CLASSIFIER).classify(exc, provider)
-    return failure_envelope(
+    envelope = failure_envelope(
         failure,
         attempted=attempted,
         partial_results=partial_results,
         alternatives=alternatives,
     )
+    usage = usage_of(exc)
+    if usage:
+        envelope["usage"] = usage
+    return envelope
 
 
 def failure_envelope(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from classifier.judge import Verdict
-from classifier.retry_after import delay_from_values, header_values
+from classifier.retry_after import delay_from_body, delay_from_values, header_values
 from classifier.rules import DEFAULT_RETRYABLE, NON_RETRYABLE_CODES, NON_RETRYABLE_STATUS
 from classifier.signals import Node, class_name, message_of
 from classifier.taxonomy import TAXONOMY_VERSION, FailureCategory, Signal
@@ -136,6 +136,8 @@ def _should_retry(found: dict[str, Any]) -> bool | None:
 
 
 def _delay(decider: Node, nodes: list[Node], found: dict[str, Any]) -> float | None:
+    """A delay the exceptions state, then their headers', then their bodies' (the decider's
+    first each time): a header beats a body."""
     if decider.delay is not None:
         return decider.delay
     delay = delay_from_values(found)
@@ -149,6 +151,11 @@ def _delay(decider: Node, nodes: list[Node], found: dict[str, Any]) -> float | N
         delay = delay_from_values(header_values(node.headers))
         if delay is not None:
             return delay
+    for node in (decider, *(node for node in nodes if node is not decider)):
+        if node.body is not None:
+            delay = delay_from_body(node.body)
+            if delay is not None:
+                return delay
     return None
 
 

@@ -111,7 +111,7 @@ def _specific_code(node: Node, strength: Strength) -> Verdict | None:
     first), else of the SQLSTATE."""
     source = node.kind.code_source
     for code in node.codes:
-        category = protocols.code_category(source.family, code) if source else None
+        category = protocols.code_category(source.family, code, node.message) if source else None
         if category is None:
             category = rules.provider_code_category(code)
         if category is not None:

@@ -95,6 +95,12 @@ class Overrides:
         else:
             self._exact[(rule.match_on, provider, value)] = rule
 
+    def only_statuses(self) -> frozenset[int] | None:
+        """Return the status codes the rules match when they match nothing else, else None."""
+        if self._prefixes or any(on is not MatchOn.STATUS_CODE for on, _, _ in self._exact):
+            return None
+        return frozenset(value for _, _, value in self._exact)
+
     def __len__(self) -> int:
         return len(self._exact) + len(self._prefixes)
 

@@ -226,6 +226,27 @@ FTP_REPLY_CODES: Final = MappingProxyType(
     }
 )
 
+# Replies whose code covers several conditions that its text tells apart, each text a lowercase
+# substring: FTP servers answer 550 for a missing file and for a refused permission alike
+# (pyftpdlib "Not enough privileges.", vsftpd "Permission denied."), and MySQL's client errors
+# 2003/2013 say the connection failed, their text whether by a timeout.
+REPLY_TEXTS: Final = MappingProxyType(
+    {
+        (Family.FTP, 550): (
+            ("permission denied", C.AUTH_FAILURE),
+            ("not enough privileges", C.AUTH_FAILURE),
+            ("access denied", C.AUTH_FAILURE),
+            ("access is denied", C.AUTH_FAILURE),
+            ("not permitted", C.AUTH_FAILURE),
+            ("forbidden", C.AUTH_FAILURE),
+        ),
+        (Family.FTP, 553): (("permission denied", C.AUTH_FAILURE),),
+        (Family.MYSQL, 2002): (("timed out", C.TIMEOUT),),
+        (Family.MYSQL, 2003): (("timed out", C.TIMEOUT), ("(110)", C.TIMEOUT)),
+        (Family.MYSQL, 2013): (("timed out", C.TIMEOUT), ("system error: 110", C.TIMEOUT)),
+    }
+)
+
 # The first digit of an SMTP or FTP reply the tables above do not list (RFC 5321, RFC 959).
 REPLY_CLASSES: Final = MappingProxyType({"4": C.TRANSIENT, "5": C.INVALID_INPUT})
 
@@ -269,8 +290,9 @@ _NUMBERED: Final = MappingProxyType(
 _WITH_REPLY_CLASSES: Final = frozenset({Family.SMTP, Family.FTP})
 
 
-def code_category(family: Family, code: str) -> C | None:
-    """Return what `code` means in `family`'s table, or None if the table does not know it."""
+def code_category(family: Family, code: str, message: str = "") -> C | None:
+    """Return what `code` means in `family`'s table (refined by the reply's `message` where
+    REPLY_TEXTS says so), or None if the table does not know it."""
     if family is Family.TLS:
         return TLS_REASONS.get(code)
     if family is Family.SQLSTATE:
@@ -278,6 +300,12 @@ def code_category(family: Family, code: str) -> C | None:
     table = _NUMBERED.get(family)
     if table is None or not code.isdigit() or len(code) > 6:
         return None
+    texts = REPLY_TEXTS.get((family, int(code)))
+    if texts and message:
+        lowered = message[:500].lower()
+        for text, category in texts:
+            if text in lowered:
+                return category
     category = table.get(int(code))
     if category is None and family in _WITH_REPLY_CLASSES and len(code) == 3:
         category = REPLY_CLASSES.get(code[0])

@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import islice
+from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from classifier import protocols, rules
@@ -46,8 +47,14 @@ READ_ATTRIBUTES: Final = frozenset(
         "pgcode",
         "retryable",
         "retry_after",
+        "details",
         *LINK_ATTRIBUTES,
     }
+)
+# Responses whose body is in memory under this attribute (reading it does no I/O), by class:
+# httpx raises ResponseNotRead for an unread body; requests would read the socket, so it is absent.
+RESPONSE_BODIES: Final = MappingProxyType(
+    {"httpx.Response": "content", "websockets.http11.Response": "body"}
 )
 # Bounded: botocore creates exception classes per client.
 CLASS_CACHE_SIZE: Final = 2048
@@ -85,6 +92,7 @@ class Node:
     headers: Any = None  # the response's header map, scanned only when the Failure is built
     flag: bool | None = None
     delay: float | None = None
+    body: Any = None  # an error body (parsed or text), read for a delay only when no header says
 
 
 @lru_cache(maxsize=CLASS_CACHE_SIZE)
@@ -101,6 +109,7 @@ def exception_class(cls: type) -> ExceptionClass:
     )
 
 
+@lru_cache(maxsize=CLASS_CACHE_SIZE)
 def exception_class_named(name: str) -> ExceptionClass:
     """Return what the rules say about a class known only by its name ("httpx.ReadTimeout")."""
     module, _, qualname = name.rpartition(".")
@@ -349,6 +358,7 @@ def _read_evidence(get: Getter, kind: ExceptionClass, message: str) -> Node:
         headers=_headers(get, response, reply[2]),
         flag=_flag(get("retryable")),
         delay=_delay(get("retry_after")),
+        body=_body(get, response),
     )
 
 
@@ -413,6 +423,27 @@ def _botocore_reply(response: dict[str, Any]) -> tuple[str | None, Any, Any]:
         metadata = {}
     code = code if isinstance(code, str) and code else None
     return code, metadata.get("HTTPStatusCode"), metadata.get("HTTPHeaders")
+
+
+def _body(get: Getter, response: Any) -> Any:
+    body = get("body")
+    if isinstance(body, dict | list | str | bytes | bytearray):
+        return body
+    details = get("details")  # google-api-core's parsed google.rpc details
+    if type(details) is list and details:
+        return {"details": details}
+    if response is None or type(response) is dict:
+        return None
+    name = response_body_attribute(type(response))
+    value = attribute(response, name) if name else None
+    return value if isinstance(value, bytes | bytearray | str) else None
+
+
+@lru_cache(maxsize=CLASS_CACHE_SIZE)
+def response_body_attribute(cls: type) -> str | None:
+    """Return where a response class keeps its in-memory body, if RESPONSE_BODIES knows it."""
+    full, short = _lookup_names(*_module_and_qualname(cls))
+    return RESPONSE_BODIES.get(full) or RESPONSE_BODIES.get(short)
 
 
 def _headers(get: Getter, response: Any, reply_headers: Any) -> Any:

@@ -81,6 +81,10 @@ _ALIASES_BY_CATEGORY: Final = {
         "schema",
         "schema_error",
         "unprocessable_entity",
+        # MCP's errorCategory "business": a domain rule refused this request; no retry changes it
+        "business",
+        "business_error",
+        "business_rule",
     ),
     FailureCategory.TRANSIENT: (
         "network",

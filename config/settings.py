@@ -128,6 +128,8 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "axes",
+    # Its Swagger UI page and files, served as our static files (/api/v1/docs).
+    "ninja",
     "orchestrator",
     "insights",
     "dashboard",
@@ -136,6 +138,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz: answered for any Host, before sessions and sign-in.
+    "orchestrator.health.ProbeMiddleware",
     "orchestrator.api.errors.ApiHostMiddleware",
     "orchestrator.api.policies.PolicyVersionMiddleware",
     "orchestrator.api.errors.MethodNotAllowedMiddleware",
@@ -284,6 +288,12 @@ INGEST_GROUP_MAX = 1000
 # No METRICS_ALLOWED_IPS by default: behind a same-host proxy every visitor would look local.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOWED_IPS = env_networks("METRICS_ALLOWED_IPS")
+# Agents and sources with series of their own on /metrics; the rest add up under "other".
+METRICS_TOP_N = env_int("METRICS_TOP_N", 20, minimum=1)
+# The currency the Costs page, its tiles and /metrics add up; runs in another one are counted apart.
+COST_CURRENCY = env_str("COST_CURRENCY", "USD").strip().upper() or "USD"
+# How long a process remembers the spend budgets and each one's spend today (decisions read them).
+SPEND_BUDGET_CACHE_SECONDS = env_int("SPEND_BUDGET_CACHE_SECONDS", 10)
 
 
 def env_trace_url(name: str) -> str:
@@ -297,6 +307,10 @@ def env_trace_url(name: str) -> str:
 
 
 TRACE_URL_TEMPLATE = env_trace_url("TRACE_URL_TEMPLATE")
+OTLP_JOIN_WAIT_SECONDS = env_int("OTLP_JOIN_WAIT_SECONDS", 30, minimum=1)
+# An exporter's retry, a late parent: both come within minutes; the rows hold whole spans.
+OTLP_JOIN_KEEP_SECONDS = 3600
+OTLP_RELEASE_SECONDS = 5
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
@@ -333,12 +347,20 @@ CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Celery's persistent scheduler, recording its ticks for the System page.
+CELERY_BEAT_SCHEDULER = "orchestrator.beat:Scheduler"
+BEAT_TICK_RECORD_SECONDS = 5
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
 CELERY_SWEEP_SECONDS = 1
 RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 60, minimum=3)
 RUN_MAX_DELIVERIES = 3
 LOST_DISPATCH_SECONDS = RUN_LEASE_SECONDS
 NUDGE_SECONDS = RUN_LEASE_SECONDS
+# Seconds an agent's run reported `running` may stay so before the sweeper finishes it as a
+# timeout (a token's own `running_timeout` overrides it), and a resolution may wait for its agent
+# to pick it up before the pages say the agent may be gone.
+RUN_RUNNING_TIMEOUT = env_int("RUN_RUNNING_TIMEOUT", 15 * 60, minimum=1)
+RESOLUTION_PICKUP_TIMEOUT = env_int("RESOLUTION_PICKUP_TIMEOUT", 10 * 60, minimum=1)
 OUTBOX_RESEND_SECONDS = 5
 WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1)
 WEBHOOK_MAX_ATTEMPTS = 8
@@ -360,6 +382,11 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 150.0,
         "options": {"expires": 150},
     },
+    "otlp-release-held-spans": {
+        "task": "orchestrator.tasks.release_held_spans",
+        "schedule": float(OTLP_RELEASE_SECONDS),
+        "options": {"expires": 2 * OTLP_RELEASE_SECONDS},
+    },
 }
 # Runs' status changes after they are created: rollups refold the last hours.
 DASHBOARD_GROUPS_SECONDS = 60
@@ -372,6 +399,17 @@ CELERY_BEAT_SCHEDULE |= {
         "options": {"expires": 2 * DASHBOARD_GROUPS_SECONDS},
     },
     "insights-evaluate-alerts": {"task": "insights.tasks.evaluate_alerts", "schedule": 60.0},
+    # The Costs page's reports, computed ahead of the pages (each window when its copy is stale).
+    "insights-warm-costs": {
+        "task": "insights.tasks.warm_costs",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+    "insights-fold-observations": {
+        "task": "insights.tasks.fold_observations",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
 }
 # Readers add the deltas not folded yet: this bounds their size, not the counts' freshness.
 COUNTS_FOLD_SECONDS = 5
@@ -443,5 +481,7 @@ LOGGING = {
         "httpcore": {"level": "WARNING"},
         # "No hostname was supplied": the filesystem broker's URL always looks like that.
         "kombu.connection": {"level": "ERROR"},
+        # "Connected to redis://…" at each listen for the workers' heartbeats (the System page).
+        "kombu.mixins": {"level": "WARNING"},
     },
 }

@@ -1,5 +1,6 @@
-"""The WSGI entry point `config.serve` serves: Django behind `Admission` (WEB_THREADS requests
-at once, a fast 503 for the excess) behind `ChunkedBodies` (a chunked API body read whole)."""
+"""The WSGI entry point `config.serve` serves: Django, and the MCP endpoint at /mcp (an ASGI app
+through a2wsgi, `orchestrator.api.mcp`), behind `Admission` (WEB_THREADS requests at once, a fast
+503 for the excess) behind `ChunkedBodies` (a chunked API body read whole)."""
 
 import os
 from collections.abc import Iterable
@@ -16,7 +17,9 @@ from orchestrator.api.errors import (  # noqa: E402  # needs the apps loaded abo
     StartResponse,
     WsgiApp,
 )
+from orchestrator.api.mcp import McpApp, mounted  # noqa: E402
 from orchestrator.api.overload import Admission  # noqa: E402
+from orchestrator.health import PATHS as PROBES  # noqa: E402
 
 # PEP 3333's CGI names: any other name of the process's environment in a request's environ
 # came from the process, not the request.
@@ -53,15 +56,30 @@ def without_process_environment(app: WsgiApp) -> WsgiApp:
     return wsgi
 
 
+def probes_first(probes: WsgiApp, app: WsgiApp) -> WsgiApp:
+    """A load balancer's probes (/healthz, /readyz) go to `probes`, past `app`'s admission
+    limit: a process busy with its slots full still says it is alive."""
+
+    def wsgi(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") in PROBES:
+            return probes(environ, start_response)
+        return app(environ, start_response)
+
+    return wsgi
+
+
 _serving = serve.from_env()
 application = without_process_environment(
-    ChunkedBodies(
-        Admission(
-            django_application,
-            slots=_serving.threads,
-            queue_ms=_serving.queue_ms,
-            waiting=_serving.waiting,
-            idling=_serving.long_polls,
-        )
+    probes_first(
+        django_application,
+        ChunkedBodies(
+            Admission(
+                mounted(django_application, McpApp()),
+                slots=_serving.threads,
+                queue_ms=_serving.queue_ms,
+                waiting=_serving.waiting,
+                idling=_serving.long_polls,
+            )
+        ),
     )
 )

@@ -30,6 +30,7 @@ from dashboard.filterforms import (
     TraceIdField,
     ValuesField,
 )
+from insights import costs
 from insights.models import FailureGroup
 from insights.stats import WINDOWS
 from orchestrator import search as run_search
@@ -54,7 +55,10 @@ KNOWN_NAMES_SECONDS = 60
 FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
     "retry": ("retries only", RunQuerySet.retries),
     "wasted": ("wasted retries (retries that still failed)", RunQuerySet.wasted_retries),
-    "early": ("retries started before their due time", RunQuerySet.early_retries),
+    "early": (
+        "calls started inside their source's Retry-After hold or retries before their due time",
+        RunQuerySet.early_retries,
+    ),
     "switched": ("runs on a source switched to", RunQuerySet.switched),
     "partial": ("failures with partial results", RunQuerySet.with_partial_results),
     "empty": ("valid empty results", RunQuerySet.valid_empty),
@@ -65,6 +69,18 @@ FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
     ),
     "retrying": ("retries waiting for their due time", RunQuerySet.retrying),
     "in_flight": ("runs in flight (started, not finished)", RunQuerySet.in_flight),
+    # The Costs page's sets (`insights.costs`): each amount there sums the runs its flag lists.
+    "priced": ("runs with a cost (in COST_CURRENCY)", costs.priced),
+    "wasted_spend": (
+        "wasted spend: retries that failed again, and calls that fetched again what a failure "
+        "had gathered",
+        lambda qs: costs.wasted_spend(qs, None),  # `apply` passes the list's window
+    ),
+    "avoided_spend": (
+        "failures routed elsewhere that the blind policy would have retried",
+        costs.avoided_spend,
+    ),
+    "reviewed": ("failures escalated to a human", costs.reviewed),
 }
 DAMAGED = "This page link is damaged: start again from the newest runs."
 
@@ -142,7 +158,10 @@ class RunFilters(QueryForm):
         if data["group"] is not None:
             qs = qs.filter(signature=self.signature)
         for flag in data["flag"]:
-            qs = FLAGS[flag][1](qs)
+            if flag == "wasted_spend":  # found among the failures of the list's window
+                qs = costs.wasted_spend(qs, data["since"], self.now)
+            else:
+                qs = FLAGS[flag][1](qs)
         if data["q"]:
             qs = search(qs, data["q"], data["since"], data["until"])
         return qs
@@ -316,13 +335,22 @@ def _round(n: int) -> int:
 
 
 def search(
-    qs: RunQuerySet, text: str, since: datetime | None = None, until: datetime | None = None
+    qs: RunQuerySet,
+    text: str,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    walk: bool | None = None,
 ) -> RunQuerySet:
     """Runs whose detail or attempted call contains `text`, case-insensitively. On PostgreSQL a
-    rare text starts from the search table's trigram indexes; a common one walks the runs."""
+    rare text starts from the search table's trigram indexes; a common one walks the runs
+    (`walk` says which, when the caller has asked `run_search.walks` already)."""
     found = qs.annotate(attempted_text=Cast("attempted", TextField())).filter(
         Q(detail__icontains=text) | Q(attempted_text__icontains=text)
     )
-    if not run_search.in_use() or run_search.walks(text, since, until):
+    if not run_search.in_use():
+        return found
+    if walk is None:
+        walk = run_search.walks(text, since, until)
+    if walk:
         return found
     return found.filter(run_search.matching_runs(text, since, until))

@@ -27,6 +27,7 @@ class RoutingPolicyForm(forms.ModelForm):
             "hard_fail",
             "review_deadline",
             "review_fallback",
+            "over_budget_action",
         ]
         widgets = {
             "base_delay": forms.NumberInput(attrs={"step": "any"}),
@@ -35,6 +36,14 @@ class RoutingPolicyForm(forms.ModelForm):
         }
 
     note = forms.CharField(required=False, max_length=300, help_text="Why (kept in the history)")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A form from before the field existed (a page left open) keeps the row's value.
+        self.fields["over_budget_action"].required = False
+
+    def clean_over_budget_action(self) -> str:
+        return self.cleaned_data.get("over_budget_action") or self.instance.over_budget_action
 
 
 class ProviderOverrideForm(forms.ModelForm):

@@ -11,12 +11,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.cache import cache
-from django.db.models import Count, Min
+from django.db.models import Count, Min, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
 from dashboard.templatetags.dashboard import duration
-from insights import minutes
+from insights import costs, minutes
 from insights.stats import FAILURE_STATUSES, Window, WindowStats, window_stats
 from orchestrator.coordination.budget import source_states
 from orchestrator.models import FailureType, ReviewItem, Run, Workflow
@@ -171,7 +171,8 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
             "Retry-after compliance",
             f"{early:,} early",
             runs_url(w, flag="early"),
-            sub="retries before their due time (should be 0)",
+            sub="calls inside their source's Retry-After hold, whatever their query, or retries "
+            "before their due time (should be 0)",
             tone="bad" if early else "ok",
             # The failures that come with a Retry-After to honour.
             groups=groups_url(w, failure_type=FailureType.RATE_LIMITED),
@@ -206,15 +207,26 @@ def recovery_tiles(s: WindowStats) -> list[Tile]:
     ]
 
 
-def attention_tiles(window: Window, start: datetime) -> list[Tile]:
-    queue = ReviewItem.objects.open().aggregate(open_count=Count("id"), oldest=Min("created_at"))
+def _of(qs: QuerySet, projects: tuple[int, ...] | None) -> QuerySet:
+    return qs if projects is None else qs.filter(project_id__in=projects)
+
+
+def attention_tiles(
+    window: Window, start: datetime, projects: tuple[int, ...] | None = None
+) -> list[Tile]:
+    """The tiles read live (of `projects` only, if given; sources are every project's)."""
+    queue = _of(ReviewItem.objects.open(), projects).aggregate(
+        open_count=Count("id"), oldest=Min("created_at")
+    )
     open_count, oldest = queue["open_count"], queue["oldest"]
-    degraded = Workflow.objects.filter(status=Workflow.Status.DEGRADED, created_at__gte=start)
+    degraded = _of(Workflow.objects, projects).filter(
+        status=Workflow.Status.DEGRADED, created_at__gte=start
+    )
     troubled = [s for s in source_states() if s.in_trouble]
     names = [s.source for s in troubled]
     age = (timezone.now() - oldest).total_seconds() if oldest else None
     return [
-        in_flight_tile(),
+        in_flight_tile(projects),
         Tile(
             "review",
             "Open review items",
@@ -225,6 +237,7 @@ def attention_tiles(window: Window, start: datetime) -> list[Tile]:
             groups=reverse("dashboard:review_queue") + "?view=groups" if open_count else "",
             groups_label="grouped",
         ),
+        pickup_tile(projects),
         Tile(
             "degraded",
             "Workflows degraded",
@@ -249,9 +262,28 @@ def attention_tiles(window: Window, start: datetime) -> list[Tile]:
     ]
 
 
-def in_flight_tile() -> Tile:
+def pickup_tile(projects: tuple[int, ...] | None = None) -> Tile:
+    """Agents' resolutions nobody picked up within RESOLUTION_PICKUP_TIMEOUT (the agent may be
+    gone), linked to the resolved items the same condition lists."""
+    count = _of(ReviewItem.objects.pickup_overdue(timezone.now()), projects).count()
+    timeout = duration(ReviewItem.pickup_timeout().total_seconds())
+    return Tile(
+        "pickup",
+        "Resolutions not picked up",
+        f"{count:,}",
+        _url("dashboard:review_queue", {"state": "resolved", "pickup": "overdue"}),
+        sub=f"no agent acknowledged them within {timeout}: agent gone?"
+        if count
+        else "agents pick their resolutions up",
+        tone="warn" if count else "ok",
+    )
+
+
+def in_flight_tile(projects: tuple[int, ...] | None = None) -> Tile:
     """Runs started and not finished (the coordinator's and agents' own), with the longest age."""
-    running = Run.objects.in_flight().aggregate(n=Count("id"), oldest=Min("created_at"))
+    running = _of(Run.objects.in_flight(), projects).aggregate(
+        n=Count("id"), oldest=Min("created_at")
+    )
     count, oldest = running["n"], running["oldest"]
     age = (timezone.now() - oldest).total_seconds() if oldest else None
     return Tile(
@@ -263,9 +295,10 @@ def in_flight_tile() -> Tile:
     )
 
 
-def counted_tiles(window: Window) -> dict[str, Any]:
-    """The tiles counted from the rollups (the same for every operator)."""
-    stats = window_stats(window)
+def counted_tiles(window: Window, projects: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """The tiles counted from the rollups (the same for every operator who sees every project),
+    or from the runs of `projects`."""
+    stats = window_stats(window, projects=projects)
     return {
         "window": window,
         "stats": stats,
@@ -275,17 +308,22 @@ def counted_tiles(window: Window) -> dict[str, Any]:
     }
 
 
-def overview_tiles(window: Window) -> dict[str, Any]:
-    counted = counted_tiles(window)
-    return counted | {"attention": attention_tiles(window, counted["stats"].start)}
+def overview_tiles(window: Window, projects: tuple[int, ...] | None = None) -> dict[str, Any]:
+    counted = counted_tiles(window, projects)
+    return counted | {"attention": attention_tiles(window, counted["stats"].start, projects)}
 
 
-def cached_fragments(window: Window, render: Callable[[dict[str, Any]], dict[str, str]]) -> Any:
+def cached_fragments(
+    window: Window,
+    render: Callable[[dict[str, Any]], dict[str, str]],
+    projects: tuple[int, ...] | None = None,
+) -> Any:
     """The counted tiles rendered by `render`, cached while neither the rollups' version nor the
-    window's current step has changed (on SQLite, whose counts are live, rendered every time)."""
+    window's current step has changed (on SQLite, whose counts are live, rendered every time;
+    for some projects only, counted from their runs every time)."""
     key_version = minutes.version()
-    if key_version is None:
-        return render(counted_tiles(window))
+    if key_version is None or projects is not None:
+        return render(counted_tiles(window, projects))
     anchor = window.bounds(timezone.now())[2]
     key = f"overview-tiles:{window.name}:{anchor:%Y%m%d%H%M}:{key_version[0]}:{key_version[1]}"
     fragments = cache.get(key)
@@ -293,3 +331,68 @@ def cached_fragments(window: Window, render: Callable[[dict[str, Any]], dict[str
         fragments = render(counted_tiles(window))
         cache.set(key, fragments, FRAGMENT_SECONDS)
     return fragments
+
+
+def amount(value: Any, currency: str) -> str:
+    """Money to the cent, with its currency (the CSV keeps every digit)."""
+    return f"{value:,.2f} {currency}"
+
+
+def cost_tiles(window: Window, report: costs.Report) -> list[Tile]:
+    """Spend, wasted spend, spend avoided and time lost over the window (`insights.costs`), each
+    linked to the runs its number adds up."""
+    t, cur = report.total, report.currency
+    failures = list(FAILURE_STATUSES)
+    wasted_by_source = sorted(
+        ((line.key, line.wasted) for line in report.tables["source"].values() if line.wasted),
+        key=lambda kv: (-kv[1], kv[0]),
+    )[:4]
+    return [
+        Tile(
+            "spend",
+            "Spend",
+            amount(t.spend, cur),
+            runs_url(window, flag="priced"),
+            sub=f"{t.priced_runs:,} runs with a cost"
+            + (
+                f"; {report.other_currency_runs:,} in other currencies not added"
+                if report.other_currency_runs
+                else ""
+            ),
+        ),
+        Tile(
+            "wasted_spend",
+            "Wasted spend",
+            amount(t.wasted, cur),
+            runs_url(window, flag="wasted_spend"),
+            sub=f"{t.wasted_runs:,} runs: retries that failed again, calls that fetched again "
+            "what a failure had gathered",
+            rows=[(source, amount(v, cur)) for source, v in wasted_by_source],
+            tone="warn" if t.wasted else "ok",
+        ),
+        Tile(
+            "avoided_spend",
+            "Spend avoided",
+            amount(t.avoided, cur),
+            runs_url(window, flag="avoided_spend"),
+            sub=f"what blind retries would have cost on {t.avoided_runs:,} failures routed "
+            "elsewhere",
+            tone="ok" if t.avoided else "",
+        ),
+        Tile(
+            "time_lost",
+            "Time lost to failures",
+            duration(t.lost) if t.failures else "0 s",
+            runs_url(window, status=failures),
+            sub=f"{t.failures:,} failures · waiting for providers {duration(t.provider)} · "
+            f"work {duration(t.work)}",
+        ),
+        Tile(
+            "human_wait",
+            "Waiting for a human",
+            duration(t.human) if t.reviewed else "0 s",
+            runs_url(window, status=failures, flag="reviewed"),
+            sub=f"{t.reviewed:,} failures escalated to review",
+            tone="warn" if t.human else "",
+        ),
+    ]

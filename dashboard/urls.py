@@ -40,4 +40,8 @@ urlpatterns = [
     path("efficacy/", views.switch_efficacy, name="switch_efficacy"),
     path("retry-audit/", views.retry_audit, name="retry_audit"),
     path("slos/", views.slos, name="slos"),
+    path("costs/", views.costs_page, name="costs"),
+    path("search/", views.search, name="search"),
+    path("projects/switch/", views.project_switch, name="project_switch"),
+    path("system/", views.system, name="system"),
 ]

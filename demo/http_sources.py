@@ -21,6 +21,7 @@ CAPABILITIES = {
 }
 NOT_REFRESHABLE = {"internal_db"}
 MAX_PAGES = 10
+USER_AGENT = "subagent/1"  # the provider counts its answers per caller
 
 _state = threading.local()
 _keys: dict[str, str] = {}
@@ -46,7 +47,9 @@ def _client() -> httpx.Client:
     """Return one pooled client per thread and process (a client must not cross a fork)."""
     client = getattr(_state, "client", None)
     if client is None or _state.pid != os.getpid():
-        client = httpx.Client(base_url=provider_url(), timeout=timeout())
+        client = httpx.Client(
+            base_url=provider_url(), timeout=timeout(), headers={"User-Agent": USER_AGENT}
+        )
         _state.client, _state.pid = client, os.getpid()
     return client
 
@@ -68,7 +71,10 @@ def _fetch_key(name: str) -> str:
 
 def _refresher(name: str):
     def refresh() -> None:
-        _fetch_key(name)
+        # Forget the key: the next call fetches one, so a provider that cannot issue it fails
+        # that call (classified, routed) rather than the worker's task around it.
+        with _keys_lock:
+            _keys.pop(name, None)
 
     refresh.__name__ = f"refresh_{name}_key"
     return refresh

@@ -4,7 +4,8 @@
                             [--log PATH]
 
 Its first line on stdout is `listening on http://HOST:PORT` (port 0 picks a free one). It serves
-POST /v1/keys, GET /v1/NAME/search?q=TEXT&page=N (Bearer KEY), GET /v1/stats and GET /healthz.
+POST /v1/keys, GET /v1/NAME/search?q=TEXT&page=N (Bearer KEY), GET /v1/stats, GET /healthz, and
+PUT /v1/mix {"mix": SPEC}, which changes the fault mix from then on (a storm, then a calm).
 
 Each search answers with a *behaviour*, named in `X-Demo-Fault` or drawn from the seeded fault mix
 (a hash of the call, so the same seed and calls give the same faults whatever the timing):
@@ -17,7 +18,9 @@ Each search answers with a *behaviour*, named in `X-Demo-Fault` or drawn from th
 
 403, 404 and 422 stick to their (source, query). The mix is `behaviour=weight,...` (`--mix`, or
 FAILSIGHT_PROVIDER_MIX). A request arriving before an earlier Retry-After for its query has passed
-counts as an `early_repeat` (a well-behaved coordinator keeps it at zero).
+counts as an `early_repeat` (a well-behaved coordinator keeps it at zero). Every answer is also
+counted per caller, named by its User-Agent's product (`crm-agent/1` is `crm-agent`), as
+`caller:NAME:BEHAVIOUR` (the behaviour's kind, with its status for `http`), and logged with it.
 """
 
 from __future__ import annotations
@@ -82,6 +85,13 @@ def parse_mix(spec: str) -> list[tuple[str, int]]:
     return mix
 
 
+def behaviour_kind(behaviour: str) -> str:
+    """Return what a behaviour is, without its timings: `http:503:2` is `http:503`, `slow:4` is
+    `slow`."""
+    kind, _, rest = behaviour.partition(":")
+    return f"{kind}:{rest.partition(':')[0]}" if kind == "http" else kind
+
+
 class Provider:
     def __init__(self, seed: int, mix: list[tuple[str, int]], key_ttl: float, log: str = ""):
         self.seed = seed
@@ -135,6 +145,10 @@ class Provider:
                 self.pending[(source, query)] = rest.partition(":")[2] or "drop"
             return drawn
 
+    def set_mix(self, mix: list[tuple[str, int]]) -> None:
+        with self.lock:
+            self.mix, self.total = mix, sum(w for _, w in mix)
+
     def _draw(self, key: str) -> str:
         point = int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) % self.total
         for behaviour, weight in self.mix:
@@ -163,17 +177,20 @@ class Provider:
         status: int,
         ra: str,
         arrived: float,
+        caller: str = "",
     ) -> None:
         """Note a request's answer: a Retry-After counts from the moment it is given."""
         now = time.time()
         with self.lock:
             self.counts[f"status:{status or 'dropped'}"] += 1
             self.counts[f"fault:{fault.split(':')[0]}"] += 1
+            self.counts[f"caller:{caller or 'unknown'}:{behaviour_kind(fault)}"] += 1
             if ra:
                 self.deadlines[(source, query)] = now + float(ra)
             if self.log:
                 line = {"t": arrived, "source": source, "q": query, "page": page, "fault": fault}
                 line |= {"status": status, "retry_after": float(ra) if ra else None}
+                line["caller"] = caller
                 line["answered"] = now
                 self.log.write(json.dumps(line) + "\n")
                 self.log.flush()
@@ -202,12 +219,27 @@ class Handler(BaseHTTPRequestHandler):
             return self.search(parts[1], parse_qs(url.query))
         return self.send_json(404, NO_ROUTE)
 
-    def do_POST(self) -> None:
+    def read_json(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            return json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
-            body = None
+            return None
+
+    def do_PUT(self) -> None:
+        body = self.read_json()
+        if self.path != "/v1/mix":
+            return self.send_json(404, NO_ROUTE)
+        spec = body.get("mix") if isinstance(body, dict) else None
+        try:
+            self.provider.set_mix(parse_mix(spec if isinstance(spec, str) else ""))
+        except ValueError as exc:
+            error = {"type": "invalid_request_error", "message": str(exc)}
+            return self.send_json(422, {"error": error})
+        return self.send_json(200, {"mix": spec})
+
+    def do_POST(self) -> None:
+        body = self.read_json()
         if self.path != "/v1/keys":
             return self.send_json(404, NO_ROUTE)
         source = body.get("source") if isinstance(body, dict) else None
@@ -229,7 +261,8 @@ class Handler(BaseHTTPRequestHandler):
         self.answer(source, query, page, fault, key, fault)
 
     def record(self, source: str, query: str, page: int, fault: str, status: int, ra: str) -> None:
-        self.provider.record(source, query, page, fault, status, ra, self.arrived)
+        caller = (self.headers.get("User-Agent") or "").partition("/")[0].strip()
+        self.provider.record(source, query, page, fault, status, ra, self.arrived, caller)
 
     def answer(self, source: str, query: str, page: int, fault: str, key: str, logged: str) -> None:
         kind, _, rest = fault.partition(":")

@@ -15,6 +15,7 @@ from insights.models import AlertDelivery, AlertRule, FailureGroup
 class AlertRuleAdmin(admin.ModelAdmin):
     list_display = [
         "name",
+        "project",
         "kind",
         "failure_type",
         "threshold",
@@ -22,7 +23,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
         "enabled",
         "signed",
     ]
-    list_filter = ["kind", "enabled"]
+    list_filter = ["kind", "enabled", "project"]
     actions = ["issue_signing_secrets"]
 
     @admin.display(boolean=True, description="signed")

@@ -14,15 +14,20 @@ from django.utils import timezone
 from insights import slo
 from insights.models import AlertDelivery, AlertRule
 from insights.stats import FAILURE_STATUSES
-from orchestrator.coordination import webhooks
+from orchestrator.coordination import spend, webhooks
 from orchestrator.models import ReviewItem, Run, WebhookDelivery
 
 
-def failure_rate(failure_type: str, minutes: int) -> tuple[float, int]:
+def failure_rate(
+    failure_type: str, minutes: int, project_id: int | None = None
+) -> tuple[float, int]:
     """(share of finished runs that failed with this type, finished runs) over the last minutes,
-    counted live: alert windows are short and `created_at` is indexed."""
+    of one project if given, counted live: alert windows are short and `created_at` is indexed."""
     since = timezone.now() - timedelta(minutes=minutes)
-    counts = Run.objects.filter(created_at__gte=since).aggregate(
+    runs = Run.objects.filter(created_at__gte=since)
+    if project_id is not None:
+        runs = runs.filter(project_id=project_id)
+    counts = runs.aggregate(
         finished=Count("id", filter=Q(status__in=[Run.Status.SUCCEEDED, *FAILURE_STATUSES])),
         failed=Count("id", filter=Q(status__in=FAILURE_STATUSES, failure_type=failure_type)),
     )
@@ -51,21 +56,49 @@ def slo_burn(long_minutes: int, rate: float) -> tuple[float, dict[str, Any]]:
     }
 
 
-def review_age() -> float:
-    oldest = ReviewItem.objects.open().values_list("created_at", flat=True).first()
+def spend_over_budget(threshold: float) -> tuple[float, dict[str, Any]]:
+    """The highest share of its daily limit any budgeted source or agent has spent today, and
+    the budgets at or past `threshold` of theirs (1: the limit)."""
+    found = spend.states()
+    worst = max((s.ratio for s in found), default=0.0)
+    over = [
+        {
+            "scope": s.scope,
+            "name": s.name,
+            "spent_today": str(s.spent),
+            "daily_limit": str(s.limit),
+            "currency": s.currency,
+        }
+        for s in found
+        if s.ratio >= threshold
+    ]
+    return worst, {"over_budget": over, "costs_path": reverse("dashboard:costs")}
+
+
+def review_age(project_id: int | None = None) -> float:
+    oldest = _open(project_id).values_list("created_at", flat=True).first()
     return (timezone.now() - oldest).total_seconds() if oldest else 0.0
 
 
+def _open(project_id: int | None) -> Any:
+    items = ReviewItem.objects.open()
+    return items if project_id is None else items.filter(project_id=project_id)
+
+
 def measure(rule: AlertRule) -> tuple[float, dict[str, Any]]:
-    """The rule's current value, with the facts that go into the webhook's payload."""
+    """The rule's current value, with the facts that go into the webhook's payload. A failure
+    rate and a review age are the rule's project's; SLOs and spend budgets are every project's
+    (their objectives and limits are per agent and source)."""
     if rule.kind == AlertRule.Kind.FAILURE_RATE:
-        rate, finished = failure_rate(rule.failure_type, rule.window_minutes)
+        rate, finished = failure_rate(rule.failure_type, rule.window_minutes, rule.project_id)
         return rate, {"failure_type": rule.failure_type, "finished_runs": finished}
     if rule.kind == AlertRule.Kind.SLO_BURN:
         return slo_burn(rule.window_minutes, rule.threshold)
-    age = review_age()
-    oldest = ReviewItem.objects.open().values_list("pk", flat=True).first()
-    facts: dict[str, Any] = {"open_review_items": ReviewItem.objects.open().count()}
+    if rule.kind == AlertRule.Kind.SPEND_BUDGET:
+        return spend_over_budget(rule.threshold)
+    age = review_age(rule.project_id)
+    oldest = _open(rule.project_id).values_list("pk", flat=True).first()
+    facts: dict[str, Any] = {"open_review_items": _open(rule.project_id).count()}
     if oldest is not None:
         # The oldest item's own page, where it can be claimed straight away.
         facts["oldest_review_path"] = reverse("dashboard:review_item", args=[oldest])
@@ -82,7 +115,7 @@ def evaluate() -> int:
     """Fire every enabled rule whose threshold is crossed (once per cool-down); return fired."""
     now = timezone.now()
     fired = 0
-    for rule in AlertRule.objects.filter(enabled=True):
+    for rule in AlertRule.objects.filter(enabled=True).select_related("project"):
         value, facts = measure(rule)
         if value < rule.threshold or _cooling_down(rule, now):
             continue
@@ -99,6 +132,7 @@ def evaluate() -> int:
                 "value": value,
                 "threshold": rule.threshold,
                 "window_minutes": rule.window_minutes,
+                "project": rule.project.slug,
                 "at": now.isoformat(),
                 **facts,
             }

@@ -9,7 +9,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from orchestrator.models import FailureType
+from orchestrator.models import DEFAULT_PROJECT_ID, FailureType, Project
 from orchestrator.models.tokens import new_signing_secret
 
 
@@ -208,6 +208,48 @@ class RollupVersion(models.Model):
         return cls.objects.filter(pk=1).values_list("version", flat=True).first() or 0
 
 
+class ObservationHour(models.Model):
+    """What /metrics' histograms and event counters count in one hour of the events, per family,
+    labels and bucket, with the observed values' sum (`insights.observations`). Hours before the
+    kept ones are merged into one row per key whose hour is empty; those rows only ever grow."""
+
+    hour = models.DateTimeField(
+        null=True, blank=True, help_text="Start of the hour (UTC) the events happened in"
+    )
+    family = models.CharField(max_length=60)
+    agent = models.CharField(max_length=100, blank=True)
+    source = models.CharField(max_length=100, blank=True)
+    failure_type = models.CharField(max_length=20, blank=True)
+    action = models.CharField(max_length=20, blank=True)
+    event = models.CharField(max_length=30, blank=True)
+    # The project's slug, for the families of runs and review items (blank for the others).
+    project = models.CharField(max_length=50, blank=True)
+    bucket = models.PositiveSmallIntegerField(
+        default=0, help_text="Index of the family's first bound the values are at most"
+    )
+    count = models.BigIntegerField(default=0)
+    total = models.FloatField(default=0.0, help_text="Sum of the observed values")
+
+    class Meta:
+        indexes = [
+            # the fold's delete of the hours it recomputes and its merge of the older ones
+            models.Index(fields=["hour"], name="observation_hour"),
+        ]
+
+    def __str__(self) -> str:
+        hour = f"{self.hour:%Y-%m-%d %H}h" if self.hour else "before"
+        return f"{hour} {self.family}[{self.bucket}]: {self.count}"
+
+
+class ObservationFold(models.Model):
+    """One row: when the observations were last folded (the next fold starts its lookback there)."""
+
+    through = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"observations folded through {self.through:%Y-%m-%d %H:%M:%S}"
+
+
 class AlertRule(models.Model):
     """A threshold that, once crossed, posts a signed JSON webhook (re-armed after a cool-down)."""
 
@@ -216,6 +258,8 @@ class AlertRule(models.Model):
         REVIEW_AGE = "review_age", "age of the oldest open review item"
         # Fires when an SLO burns at `threshold` in both `window_minutes` and a twelfth of it.
         SLO_BURN = "slo_burn", "SLO error-budget burn rate over a long and a short window"
+        # Fires when a source or an agent has spent `threshold` times its daily limit (1: reached).
+        SPEND_BUDGET = "spend_budget", "spend over a source's or an agent's daily budget"
 
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=20, choices=Kind.choices)
@@ -226,7 +270,7 @@ class AlertRule(models.Model):
     threshold = models.FloatField(
         validators=[MinValueValidator(0)],
         help_text="failure_rate: a share between 0 and 1; review_age: seconds; slo_burn: a burn "
-        "rate (14.4 fast, 6 slow)",
+        "rate (14.4 fast, 6 slow); spend_budget: a share of the daily limit (1: reached)",
     )
     url = models.URLField(max_length=500)
     enabled = models.BooleanField(default=True)
@@ -235,6 +279,10 @@ class AlertRule(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     # Encrypted: shown once when issued, kept only to sign this rule's webhooks with.
     sealed_signing_secret = models.TextField(blank=True, editable=False)
+    # The project whose runs and review items the rule watches.
+    project = models.ForeignKey(
+        Project, default=DEFAULT_PROJECT_ID, on_delete=models.PROTECT, related_name="alert_rules"
+    )
 
     class Meta:
         db_table = "dashboard_alertrule"

@@ -62,6 +62,15 @@ class Objective:
             return 1.0 if not bad else -float(bad)
         return 1 - bad / self.allowed
 
+    @property
+    def failed(self) -> int:
+        return self.total - self.good
+
+    @property
+    def budget_spent(self) -> float | None:
+        """Failures as a multiple of those the objective allows (None: it allows none)."""
+        return self.failed / self.allowed if self.allowed else None
+
     def burn_rate(self, minutes: int) -> float:
         total, good = self.windows.get(minutes, (0, 0))
         return (total - good) / total / (1 - self.objective) if total else 0.0
@@ -80,10 +89,14 @@ class Objective:
         ]
 
 
-def _counts(since: datetime, until: datetime) -> dict[tuple[str, str], tuple[int, int]]:
+def _counts(
+    since: datetime, until: datetime, projects: tuple[int, ...] | None = None
+) -> dict[tuple[str, str], tuple[int, int]]:
+    runs = Run.objects.filter(created_at__gte=since, created_at__lt=until)
+    if projects is not None:
+        runs = runs.filter(project_id__in=projects)
     rows = (
-        Run.objects.filter(created_at__gte=since, created_at__lt=until)
-        .values_list("agent", "source")
+        runs.values_list("agent", "source")
         .annotate(
             total=Count("id", filter=Q(status__in=[Run.Status.SUCCEEDED, *Run.FAILURE])),
             good=Count("id", filter=Q(status=Run.Status.SUCCEEDED)),
@@ -99,18 +112,23 @@ def _counts(since: datetime, until: datetime) -> dict[tuple[str, str], tuple[int
 
 
 def objectives(
-    now: datetime | None = None, windows: Iterable[int] = SHORT_WINDOWS, whole: bool = True
+    now: datetime | None = None,
+    windows: Iterable[int] = SHORT_WINDOWS,
+    whole: bool = True,
+    projects: tuple[int, ...] | None = None,
 ) -> list[Objective]:
     """Every agent's and source's objective over the SLO window (unless not `whole`), with the
-    burn windows' counts (minutes), agents first, each kind by name."""
+    burn windows' counts (minutes), agents first, each kind by name; of `projects`' runs only,
+    if given (the objectives are per agent and source, the same for every project)."""
     now = now or timezone.now()
-    main = _counts(now - timedelta(days=settings.SLO_WINDOW_DAYS), now) if whole else {}
+    since = now - timedelta(days=settings.SLO_WINDOW_DAYS)
+    main = _counts(since, now, projects) if whole else {}
     found = {
         key: Objective(key[0], key[1], objective_for(*key), total=t, good=g)
         for key, (t, g) in main.items()
     }
     for minutes in sorted(set(windows)):
-        for key, counts in _counts(now - timedelta(minutes=minutes), now).items():
+        for key, counts in _counts(now - timedelta(minutes=minutes), now, projects).items():
             if key not in found:
                 found[key] = Objective(key[0], key[1], objective_for(*key))
             found[key].windows[minutes] = counts

@@ -65,11 +65,16 @@ def metric_aggregates() -> dict[str, Any]:
     }
 
 
-def grouped_runs(start: datetime, end: datetime, unit: str) -> QuerySet:
-    """Runs created in [start, end) grouped by (bucket, status, failure_type, source)."""
+def grouped_runs(
+    start: datetime, end: datetime, unit: str, projects: tuple[int, ...] | None = None
+) -> QuerySet:
+    """Runs created in [start, end) grouped by (bucket, status, failure_type, source); of
+    `projects` only, if given."""
+    runs = Run.objects.filter(created_at__gte=start, created_at__lt=end)
+    if projects is not None:
+        runs = runs.filter(project_id__in=projects)
     return (
-        Run.objects.filter(created_at__gte=start, created_at__lt=end)
-        .annotate(bucket=Trunc("created_at", unit, tzinfo=UTC))
+        runs.annotate(bucket=Trunc("created_at", unit, tzinfo=UTC))
         .values("bucket", "status", "failure_type", "source")
         .annotate(**metric_aggregates())
         .order_by()
@@ -272,14 +277,20 @@ class WindowStats:
             self.series[failure_type][index] += n
 
 
-def window_stats(window: Window, now: datetime | None = None) -> WindowStats:
+def window_stats(
+    window: Window, now: datetime | None = None, projects: tuple[int, ...] | None = None
+) -> WindowStats:
     """Sum the rollups and the live partial step for the current and the previous window; no
-    query returns a row per hour and key (costlier in Python than in SQL)."""
+    query returns a row per hour and key (costlier in Python than in SQL). The rollups count
+    every project: for some projects only (`projects`), the runs of the two windows are counted
+    from the run table instead (`project_window_stats`)."""
     now = now or timezone.now()
     prev_start, start, anchor = window.bounds(now)
     stats = WindowStats(
         window, start, Totals(), Totals(), defaultdict(lambda: [0] * window.buckets)
     )
+    if projects is not None:
+        return project_window_stats(stats, prev_start, anchor + window.unit, projects)
     if window.unit == HOUR:
         for row in _block_totals(prev_start, start, anchor):
             (stats.previous if row["bucket"] < start else stats.current).add(row)
@@ -304,6 +315,22 @@ def window_stats(window: Window, now: datetime | None = None) -> WindowStats:
         return stats
     for row in live:
         if row["bucket"] < start:
+            stats.previous.add(row)
+        else:
+            stats.current.add(row)
+            stats.add_to_series(row["bucket"], row["failure_type"], row["count"])
+    return stats
+
+
+def project_window_stats(
+    stats: WindowStats, prev_start: datetime, end: datetime, projects: tuple[int, ...]
+) -> WindowStats:
+    """`stats` filled from the runs of `projects` created in [prev_start, end): the rollups'
+    GROUP BY (`grouped_runs`), by the minute for a window of minutes, else by the hour."""
+    unit = "minute" if stats.window.unit == MINUTE else "hour"
+    runs = grouped_runs(prev_start, end, unit, projects)
+    for row in runs:
+        if row["bucket"] < stats.start:
             stats.previous.add(row)
         else:
             stats.current.add(row)

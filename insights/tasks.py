@@ -9,7 +9,7 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
-from insights import alerts, groups, minutes, retention, stats
+from insights import alerts, costs, groups, minutes, observations, retention, stats
 
 
 @shared_task(ignore_result=True)
@@ -26,9 +26,21 @@ def fold_minutes() -> int:
 
 
 @shared_task(ignore_result=True)
+def fold_observations() -> int:
+    """Recompute /metrics' histograms and event counters of the last hours."""
+    return observations.fold()
+
+
+@shared_task(ignore_result=True)
 def fold_failure_groups(hours: int | None = None) -> int:
     """Recompute the failure groups' last few hours (runs change after they are created)."""
     return groups.fold(timezone.now() - timedelta(hours=hours) if hours else None)
+
+
+@shared_task(ignore_result=True)
+def warm_costs() -> list[str]:
+    """Compute the Costs page's reports whose cached ones are stale (the pages seldom wait)."""
+    return costs.warm()
 
 
 @shared_task(ignore_result=True)

@@ -5,25 +5,35 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db import models
-from django.http import HttpRequest
+from django.http import HttpRequest, StreamingHttpResponse
 
+from orchestrator.analytics import export
+from orchestrator.coordination import spend
 from orchestrator.coordination.policy_changes import delete_policy_object, save_policy_change
 from orchestrator.models import (
+    DEFAULT_PROJECT_ID,
     ApiToken,
     AuditEntry,
     OutboxMessage,
     PolicyState,
+    Price,
+    Project,
+    ProjectPolicy,
     ProviderOverride,
     ReviewItem,
     RoutingPolicy,
     Run,
+    ScrubRule,
     SourceHealth,
+    SpendBudget,
     WebhookAttempt,
     WebhookDelivery,
     Workflow,
 )
+from orchestrator.models.tokens import SCOPES
 
 
 @admin.register(Workflow)
@@ -37,7 +47,7 @@ class WorkflowAdmin(admin.ModelAdmin):
         "finished_at",
         "coverage_summary",
     ]
-    list_filter = ["status", "coordinator", "created_at"]
+    list_filter = ["status", "coordinator", "project", "created_at"]
     search_fields = ["name", "goal"]
     date_hierarchy = "created_at"
     readonly_fields = ["created_at", "updated_at"]
@@ -58,7 +68,7 @@ class RunAdmin(admin.ModelAdmin):
         "decision",
         "workflow",
     ]
-    list_filter = ["status", "failure_type", "decision", "source", "retryable"]
+    list_filter = ["status", "failure_type", "decision", "source", "retryable", "project"]
     search_fields = ["agent", "source", "operation", "idempotency_key", "provider_code"]
     raw_id_fields = ["workflow", "retry_of", "token"]
     readonly_fields = ["created_at", "request_hash"]
@@ -67,11 +77,25 @@ class RunAdmin(admin.ModelAdmin):
     list_select_related = ["workflow"]
 
 
+class PolicyChangeForm(forms.ModelForm):
+    """The admin's edit form with the note the policies page asks for, kept in the audit row."""
+
+    change_note = forms.CharField(
+        label="Why this change",
+        required=False,
+        max_length=300,
+        help_text="Kept in the policy history with the new version.",
+    )
+
+
 class PolicyAuditMixin:
     """Route saves and deletes through the audited, version-bumping helpers."""
 
+    form = PolicyChangeForm
+
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        version = save_policy_change(obj, request.user, note="edited in the admin")
+        note = form.cleaned_data.get("change_note") or "edited in the admin"
+        version = save_policy_change(obj, request.user, note=note)
         messages.info(request, f"Routing policy is now at version {version}.")
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
@@ -106,6 +130,41 @@ class RoutingPolicyAdmin(PolicyAuditMixin, admin.ModelAdmin):
         return False
 
 
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    """Projects and the groups that may see them (none: every operator). The default project
+    holds everything that names no other and is never deleted."""
+
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+    filter_horizontal = ["groups"]
+    readonly_fields = ["created_at"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.is_default:
+            return False
+        return super().has_delete_permission(request, obj)
+
+
+@admin.register(ProjectPolicy)
+class ProjectPolicyAdmin(PolicyAuditMixin, admin.ModelAdmin):
+    """A project's routing of a failure type in place of the global policy's: a new version of
+    the policy each, audited."""
+
+    list_display = [
+        "project",
+        "failure_type",
+        "max_attempts",
+        "base_delay",
+        "max_delay",
+        "action_when_exhausted",
+        "hard_fail",
+        "review_fallback",
+        "updated_at",
+    ]
+    list_filter = ["project", "failure_type"]
+
+
 @admin.register(ProviderOverride)
 class ProviderOverrideAdmin(PolicyAuditMixin, admin.ModelAdmin):
     list_display = [
@@ -125,6 +184,77 @@ class ProviderOverrideAdmin(PolicyAuditMixin, admin.ModelAdmin):
         if not change:
             obj.created_by = request.user
         super().save_model(request, obj, form, change)
+
+
+@admin.register(ScrubRule)
+class ScrubRuleAdmin(PolicyAuditMixin, admin.ModelAdmin):
+    """The operators' secret filters on top of the built-in ones; a new version of the policy
+    each (agents' clients fetch them with it)."""
+
+    list_display = ["kind", "value", "enabled", "note", "created_at"]
+    list_filter = ["kind", "enabled"]
+    search_fields = ["value", "note"]
+    readonly_fields = ["created_at", "created_by"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(SpendBudget)
+class SpendBudgetAdmin(admin.ModelAdmin):
+    """Daily spend limits per source or agent; every save and delete is audited
+    (spendbudget.create, .update, .delete)."""
+
+    list_display = ["scope", "name", "daily_limit", "currency", "enabled", "note", "updated_at"]
+    list_filter = ["scope", "enabled", "currency"]
+    search_fields = ["name", "note"]
+    readonly_fields = ["created_at", "created_by"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            obj.created_by = request.user
+        spend.save_budget(obj, request.user, note="edited in the admin")
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        spend.delete_budget(obj, request.user, note="deleted in the admin")
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for obj in queryset:
+            spend.delete_budget(obj, request.user, note="deleted in the admin")
+
+
+@admin.register(Price)
+class PriceAdmin(PolicyAuditMixin, admin.ModelAdmin):
+    """The price table: what runs reported without a cost are priced at. Part of the policy:
+    each edit is a version with an audit row, and one reaching into the past prices the runs of
+    the window it changed again (through the outbox, `orchestrator.pricing.reprice`)."""
+
+    list_display = [
+        "kind",
+        "name",
+        "effective_from",
+        *Price.VALUE_FIELDS,
+    ]
+    list_filter = ["kind", "currency"]
+    search_fields = ["name", "note"]
+    date_hierarchy = "effective_from"
+    readonly_fields = ["created_at", "created_by"]
+    actions = ["export_csv"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Export the selected prices as CSV", permissions=["view"])
+    def export_csv(self, request: HttpRequest, queryset: Any) -> StreamingHttpResponse:
+        response = StreamingHttpResponse(
+            export.prices_csv(queryset), content_type=export.FORMATS["csv"]
+        )
+        response["Content-Disposition"] = 'attachment; filename="prices.csv"'
+        return response
 
 
 @admin.register(PolicyState)
@@ -184,7 +314,7 @@ class ReviewItemAdmin(admin.ModelAdmin):
         "delivered_at",
         "delivered_via",
     ]
-    list_filter = ["state", "origin", "failure_type", "resolution", "fallback_applied"]
+    list_filter = ["state", "origin", "failure_type", "resolution", "fallback_applied", "project"]
     search_fields = ["reason", "note", "signature", "source", "agent"]
     raw_id_fields = ["run", "workflow"]
     # Resolutions must go through the review queue (audited, feeds the coordinator exactly once).
@@ -202,23 +332,46 @@ class ReviewItemAdmin(admin.ModelAdmin):
     ]
 
 
+class ApiTokenForm(forms.ModelForm):
+    """Scopes as checkboxes of the known ones (stored as a list of their names)."""
+
+    scopes = forms.MultipleChoiceField(
+        choices=[(name, f"{name}: {meaning}") for name, meaning in SCOPES.items()],
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        help_text="None: the token reads and acts on its own runs, workflows and review items "
+        "only (another's answer 404). Each grant is audited.",
+    )
+
+    class Meta:
+        model = ApiToken
+        fields = ["scopes"]  # the admin's `fields` add the others, with its overrides
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
+    form = ApiTokenForm
     list_display = [
         "name",
         "hint",
+        "project",
+        "scopes",
         "callback_url",
         "created_at",
         "created_by",
         "revoked_at",
         "last_used_at",
+        "running_timeout",
     ]
-    list_filter = ["revoked_at"]
+    list_filter = ["revoked_at", "project"]
     search_fields = ["name", "hint", "callback_url"]
     fields = [
         "name",
         "hint",
+        "project",
+        "scopes",
         "callback_url",
+        "running_timeout",
         "created_at",
         "created_by",
         "revoked_at",
@@ -226,6 +379,18 @@ class ApiTokenAdmin(admin.ModelAdmin):
     ]
     readonly_fields = ["hint", "created_at", "created_by", "revoked_at", "last_used_at"]
     actions = ["revoke_tokens"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # A token's project is chosen when it is issued: its runs never change project.
+        return [*self.readonly_fields, *(["project"] if obj is not None else [])]
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name == "project":
+            field.required = False  # none chosen: the default project
+            field.empty_label = "default project"
+        return field
+
     # A callback typed without a scheme is an HTTPS address (as Django 6 will assume).
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
@@ -236,6 +401,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
         if change:
             if "callback_url" in form.changed_data:
                 self._new_callback(request, ApiToken.objects.get(pk=obj.pk), url)
+            if "running_timeout" in form.changed_data:
+                stored = ApiToken.objects.get(pk=obj.pk)
+                stored.set_running_timeout(obj.running_timeout, actor=request.user)
+            if "scopes" in form.changed_data:
+                stored = ApiToken.objects.get(pk=obj.pk)
+                stored.set_scopes(obj.scopes, actor=request.user, note="admin")
+                obj.scopes = stored.scopes
             fresh = ApiToken.objects.get(pk=obj.pk)
             obj.callback_url, obj.sealed_signing_secret = (
                 fresh.callback_url,
@@ -243,8 +415,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
             )
             obj.save()
             return
-        token, secret = ApiToken.issue_audited(obj.name, actor=request.user, note="admin")
-        obj.pk, obj.hashed, obj.hint = token.pk, token.hashed, token.hint
+        token, secret = ApiToken.issue_audited(
+            obj.name,
+            actor=request.user,
+            note="admin",
+            running_timeout=obj.running_timeout,
+            scopes=obj.scopes,
+            project_id=obj.project_id or DEFAULT_PROJECT_ID,
+        )
+        obj.pk, obj.hashed, obj.hint, obj.scopes = token.pk, token.hashed, token.hint, token.scopes
         messages.warning(
             request,
             f"Token “{token.name}” created. Copy its secret now, it will not be shown again: "

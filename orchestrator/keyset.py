@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import heapq
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -47,6 +49,27 @@ class Page:
 
 def _key(row: Any, field: str) -> tuple[datetime, int]:
     return getattr(row, field), row.pk
+
+
+def merged(
+    pages: Iterable[Iterable[Any]],
+    size: int,
+    key: Callable[[Any], tuple[datetime, int]],
+    descending: bool = True,
+) -> list[Any]:
+    """The first `size` rows of the union of `pages`, each a page of the same order by `key`
+    ((a timestamp, id)) after the same key: a row in two of them is taken once. The union's
+    first `size` rows are among its parts' first `size` each, so parts' pages of `size` rows
+    make its page."""
+    rows: list[Any] = []
+    seen: set[tuple[datetime, int]] = set()
+    for row in heapq.merge(*pages, key=key, reverse=descending):
+        if (found := key(row)) not in seen:
+            seen.add(found)
+            rows.append(row)
+            if len(rows) == size:
+                break
+    return rows
 
 
 def beyond(qs: QuerySet, key: tuple[datetime, int], field: str, descending: bool) -> QuerySet:

@@ -283,12 +283,16 @@ def matching_runs(text: str, since: datetime | None = None, until: datetime | No
     pattern = _pattern(text)
     # A value, not a subquery: for a subquery the planner guesses a third of the table.
     tail = watermark() - timedelta(seconds=settings.RUN_SEARCH_OVERLAP_SECONDS)
+    # The runs the fill has not read yet (about a minute of them) are tested on their own
+    # columns right there: handed up whole, each was looked up again by id and tested then (a
+    # minute of 100,000 runs an hour: 1,600 probes, 5 ms, once per search section).
     return RawSQL(
         f'("{RUNS}"."id", "{RUNS}"."created_at") IN ('
         f"SELECT s.run_id, s.created_at FROM {TABLE} s "
         f"WHERE (s.attempted LIKE UPPER(%s) OR s.detail LIKE UPPER(%s)){window} "
-        f"UNION ALL SELECT t.id, t.created_at FROM {RUNS} t WHERE t.created_at > %s)",
-        [pattern, pattern, *params, tail],
+        f"UNION ALL SELECT t.id, t.created_at FROM {RUNS} t WHERE t.created_at > %s "
+        f"AND (UPPER(t.detail) LIKE UPPER(%s) OR UPPER(t.attempted::text) LIKE UPPER(%s)))",
+        [pattern, pattern, *params, tail, pattern, pattern],
         output_field=BooleanField(),
     )
 

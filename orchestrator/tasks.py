@@ -7,8 +7,17 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from orchestrator import counters, partitions, search
-from orchestrator.coordination import dispatch, efficacy, execution, review, webhooks, workflow
+from orchestrator import counters, partitions, pricing, search
+from orchestrator.api import span_joins
+from orchestrator.coordination import (
+    deadlines,
+    dispatch,
+    efficacy,
+    execution,
+    review,
+    webhooks,
+    workflow,
+)
 
 # The longest wait stays below the smallest visibility timeout (10 s), past which Redis would
 # deliver the message twice.
@@ -35,8 +44,9 @@ def coordinate(workflow_id: int, review_item_id: int | None = None) -> str:
 
 @shared_task(ignore_result=True)
 def sweep() -> int:
-    """Send what is due: retries and delays wait in the database, never in the broker."""
-    return dispatch.sweep() + webhooks.resend_stalled()
+    """Send what is due: retries and delays wait in the database, never in the broker. Runs
+    an agent never finished are finished at their deadline."""
+    return dispatch.sweep() + deadlines.finish_overdue_runs() + webhooks.resend_stalled()
 
 
 @shared_task(ignore_result=True)
@@ -68,3 +78,15 @@ def create_run_partitions() -> list[str]:
 @shared_task(ignore_result=True)
 def fill_run_search() -> int:
     return search.catch_up() if search.in_use() else 0
+
+
+@shared_task(ignore_result=True)
+def release_held_spans() -> int:
+    """OTLP spans held for a parent that never came become runs of their own."""
+    return span_joins.release_due()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **ON_DATABASE_ERRORS)
+def reprice(kind: str, name: str, since: str, until: str | None) -> int:
+    """Price again the runs a price edit changed (idempotent: it prices at the current table)."""
+    return pricing.reprice(pricing.Window.from_args(kind, name, since, until))

@@ -39,6 +39,9 @@ class Action(Vocabulary):
     """What the coordinator does about a failure: the routing decision, stored on the run."""
 
     RETRY = "retry"
+    # The source itself holds every caller back (its Retry-After, an open breaker): call it
+    # again no sooner than the decision's delay, whichever query failed.
+    WAIT = "wait"
     SWITCH_SOURCE = "switch_source"
     ACCEPT_PARTIAL = "accept_partial"
     ESCALATE = "escalate"

@@ -26,6 +26,11 @@ WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "serial: a slow test that must run alone (a timing bound, a cluster-wide read); "
+        "`make test` runs these in one process after the other slow tests, which run in parallel",
+    )
     # The user fixtures set passwords: a fast hasher, not PBKDF2 and its million rounds.
     override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]).enable()
     own_cache_per_worker()
@@ -144,4 +149,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if transactional and not kwargs.get("serialized_rollback"):
             raise pytest.UsageError(
                 f"{item.nodeid}: use django_db(transaction=True, serialized_rollback=True)"
+            )
+        # `make test` runs the slow tests a module per worker in any order: a test in a rolled
+        # back transaction there could follow a transactional one that flushed the database.
+        if item.get_closest_marker("slow") and not transactional and (marker or "db" in fixtures):
+            raise pytest.UsageError(
+                f"{item.nodeid}: a slow test uses django_db(transaction=True, "
+                "serialized_rollback=True) or no database"
             )

@@ -23,9 +23,13 @@ assert [name for name in server if importlib.util.find_spec(name)] == [], "serve
 assert not {"django", "celery", "psycopg"} & set(sys.modules), "server code imported"
 assert classifier.__file__.startswith(sys.prefix), classifier.__file__
 
-shipped = {f.parts[0] for f in importlib.metadata.files("failsight-sdk")}
+# Besides its packages, the distribution's record lists the script it installs (../../../bin/…).
+shipped = {f.parts[0] for f in importlib.metadata.files("failsight-sdk") if f.parts[0] != ".."}
 assert shipped == {"classifier", "orchestrator", "failsight_sdk-0.1.0.dist-info"}, shipped
-assert importlib.metadata.requires("failsight-sdk") == ["httpx<1,>=0.27"]
+requires = importlib.metadata.requires("failsight-sdk")
+assert requires == ["httpx<1,>=0.27", "mcp<3,>=2.3; extra == 'mcp'"], requires
+scripts = importlib.metadata.entry_points(group="console_scripts", name="failsight-mcp")
+assert [s.value for s in scripts] == ["orchestrator.client.mcp_stdio:main"], scripts
 
 request = httpx.Request("GET", "https://api.example.com/search")
 try:

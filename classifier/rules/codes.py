@@ -206,6 +206,8 @@ PROVIDER_CODE_SUFFIXES: Final = (
     ("DoesNotExist", C.RESOURCE_MISSING),
     ("DoesNotExistException", C.RESOURCE_MISSING),
     ("AccessDeniedException", C.AUTH_FAILURE),
+    ("Denied", C.AUTH_FAILURE),  # Redshift's AccessToClusterDenied, SNS's KMSAccessDenied
+    ("DeniedFault", C.AUTH_FAILURE),  # the query services' Fault spelling (DMS, Redshift)
     ("ThrottledException", C.RATE_LIMITED),
     ("LimitExceeded", C.RATE_LIMITED),
 )
@@ -217,6 +219,21 @@ PROVIDER_CODE_PREFIXES: Final = (
     ("Unauthorized", C.AUTH_FAILURE),
     ("NoSuch", C.RESOURCE_MISSING),
     ("NonExistent", C.RESOURCE_MISSING),
+)
+
+# Words inside the access-denied codes of services beyond IAM and S3, tried after the suffixes and
+# prefixes (from botocore's service models: KmsAccessDenied, S3AccessDeniedFault,
+# SNSNoAuthorization, AccessForbidden, InsufficientPermissionsException, ...).
+PROVIDER_CODE_INFIXES: Final = (
+    ("AccessDenied", C.AUTH_FAILURE),
+    ("NoAuthorization", C.AUTH_FAILURE),
+    ("Forbidden", C.AUTH_FAILURE),
+    ("InsufficientPermission", C.AUTH_FAILURE),
+    ("MissingPermission", C.AUTH_FAILURE),
+    ("AuthorizationError", C.AUTH_FAILURE),
+    ("AuthenticationCredential", C.AUTH_FAILURE),
+    ("InvalidCredentials", C.AUTH_FAILURE),
+    ("SubjectCredentials", C.AUTH_FAILURE),
 )
 
 # Prefixes that say only what any 4xx says already, so they decide only without a status.
@@ -295,6 +312,9 @@ def provider_code_category(code: str) -> C | None:
             return category
     for prefix, category in PROVIDER_CODE_PREFIXES:
         if code.startswith(prefix):
+            return category
+    for infix, category in PROVIDER_CODE_INFIXES:
+        if infix in code:
             return category
     return None
 

@@ -71,6 +71,13 @@ EXCEPTION_TYPES: Final = MappingProxyType(
         "openai.APIConnectionError": C.TRANSIENT,
         "anthropic.APITimeoutError": C.TIMEOUT,
         "anthropic.APIConnectionError": C.TRANSIENT,
+        # websockets: InvalidStatus carries the handshake's response (its status decides); a
+        # handshake refused otherwise (200 from a plain HTTP endpoint, no Upgrade) fails alike
+        # on every retry, while a handshake answer cut short is a blip.
+        "websockets.exceptions.InvalidMessage": C.TRANSIENT,
+        "websockets.exceptions.InvalidProxyMessage": C.TRANSIENT,
+        "websockets.exceptions.InvalidURI": C.INVALID_INPUT,
+        "websockets.exceptions.InvalidHandshake": C.INVALID_INPUT,
         "grpc.FutureTimeoutError": C.TIMEOUT,
         "google.api_core.exceptions.RetryError": C.TIMEOUT,
         "google.auth.exceptions.RefreshError": C.AUTH_FAILURE,
@@ -233,6 +240,15 @@ MESSAGE_PATTERNS: Final = (
     ("certificate verify failed", C.AUTH_FAILURE),
     ("not found in known_hosts", C.AUTH_FAILURE),  # paramiko: the server's key is unknown
     ("certificate required", C.AUTH_FAILURE),
+    # OpenSSL's alert texts as libpq and other C clients quote them ("SSL error: ssl/tls alert
+    # handshake failure"), the same alerts as protocols.TLS_REASONS
+    ("alert handshake failure", C.AUTH_FAILURE),
+    ("alert bad certificate", C.AUTH_FAILURE),
+    ("alert unknown ca", C.AUTH_FAILURE),
+    ("alert certificate expired", C.AUTH_FAILURE),
+    ("alert certificate revoked", C.AUTH_FAILURE),
+    ("alert certificate unknown", C.AUTH_FAILURE),
+    ("alert access denied", C.AUTH_FAILURE),
     ("does not match host name", C.AUTH_FAILURE),  # libpq's check of the server certificate
     ("connection refused", C.TRANSIENT),
     ("connection reset", C.TRANSIENT),

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from dashboard.access import in_scope
 from insights.groups import ENDING_COLUMNS, Ending
 from orchestrator.models import FailureType, ReviewItem, Run
 
@@ -275,11 +276,6 @@ def stacked_bar_endings(counts: Any, width: int = 160) -> SafeString:
     return stacked_bar(parts, width)
 
 
-@register.filter
-def percent(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1%}".replace(".0%", "%")
-
-
 @register.simple_tag(takes_context=True)
 def open_review_count(context: template.Context) -> int | None:
     """For the nav bar; None when the user may not see the review queue."""
@@ -288,4 +284,61 @@ def open_review_count(context: template.Context) -> int | None:
         return None
     if context.get("open_total") is not None:  # the queue page counted them already
         return context["open_total"]
-    return ReviewItem.objects.open().count()
+    return in_scope(request.user, ReviewItem.objects.open()).count()
+
+
+@register.simple_tag
+def due_in(when: datetime | None, now: datetime | None = None) -> str:
+    """'in 40 s', 'in 2 h 5 m', or 'now' once due: a delay an operator reads at a glance."""
+    if when is None:
+        return "—"
+    seconds = (when - (now or timezone.now())).total_seconds()
+    return f"in {duration(round(seconds))}" if seconds >= 1 else "now"
+
+
+# What decided a failure's type (classifier.Signal), as a sentence an operator reads.
+SIGNAL_WORDS = {
+    "status": "the HTTP status",
+    "provider_code": "the provider's error code",
+    "type": "the exception's class",
+    "message": "the wording of the error message",
+    "none": "no recognisable signal (kept as unclassified)",
+}
+
+
+@register.simple_tag
+def classified_by(run: Any) -> SafeString:
+    """Which evidence gave the run its failure type, with the value it read, e.g. "the HTTP
+    status 429" (whichever classifier read it: the agent's, or the server's again)."""
+    words = SIGNAL_WORDS.get(run.signal, run.signal.replace("_", " "))
+    value = {
+        "status": run.status_code,
+        "provider_code": run.provider_code,
+        "type": run.exception_type.rpartition(".")[2],
+    }.get(run.signal)
+    if value:
+        return format_html("{} <code>{}</code>", words, isolate(value))
+    return format_html("{}", words)
+
+
+@register.filter
+def percent(value: float | None) -> str:
+    """A share as a percentage with at most two decimals: 0.267 → '26.7 %', 0.9995 → '99.95 %'."""
+    if value is None:
+        return "—"
+    text = f"{float(value) * 100:.2f}".rstrip("0").rstrip(".")
+    return f"{text} %"
+
+
+@register.filter
+def multiple(value: float) -> str:
+    """A multiple as precisely as it is worth reading: 73.33 is '73', 1.44 is '1.4'."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}".removesuffix(".0")
+
+
+@register.filter
+def cents(value: Any) -> str:
+    """An amount of money to the cent (the CSV export keeps every digit)."""
+    if value is None:
+        return "—"
+    return f"{value:,.2f}"

@@ -2,6 +2,7 @@
 declares its permission and looks objects up through `access.get_visible`."""
 
 from dashboard.views.analytics import retry_audit, slos, switch_efficacy
+from dashboard.views.costs import costs_page
 from dashboard.views.failure_groups import failure_group, failure_group_state, failure_groups
 from dashboard.views.overview import overview
 from dashboard.views.policies import (
@@ -13,6 +14,7 @@ from dashboard.views.policies import (
     policy_restore,
     policy_row,
 )
+from dashboard.views.projects import project_switch
 from dashboard.views.review_queue import review_claim, review_item, review_queue, review_resolve
 from dashboard.views.runs import (
     in_flight,
@@ -23,6 +25,8 @@ from dashboard.views.runs import (
     runs_export,
     runs_total,
 )
+from dashboard.views.search import search
+from dashboard.views.system import system
 from dashboard.views.workflows import (
     workflow_abort,
     workflow_coverage_export,
@@ -31,6 +35,7 @@ from dashboard.views.workflows import (
 )
 
 __all__ = [
+    "costs_page",
     "failure_group",
     "failure_group_state",
     "failure_groups",
@@ -43,6 +48,7 @@ __all__ = [
     "policy_edit",
     "policy_restore",
     "policy_row",
+    "project_switch",
     "retry_audit",
     "retrying",
     "review_claim",
@@ -54,8 +60,10 @@ __all__ = [
     "runs",
     "runs_export",
     "runs_total",
+    "search",
     "slos",
     "switch_efficacy",
+    "system",
     "workflow_abort",
     "workflow_coverage_export",
     "workflow_detail",

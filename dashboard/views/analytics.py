@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from dashboard.access import EDIT_POLICIES, VIEW, requires
+from dashboard.access import EDIT_POLICIES, VIEW, project_scope, requires
 from dashboard.filterforms import canonical_failure_type
 from dashboard.views.common import download
 from insights import slo
@@ -35,8 +35,13 @@ def switch_efficacy(request: HttpRequest) -> HttpResponse:
     kept; overall or for one failure type. `format=csv` downloads every cell."""
     errors: list[str] = []
     ftype = canonical_failure_type(request.GET.get("failure_type", ""), errors)
-    # Beat refreshes the matrix; computed here only before its first refresh.
-    cells = efficacy.matrix() or efficacy.compute()
+    projects = project_scope(request.user)
+    if projects is None:
+        # Beat refreshes every project's matrix; computed here only before its first refresh.
+        cells = efficacy.matrix() or efficacy.compute()
+    else:
+        # The chosen projects' switches, read from their runs.
+        cells = efficacy.compute(projects=projects)
     if request.GET.get("format") == "csv":
         return _table_csv("switch-efficacy", [c.as_row() for c in cells.values()])
     chosen = {k: c for k, c in cells.items() if k[2] == ftype}
@@ -62,8 +67,9 @@ def retry_audit(request: HttpRequest) -> HttpResponse:
     """Where the retry signal was wrong, by source, type and signal, each row one click from a
     prefilled provider override."""
     days = _days_param(request.GET.get("days"), retryable.DEFAULT_DAYS)
-    futile_rows = retryable.futile(days)
-    stuck_rows = retryable.never_recovered(days)
+    projects = project_scope(request.user)
+    futile_rows = retryable.futile(days, projects=projects)
+    stuck_rows = retryable.never_recovered(days, projects=projects)
     if request.GET.get("format") == "csv":
         rows = [{"list": "futile", **r.as_row()} for r in futile_rows]
         rows += [{"list": "never_recovered", **r.as_row()} for r in stuck_rows]
@@ -116,7 +122,7 @@ def _slo_row(o: slo.Objective) -> dict[str, Any]:
 def slos(request: HttpRequest) -> HttpResponse:
     """A tile per agent and per source: its objective, success over the SLO window, the error
     budget left, burn rates and which multi-window alert burns. `format=csv` for the table."""
-    found = slo.objectives()
+    found = slo.objectives(projects=project_scope(request.user))
     if request.GET.get("format") == "csv":
         return _table_csv("slos", [_slo_row(o) for o in found])
     context = {

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.access import REVIEW, VIEW, get_visible, requires, visible
+from dashboard.access import REVIEW, VIEW, every_project_page, get_visible, requires, visible
 from dashboard.groups import HAS, GroupFilters, GroupRow
 from dashboard.views.common import LIST_DEFER, wants_fragment
 from insights import groups
@@ -25,6 +25,7 @@ from orchestrator.models import (
 
 
 @requires(VIEW)
+@every_project_page
 @require_GET
 def failure_groups(request: HttpRequest) -> HttpResponse:
     """Failures grouped by signature, most recently seen first, with their counts in a window."""
@@ -69,13 +70,14 @@ def _group_rows(request: HttpRequest, f: GroupFilters, now: Any) -> dict[str, An
 
 
 @requires(VIEW)
+@every_project_page
 @require_GET
 def failure_group(request: HttpRequest, pk: int) -> HttpResponse:
     """One group: its numbers, how its failures were routed and ended, who was affected, and
     its latest runs each with how it ended."""
     group = get_visible(request.user, FailureGroup, related=("state_changed_by",), pk=pk)
     now = timezone.now()
-    recent = groups.with_endings(
+    recent = (
         visible(request.user, Run)
         .filter(signature=group.signature)
         .select_related("workflow")
@@ -86,7 +88,7 @@ def failure_group(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "group": group,
         "spark": groups.daily(group, now),
-        "runs": list(recent),
+        "runs": groups.add_endings(list(recent)),
         "endings": [(e, getattr(group, groups.ENDING_COLUMNS[e])) for e in groups.Ending],
         "decisions": [(a, getattr(group, c)) for a, c in groups.DECISION_COLUMNS.items()],
         "workflows": [(pk, names.get(pk, "?")) for pk in group.workflows],
@@ -98,6 +100,7 @@ def failure_group(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @requires(REVIEW)
+@every_project_page
 @require_POST
 def failure_group_state(request: HttpRequest, pk: int) -> HttpResponse:
     """Open, mute or resolve a group (audited)."""

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import trigger_client_event
 
-from dashboard.access import EDIT_POLICIES, get_visible, requires, visible
+from dashboard.access import EDIT_POLICIES, get_visible, project_scope, requires, visible
 from dashboard.forms import ProviderOverrideForm, RoutingPolicyForm
 from dashboard.views.common import wants_fragment
 from orchestrator.analytics import dryrun
@@ -27,14 +27,16 @@ from orchestrator.models import (
     AuditEntry,
     PolicyState,
     PolicyVersion,
+    ProjectPolicy,
     ProviderOverride,
     RoutingPolicy,
 )
 
 
 def _history(user: Any) -> list[dict[str, Any]]:
+    """The latest edits, deletions and restores of the routing table and the overrides."""
     entries = visible(user, AuditEntry).filter(
-        object_type__in=["routingpolicy", "provideroverride"]
+        object_type__in=["routingpolicy", "provideroverride", "policyversion"]
     )[:40]
     return [{"entry": e, "changes": _diff(e.before, e.after)} for e in entries]
 
@@ -79,6 +81,8 @@ def _policies_page(request: HttpRequest, status: int = 200, **extra: Any) -> Htt
     context = {
         "policies": _policy_rows(user),
         "overrides": visible(user, ProviderOverride),
+        # Projects' own rows, in the projects the switcher shows (edited in the admin).
+        "project_policies": visible(user, ProjectPolicy).select_related("project"),
         "history": _history(user),
         "versions": _versions(user),
         "policy_version": _policy_version(),
@@ -174,15 +178,50 @@ def policy_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
     form = RoutingPolicyForm(request.POST, instance=policy)
     result = None
     if form.is_valid():
-        result = dryrun.dry_run([form.instance.snapshot()], days=_days(request))
+        # The chosen projects' failures, each under its own table (a project overriding this
+        # failure type keeps its row); every project's under the global table for "all".
+        result = dryrun.dry_run(
+            [form.instance.snapshot()],
+            days=_days(request),
+            projects=project_scope(request.user),
+            global_rows=True,
+        )
         result["rows"] = [
             (label, result["current"][key], result["proposed"][key], result["difference"][key])
             for key, label in DRY_RUN_FIGURES
         ]
+        result["why_unchanged"] = _why_unchanged(result, policy, form.changed_data)
     if wants_fragment(request):
         context = {"dry_run": result, "policy_form": form, "policy": policy}
         return render(request, "dashboard/policies.html#dry-run", context)
     return _policies_page(request, editing=policy.pk, policy_form=form, dry_run=result)
+
+
+# Fields that act after a decision (on the review item it opens): no replayed figure shows them.
+AFTER_DECISION = {"review_deadline", "review_fallback"}
+
+
+def _why_unchanged(result: dict[str, Any], policy: RoutingPolicy, changed: list[str]) -> str:
+    """Why every difference of a dry run is 0, in words ("" when one is not)."""
+    if any(diff for *_, diff in result["rows"]):
+        return ""
+    days = f"{result['days']:g} day{'s' if result['days'] != 1 else ''}"
+    if not result["failures"]:
+        return f"No failures in the last {days}: there is nothing to replay. Replay more days."
+    label = policy.get_failure_type_display()
+    routed = sum(result["current"]["by_failure_type"].get(policy.failure_type, {}).values())
+    if not routed:
+        return (
+            f"None of the {result['failures']} failures of the last {days} was {label}, the "
+            "only failure type this row routes: the proposal decides nothing differently."
+        )
+    why = (
+        f"This policy makes the same decisions as the current one (v{result['current_version']}) "
+        f"on the last {round(routed)} {label} failures ({days}), so no figure changes."
+    )
+    if AFTER_DECISION & set(changed):
+        why += " The review deadline and its fallback act after a decision: not replayed."
+    return why
 
 
 @requires(EDIT_POLICIES)

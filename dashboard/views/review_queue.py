@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import queue
-from dashboard.access import REVIEW, get_visible, requires, visible
+from dashboard.access import REVIEW, get_visible, in_scope, requires, visible
 from dashboard.forms import ResolveForm
 from dashboard.views.common import safe_next, wants_fragment
 from insights.models import FailureGroup
@@ -25,12 +25,12 @@ from orchestrator.coordination import review
 from orchestrator.models import ReviewItem
 
 
-def _signature_counts(items: list[ReviewItem]) -> dict[str, int]:
+def _signature_counts(items: list[ReviewItem], user: Any) -> dict[str, int]:
     signatures = {i.signature for i in items if i.signature}
     if not signatures:
         return {}
     rows = (
-        ReviewItem.objects.open()
+        in_scope(user, ReviewItem.objects.open())
         .filter(signature__in=signatures)
         .values_list("signature")
         .annotate(n=Count("id"))
@@ -40,7 +40,7 @@ def _signature_counts(items: list[ReviewItem]) -> dict[str, int]:
 
 
 def _decorate(items: list[ReviewItem], user: Any) -> list[ReviewItem]:
-    counts = _signature_counts([i for i in items if i.is_pending])
+    counts = _signature_counts([i for i in items if i.is_pending], user)
     for item in items:
         item.group_size = counts.get(item.signature, 1) if item.signature else 1
         item.mine = item.assignee_id == user.pk
@@ -91,24 +91,34 @@ def _queue_results(
         resolved = f.apply(items.filter(state=ReviewItem.State.RESOLVED), user, now)
         page = queue.list_page(resolved.select_related("workflow", "resolved_by"), f)
         _decorate(page.rows, user)
-        return {"page": page}
+        matching = resolved.count() if f.active else None
+        pickup = ReviewItem.pickup_timeout().total_seconds()
+        return {"page": page, "matching": matching, "pickup_timeout": pickup}
     filtered = f.apply(pending, user, now)
     facets, open_total = queue.facets(pending, f, user, now, request.GET)
-    out: dict[str, Any] = {
-        "facets": facets,
-        "open_total": open_total,
-        "matching": filtered.count() if f.active else None,
-    }
+    matching = None
+    if f.active:
+        matching = queue.chosen_count(facets)
+        matching = filtered.count() if matching is None else matching
+    out: dict[str, Any] = {"facets": facets, "open_total": open_total, "matching": matching}
     if f.cleaned_data["view"] == "groups":
         # Each group's resolve form loads when opened (`review_item` with part=group).
         groups, total = queue.signature_groups(filtered, user)
-        folded = FailureGroup.objects.filter(signature__in=[g.signature for g in groups])
+        folded = visible(user, FailureGroup).filter(signature__in=[g.signature for g in groups])
         folded_ids = dict(folded.values_list("signature", "pk"))
         for group in groups:
             group.failure_group = folded_ids.get(group.signature)
         here = quote(request.get_full_path(), safe="")
-        return out | {"groups": groups, "group_total": total, "group_next": here}
-    page = queue.list_page(filtered.select_related("workflow", "assignee"), f)
+        # A group's link is this prefix and its id: one reverse() instead of one per group.
+        prefix = reverse("dashboard:failure_groups")
+        return out | {
+            "groups": groups,
+            "group_total": total,
+            "group_next": here,
+            "groups_prefix": prefix,
+        }
+    rows = filtered.select_related("workflow", "assignee").defer(*queue.ROW_DEFER)
+    page = queue.list_page(rows, f)
     _decorate(page.rows, user)
     return out | {"page": page}
 
@@ -122,7 +132,7 @@ def _card_context(
     options = review.resolution_options(item) if can_review and item.is_pending else []
     group = None
     if item.signature:
-        group = FailureGroup.objects.filter(signature=item.signature).first()
+        group = visible(request.user, FailureGroup).filter(signature=item.signature).first()
     return {
         "item": item,
         "review_prefix": reverse("dashboard:review_queue"),
@@ -156,7 +166,8 @@ def _group_form(request: HttpRequest, item: ReviewItem) -> HttpResponse:
     if not user.has_perm(REVIEW) or not item.is_pending or held or not item.signature:
         message = "This group can no longer be resolved from here: reload the queue."
         return HttpResponse(f'<p class="muted small">{message}</p>')
-    count = ReviewItem.objects.with_signature(item.signature).resolvable_by(user).count()
+    group = ReviewItem.objects.with_signature(item.signature).resolvable_by(user)
+    count = group.filter(project_id=item.project_id).count()
     tried = review.tried_sources([item]).get((item.workflow_id, item.run.topic))
     context = {
         "item": item,
@@ -254,5 +265,15 @@ def review_resolve(request: HttpRequest, pk: int) -> HttpResponse:
         return _item_response(request, item, notice=_already(item))
     label = ReviewItem.Resolution(data["resolution"]).label
     extra = f" and {resolved - 1} more with the same signature" if resolved > 1 else ""
-    notice = f"Resolved{extra} ({label}): the coordinator continues."
-    return _item_response(request, item, notice=notice)
+    return _item_response(request, item, notice=f"Resolved{extra} ({label}): {_next_step(item)}")
+
+
+def _next_step(item: ReviewItem) -> str:
+    """Who acts on a resolution: the built-in coordinator at once, or the agent's own one."""
+    if item.is_built_in:
+        return "the coordinator continues."
+    via = "by its webhook or " if item.webhook_or_none else "by "
+    return (
+        "recorded for the agent's own coordinator, which applies it once it picks it up "
+        f"({via}GET /api/v1/reviews/{item.pk})."
+    )

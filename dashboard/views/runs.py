@@ -36,6 +36,7 @@ from orchestrator import keyset
 from orchestrator.analytics import export
 from orchestrator.coordination import actions
 from orchestrator.models import (
+    AuditEntry,
     FailureType,
     Run,
 )
@@ -102,8 +103,7 @@ def _runs_results(request: HttpRequest, filters: RunFilters) -> dict[str, Any]:
     qs = matching.select_related("workflow").defer(*LIST_DEFER)
     cursors = {name: filters.cleaned_data[name] for name in ("after", "before")}
     page = keyset.page(qs, PAGE_SIZE, **cursors)
-    for run in page.rows:
-        run.actions = actions.applicable(run)
+    actions.with_actions(page.rows)
     offered = {a for run in page.rows for a in run.actions}
     # Every match on one page: the total is its length; otherwise the page asks `runs_total`.
     alone = page.previous is None and page.next is None
@@ -144,10 +144,11 @@ IN_FLIGHT_SHOWN = 200
 @require_GET
 def in_flight(request: HttpRequest) -> HttpResponse:
     """Runs started and not finished, the longest running first: the coordinator's (held by a
-    worker's lease) and those agents reported as running (only their agent finishes them)."""
+    worker's lease) and those agents reported as running (their agent finishes them, or the
+    sweeper at their running deadline)."""
     matching = visible(request.user, Run).in_flight()
     rows = list(
-        matching.select_related("workflow")
+        matching.select_related("workflow", "token")
         .defer(*LIST_DEFER)
         .order_by("created_at", "id")[:IN_FLIGHT_SHOWN]
     )
@@ -185,7 +186,8 @@ def run_actions(request: HttpRequest) -> HttpResponse:
     skipped = len(data["run"]) - done
     text = f"{action.label.capitalize()}: {done} run{'s' if done != 1 else ''} done"
     if skipped:
-        text += f", {skipped} skipped (already finished, moved on, or not found)"
+        text += f", {skipped} skipped (already finished, moved on, not found, or their task "
+        text += "succeeded or is running)"
     messages.success(request, text + ".")
     return redirect(back)
 
@@ -198,8 +200,9 @@ def _confirm_actions(
     back: str,
 ) -> HttpResponse:
     """The page that says which runs an action will change, which it will skip and why."""
-    applies = [run for run in rows if run.status in action.statuses]
-    skipped = [run for run in rows if run.status not in action.statuses]
+    actions.with_actions(rows)
+    applies = [run for run in rows if action in run.actions]
+    skipped = [run for run in rows if action not in run.actions]
     context = {
         "action": action,
         "applies": applies,
@@ -215,20 +218,43 @@ def _confirm_actions(
 @requires(VIEW)
 @require_GET
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_visible(request.user, Run, related=("workflow", "retry_of"), pk=pk)
-    attempts = list(visible(request.user, Run).attempts_of(run).defer(*LIST_DEFER)[:ATTEMPTS_SHOWN])
+    runs = visible(request.user, Run)
+    run = get_visible(request.user, Run, related=("workflow", "retry_of", "switched_from"), pk=pk)
+    attempts = list(runs.attempts_of(run).defer(*LIST_DEFER)[:ATTEMPTS_SHOWN])
     group = FailureGroup.objects.filter(signature=run.signature).first() if run.signature else None
     context = {
         "run": run,
         "attempts": _with_waits(attempts),
+        "next_attempt": _next_attempt(run, attempts),
+        "replaced_by": runs.replacement_of(run) if run.decision else None,
+        "decided_by_operator": _decided_by_operator(run),
         "review_items": run.review_items.select_related(
             "resolved_by", "assignee", "workflow", "webhook"
         ).prefetch_related("webhook__tries"),
         "can_review": request.user.has_perm(REVIEW),
-        "run_actions": actions.applicable(run),
+        "run_actions": actions.with_actions([run])[0].actions,
         "failure_group": group,
+        "now": timezone.now(),
     }
     return render(request, "dashboard/run_detail.html", context)
+
+
+# An operator's action on a run, by the decision it leaves on the run.
+OPERATOR_ACTIONS = {"run.retry": "retry", "run.cancel": "abort", "run.escalate": "escalate"}
+
+
+def _decided_by_operator(run: Run) -> AuditEntry | None:
+    """The audited operator action that made `run`'s decision, if one did (not the policy)."""
+    if not run.decision:
+        return None
+    made = [name for name, decision in OPERATOR_ACTIONS.items() if decision == run.decision]
+    entries = AuditEntry.objects.filter(object_type="run", object_id=str(run.pk), action__in=made)
+    return entries.order_by("-created_at", "-id").first()
+
+
+def _next_attempt(run: Run, attempts: list[Run]) -> Run | None:
+    """The attempt that followed `run` in its task, if it has been created."""
+    return next((a for a in attempts if a.attempt == run.attempt + 1), None)
 
 
 def _with_waits(attempts: list[Run]) -> list[tuple[Run, float | None]]:

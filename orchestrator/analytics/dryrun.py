@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from orchestrator.coordination import routing
 from orchestrator.coordination.policy import current_snapshot
-from orchestrator.models import Run, RunSets
+from orchestrator.models import ProjectPolicy, Run, RunSets
 from orchestrator.vocabulary import Action, FailureCategory
 
 SAMPLE_ABOVE = 100_000
@@ -101,6 +101,16 @@ class Figures:
         "expected_recovered",
     )
 
+    def add(self, other: Figures) -> None:
+        """Add another history's figures to these (`escalations_per_day` is worked out after)."""
+        self.failures += other.failures
+        for name in self.NUMBERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for ftype, actions in other.by_failure_type.items():
+            mine = self.by_failure_type.setdefault(ftype, {})
+            for action, n in actions.items():
+                mine[action] = mine.get(action, 0) + n
+
     def minus(self, other: Figures) -> dict[str, float]:
         return {k: round(getattr(self, k) - getattr(other, k), 2) for k in self.NUMBERS}
 
@@ -110,17 +120,21 @@ def window(days: float, now: datetime | None = None) -> tuple[datetime, datetime
     return until - timedelta(days=days), until
 
 
-def load_history(days: float = DEFAULT_DAYS, now: datetime | None = None) -> History:
+def load_history(
+    days: float = DEFAULT_DAYS, now: datetime | None = None, project_id: int | None = None
+) -> History:
+    """The window's failures (of `project_id`'s runs only, if given)."""
     since, until = window(days, now)
-    total = Run.objects.filter(
-        RunSets.FAILURES, created_at__gte=since, created_at__lt=until
-    ).count()
+    failures = Run.objects.filter(RunSets.FAILURES, created_at__gte=since, created_at__lt=until)
+    if project_id is not None:
+        failures = failures.filter(project_id=project_id)
+    total = failures.count()
     keep = SAMPLE_BUCKETS
     if total > SAMPLE_ABOVE:
         keep = max(1, math.ceil(SAMPLE_BUCKETS * SAMPLE_ABOVE / total))
     # An index lookup per recorded decision: a smaller sample estimates the rates.
     outcome_keep = min(keep, max(1, math.ceil(SAMPLE_BUCKETS * OUTCOMES_ABOVE / max(total, 1))))
-    groups, outcomes = _read(since, until, keep, outcome_keep)
+    groups, outcomes = _read(since, until, keep, outcome_keep, project_id)
     read = sum(groups.values()) if keep < SAMPLE_BUCKETS else total
     return History(since, until, days, total, read, groups, keep / SAMPLE_BUCKETS, outcomes)
 
@@ -148,14 +162,18 @@ FROM (
   FROM orchestrator_run f
   WHERE f.status IN ('failed', 'escalated')
     AND f.created_at >= %(since)s AND f.created_at < %(until)s
-    AND MOD(f.id, %(buckets)s) < %(keep)s
+    AND MOD(f.id, %(buckets)s) < %(keep)s{project}
 ) AS failures
 GROUP BY 1, 2, 3, 4, 5, 6, 7
-""".format(finished="('succeeded', 'failed', 'escalated', 'skipped', 'cancelled')")
+"""
+_FINISHED = "('succeeded', 'failed', 'escalated', 'skipped', 'cancelled')"
+_READ_ALL = _READ_SQL.format(finished=_FINISHED, project="")
+# One project's failures (a retry or a switched run is its first attempt's project's).
+_READ_PROJECT = _READ_SQL.format(finished=_FINISHED, project="\n    AND f.project_id = %(project)s")
 
 
 def _read(
-    since: datetime, until: datetime, keep: int, outcome_keep: int
+    since: datetime, until: datetime, keep: int, outcome_keep: int, project_id: int | None = None
 ) -> tuple[dict[FailureKey, int], dict[tuple[str, str, str], tuple[int, int]]]:
     params = {
         "buckets": SAMPLE_BUCKETS,
@@ -163,13 +181,14 @@ def _read(
         "outcome_keep": outcome_keep,
         "since": since,
         "until": until,
+        "project": project_id,
     }
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # JIT compiling this query costs longer than running it.
             cursor.execute("SET LOCAL jit = off")
             cursor.execute("SET LOCAL work_mem = '32MB'")
-        cursor.execute(_READ_SQL, params)
+        cursor.execute(_READ_ALL if project_id is None else _READ_PROJECT, params)
         rows = cursor.fetchall()
     groups: dict[FailureKey, int] = {}
     outcomes: dict[tuple[str, str, str], tuple[int, int]] = {}
@@ -314,8 +333,71 @@ def compare(
 
 
 def dry_run(
-    rows: Iterable[Mapping[str, Any]], days: float = DEFAULT_DAYS, now: datetime | None = None
+    rows: Iterable[Mapping[str, Any]],
+    days: float = DEFAULT_DAYS,
+    now: datetime | None = None,
+    projects: Iterable[int] | None = None,
+    global_rows: bool = False,
 ) -> dict[str, Any]:
-    """Replay the last `days` of failures under the current table with `rows` over it."""
-    current = current_snapshot()
-    return compare(load_history(days, now), current, proposed_snapshot(current, rows))
+    """Replay the last `days` of failures under the current table with `rows` over it: every
+    project's failures under the global table (`projects` None), or each of `projects`' failures
+    under its own table (its `ProjectPolicy` rows over the global ones), the figures added up.
+    `global_rows`: `rows` are the global table's, so a project overriding a failure type keeps
+    its own row for it (the proposal changes nothing there)."""
+    rows = list(rows)
+    if projects is None:
+        current = current_snapshot()
+        return compare(load_history(days, now), current, proposed_snapshot(current, rows))
+    ids = sorted(set(projects))
+    own: dict[int, set[str]] = {}
+    if global_rows:
+        for project_id, ftype in ProjectPolicy.objects.filter(project_id__in=ids).values_list(
+            "project_id", "failure_type"
+        ):
+            own.setdefault(project_id, set()).add(ftype)
+    parts = []
+    for project_id in ids:
+        current = current_snapshot(project_id)
+        mine = [r for r in rows if r["failure_type"] not in own.get(project_id, set())]
+        history = load_history(days, now, project_id)
+        parts.append((history, current, proposed_snapshot(current, mine)))
+    return _added(parts, days, now)
+
+
+def _added(
+    parts: list[tuple[History, routing.PolicySnapshot, routing.PolicySnapshot]],
+    days: float,
+    now: datetime | None,
+) -> dict[str, Any]:
+    """`compare`'s answer for several projects' histories, each under its own tables."""
+    since, until = window(days, now)
+    current, proposed = Figures(), Figures()
+    evidence = {str(Action.RETRY): 0, str(Action.SWITCH_SOURCE): 0}
+    failures = read = 0
+    sampled = False
+    version = parts[0][1].version if parts else current_snapshot().version
+    for history, now_table, new_table in parts:
+        since, until = history.since, history.until
+        current.add(replay(history, now_table))
+        proposed.add(replay(history, new_table))
+        failures += history.failures
+        read += history.read
+        sampled = sampled or history.sampled
+        for (action, _, _), (tried, _) in history.outcomes.items():
+            if action in evidence:
+                evidence[action] += tried
+    for figures in (current, proposed):
+        figures.escalations_per_day = figures.escalations / days if days else 0.0
+    return {
+        "since": since,
+        "until": until,
+        "days": days,
+        "failures": failures,
+        "sampled": sampled,
+        "sample_size": read,
+        "evidence": evidence,
+        "current_version": version,
+        "current": current.as_dict(),
+        "proposed": proposed.as_dict(),
+        "difference": proposed.minus(current),
+    }

@@ -7,13 +7,15 @@ import csv
 import io
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from orchestrator import keyset
 from orchestrator.coordination import coverage
-from orchestrator.models import RunQuerySet, Workflow
+from orchestrator.models import Price, Run, RunQuerySet, Workflow
+from orchestrator.models.prices import MICRO
 
 EXPORT_BATCH = 2000
 FORMATS = {
@@ -50,17 +52,37 @@ RUN_COLUMNS = (
     "signature",
     "trace_id",
     "span_id",
+    *Run.USAGE_FIELDS,
+)
+# The price table's CSV: every row, each price from its effective date until the next row's.
+PRICE_COLUMNS = (
+    "kind",
+    "name",
+    "effective_from",
+    "effective_until",
+    *Price.VALUE_FIELDS,
 )
 
 
-def iter_runs(qs: RunQuerySet, batch: int | None = None) -> Iterator[tuple[Any, ...]]:
-    """Yield `RUN_COLUMNS` of every run of `qs`, newest first, one keyset page at a time."""
+def iter_runs(
+    qs: RunQuerySet | Sequence[RunQuerySet], batch: int | None = None
+) -> Iterator[tuple[Any, ...]]:
+    """Yield `RUN_COLUMNS` of every run of `qs`, newest first, one keyset page at a time; `qs`
+    may be parts whose union is to be exported (`scopes.visible_parts`), merged page by page."""
     batch = batch or EXPORT_BATCH
-    ordered = qs.order_by("-created_at", "-id")
+    parts = [qs] if isinstance(qs, RunQuerySet) else list(qs)
+    ordered = [part.order_by("-created_at", "-id") for part in parts]
     after: tuple[datetime, int] | None = None
     while True:
-        page = ordered if after is None else keyset.beyond(ordered, after, "created_at", True)
-        rows = list(page.values_list(*RUN_COLUMNS)[:batch])
+        pages = [
+            list(
+                (
+                    part if after is None else keyset.beyond(part, after, "created_at", True)
+                ).values_list(*RUN_COLUMNS)[:batch]
+            )
+            for part in ordered
+        ]
+        rows = pages[0] if len(pages) == 1 else keyset.merged(pages, batch, _row_key)
         yield from rows
         if len(rows) < batch:
             return
@@ -71,7 +93,16 @@ def iter_runs(qs: RunQuerySet, batch: int | None = None) -> Iterator[tuple[Any, 
 def _cell(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value.quantize(MICRO))
     return "" if value is None else value
+
+
+def _json(value: Any) -> Any:
+    """A cost in JSON Lines: its decimal string to the micro-unit, never a float."""
+    if isinstance(value, Decimal):
+        return str(value.quantize(MICRO))
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def csv_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[bytes]:
@@ -97,16 +128,47 @@ def _guard(value: Any) -> Any:
 def jsonl_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[bytes]:
     chunk: list[bytes] = []
     for row in rows:
-        chunk.append(orjson.dumps(dict(zip(header, row, strict=True))) + b"\n")
+        chunk.append(orjson.dumps(dict(zip(header, row, strict=True)), default=_json) + b"\n")
         if len(chunk) >= 500:
             yield b"".join(chunk)
             chunk = []
     yield b"".join(chunk)
 
 
-def runs_export(qs: RunQuerySet, fmt: str) -> Iterator[bytes]:
+def _row_key(row: tuple[Any, ...]) -> tuple[datetime, int]:
+    return row[1], row[0]  # RUN_COLUMNS' created_at and id
+
+
+def runs_export(qs: RunQuerySet | Sequence[RunQuerySet], fmt: str) -> Iterator[bytes]:
     write = csv_lines if fmt == "csv" else jsonl_lines
     return write(RUN_COLUMNS, iter_runs(qs))
+
+
+def price_rows(prices: Iterable[Price]) -> Iterator[tuple[Any, ...]]:
+    """`PRICE_COLUMNS` of `prices` by kind, name and effective date, each one's end the next
+    start of its kind and name in the whole table (empty: in effect still)."""
+    starts: dict[tuple[str, str], list[datetime]] = {}
+    for kind, name, start in Price.objects.values_list("kind", "name", "effective_from"):
+        starts.setdefault((kind, name), []).append(start)
+    for price in sorted(prices, key=lambda p: (p.kind, p.name, p.effective_from)):
+        later = [s for s in starts.get((price.kind, price.name), []) if s > price.effective_from]
+        yield (
+            price.kind,
+            price.name,
+            price.effective_from,
+            min(later, default=None),
+            price.input_per_million,
+            price.output_per_million,
+            price.cached_per_million,
+            price.per_call,
+            price.currency,
+            price.note,
+        )
+
+
+def prices_csv(prices: Iterable[Price] | None = None) -> Iterator[bytes]:
+    """The price table (all of it by default) as CSV, amounts to the micro-unit."""
+    return csv_lines(PRICE_COLUMNS, price_rows(Price.objects.all() if prices is None else prices))
 
 
 def coverage_report(wf: Workflow) -> dict[str, Any]:

@@ -66,22 +66,36 @@ def window(days: float, now: datetime | None = None) -> datetime:
     return (now or timezone.now()) - timedelta(days=days)
 
 
-def futile(days: float = DEFAULT_DAYS, now: datetime | None = None) -> list[AuditRow]:
-    """Retries spent on failures that said a retry cannot help."""
-    return _rows(Run.objects.futile_retries().filter(created_at__gte=window(days, now)))
+def _of(qs: Any, projects: tuple[int, ...] | None) -> Any:
+    return qs if projects is None else qs.filter(project_id__in=projects)
+
+
+def futile(
+    days: float = DEFAULT_DAYS,
+    now: datetime | None = None,
+    projects: tuple[int, ...] | None = None,
+) -> list[AuditRow]:
+    """Retries spent on failures that said a retry cannot help (of `projects`' runs, if given)."""
+    qs = Run.objects.futile_retries().filter(created_at__gte=window(days, now))
+    return _rows(_of(qs, projects))
 
 
 def never_recovered(
-    days: float = DEFAULT_DAYS, now: datetime | None = None, retries: int | None = None
+    days: float = DEFAULT_DAYS,
+    now: datetime | None = None,
+    retries: int | None = None,
+    projects: tuple[int, ...] | None = None,
 ) -> list[AuditRow]:
-    """Tasks (counted once) flagged retryable, retried at least `retries` times, never a success."""
+    """Tasks (counted once) flagged retryable, retried at least `retries` times, never a success
+    (of `projects`' runs, if given: a retry is its first attempt's project's)."""
     least = retries or settings.RETRY_AUDIT_MIN_RETRIES
     root = Coalesce("retry_of_id", "id")
     succeeded = Run.objects.filter(
         Q(retry_of_id=OuterRef("task")) | Q(pk=OuterRef("task")), status=Run.Status.SUCCEEDED
     )
     qs = (
-        Run.objects.filter(
+        _of(Run.objects, projects)
+        .filter(
             RunSets.FAILURES,
             Q(retryable=True) | Q(retryable__isnull=True, failure_type__in=RETRYABLE),
             attempt=least + 1,

@@ -2,24 +2,31 @@
 sets auth, the rate limit, the body parser and the error envelope once for all. Business rules
 live in the models and `orchestrator.coordination`, never here.
 
-Every valid token sees every run: coordinators read what their subagents (holding other tokens)
-reported. Idempotency keys are scoped per token.
+A token reads and acts on its own work (the runs it reported, the workflows it started and their
+runs, their review items); coordinators that read or act on what other tokens reported are granted
+`read:all` / `act:all` (`scopes`). Idempotency keys are scoped per token.
 """
 
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver, path, re_path
-from ninja import NinjaAPI
+from django.urls import URLPattern, URLResolver, re_path
 
 from orchestrator.api import decisions, otlp, policies, reviews, runs, workflows
 from orchestrator.api.auth import BearerToken, TokenRateThrottle
-from orchestrator.api.docs import LocalSwagger, docs_asset
+from orchestrator.api.docs import CachedSchemaAPI, Docs
 from orchestrator.api.errors import API_NAMESPACE, EnvelopeParser, install_handlers, not_found
 
 DESCRIPTION = """
 Agents report every run with its structured outcome; coordinators read runs and routing policies.
 
 **Auth**: `Authorization: Bearer <token>` on every operation (`manage.py createtoken NAME`).
+
+**Scopes**: a token reads and acts on its own work only: the runs it reported, the workflows it
+started and the runs reported for them, their review items. Any other run, workflow or review item
+is a 404, as an unknown id is. `read:all` reads everyone's (lists included); `act:all` acts on
+everyone's (decisions, escalations, retries, finishing, acknowledgements). Scopes are granted in
+the admin or with `manage.py createtoken NAME --scope read:all --scope act:all`. Policies and
+classification are readable by every token.
 
 **Errors** are JSON in the envelope shape agents report failures in: `status` "error", a taxonomy
 `failure_type`, `retryable`, `retry_after` (seconds; also the `Retry-After` header on 429 and
@@ -39,7 +46,7 @@ cannot store it).
 """
 
 
-api = NinjaAPI(
+api = CachedSchemaAPI(
     title="Failsight API",
     version="1",
     description=DESCRIPTION,
@@ -47,7 +54,7 @@ api = NinjaAPI(
     auth=BearerToken(),
     throttle=TokenRateThrottle(),
     parser=EnvelopeParser(),
-    docs=LocalSwagger(),
+    docs=Docs(),
 )
 install_handlers(api)
 
@@ -65,7 +72,6 @@ def urls() -> tuple[list[URLPattern | URLResolver], str, str]:
     patterns, app_name, namespace = api.urls
     return (
         [
-            path("docs/assets/<str:name>", docs_asset, name="docs-asset"),
             *patterns,
             re_path(r"^.*$", not_found, name="not-found"),
         ],

@@ -1,9 +1,10 @@
 """Routing as a service and classification as a service, for coordinators in any language.
 
-`POST /decisions` runs the same `routing.decide` with the same policy snapshot and retry budget as
-the built-in coordinator; `POST /classify` reads an error described as data (or an MCP tool
-result) with the classifier and the enabled provider overrides. The rules live in
-`orchestrator.coordination` and `classifier`; this module maps HTTP onto them.
+`POST /decisions` asks the same `budget.decide` (the policy, the source's budget, breaker and
+Retry-After hold) as the built-in coordinator and its local recovery; `POST /classify` reads an
+error described as data (or an MCP tool result) with the classifier and the enabled provider
+overrides. The rules live in `orchestrator.coordination` and `classifier`; this module maps HTTP
+onto them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ninja import Router
 
 from classifier.described import classify_description, describe_mcp_result
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
+from orchestrator.api import scopes
 from orchestrator.api.errors import (
     ApiError,
     EnvelopeParser,
@@ -48,6 +50,7 @@ MCP_FIELDS = {
     "error_category",
     "is_retryable",
     "code",
+    "result_type",
 }
 
 
@@ -59,15 +62,20 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
     stored on the run as it stores its own (action, delay, reason, policy version, budget spent):
     the run page shows it and the tiles count it; asked again, the stored decision is returned
     without deciding or spending budget twice. An `escalate` then carries `review`: the item it
-    opened. `retryable: false` in the failure is never answered with a blind retry; `switch_to`
-    names the source a `switch_source` goes to (the capability's next untried source, else an
-    alternative the failure suggested that names a registered source)."""
+    opened. `retryable: false` in the failure is never answered with a blind retry; `wait` says
+    the source holds every caller back (its Retry-After, an open breaker) for `delay_seconds`,
+    whichever query failed; `switch_to` names the source a `switch_source` goes to (the
+    capability's next untried source, else an alternative the failure suggested that names a
+    registered source).
+
+    A decision on another token's run takes `act:all`; naming another token's `workflow`,
+    `read:all` (else 404, as for an unknown id)."""
     if payload.run is not None:
         return _decide_on_run(request, payload)
     assert payload.failure is not None and payload.source is not None  # DecisionIn says so
     wf = None
     if payload.workflow:
-        wf = Workflow.objects.filter(pk=payload.workflow).first()
+        wf = scopes.readable(request.auth, Workflow, payload.workflow)
         if wf is None:
             raise not_found_error(f"No workflow with id {payload.workflow}.")
     failure = payload.failure
@@ -85,24 +93,15 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
         suggested=suggested,
         can_refresh=registry().has_refresher(payload.source),
         partial_count=len(failure.partial_results),
+        project_id=request.auth.project_id,
     )
-    facts = failure.facts()
-    snap = policy.current_snapshot()
-    state = budget.state(payload.source)
-    now = clock.now()
-    decision = routing.decide(facts, payload.attempt, snap, state, ctx, now=now)
-    spent = decision.budget_cost if decision.action == Action.RETRY else 0.0
-    if decision.action == Action.RETRY and not budget.try_spend(
-        payload.source, decision.budget_cost
-    ):
-        empty = routing.Budget(source=payload.source, tokens=0)
-        decision = routing.decide(facts, payload.attempt, snap, empty, ctx, now=now)
-        spent = 0.0
+    decision = budget.decide(failure.facts(), payload.attempt, ctx, now=clock.now())
+    spent = decision.budget_cost if decision.calls_again else 0.0
     return decision.to_dict() | {"budget_spent": spent}
 
 
 def _decide_on_run(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
-    run = Run.objects.select_related("workflow").filter(pk=payload.run).first()
+    run = scopes.actionable(request.auth, Run, payload.run)
     if run is None:
         raise not_found_error(f"No run with id {payload.run}.")
     if payload.failure is not None and payload.failure.failure_type != run.failure_type:

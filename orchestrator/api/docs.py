@@ -1,66 +1,79 @@
-"""The API docs page (Swagger UI) under our Content-Security-Policy, with no CDN: ninja loads it
-from jsdelivr unless "ninja" is in INSTALLED_APPS, which our CSP blocks. The files bundled with
-ninja are served here; the settings ride in a non-executable JSON block, so no inline script.
+"""The API docs page: Swagger UI from ninja's files. "ninja" is an installed app, so the page loads
+them from our static files (whitenoise), never from a CDN, and keeps its settings in a
+non-executable JSON block, as our Content-Security-Policy needs. The OpenAPI document is
+built once per process: it takes about half a second and changes only with the code.
 """
 
 from __future__ import annotations
 
 import json
-import mimetypes
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import Any
 
-import ninja
-from django.http import FileResponse, HttpRequest, HttpResponse
-from django.urls import reverse
-from django.utils.html import escape
-from django.views.decorators.http import require_GET
-from ninja.openapi.docs import DocsBase
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from ninja import NinjaAPI, Swagger
+from ninja.openapi.schema import OpenAPISchema
 
-from orchestrator.api.errors import not_found
-
-if TYPE_CHECKING:
-    from ninja import NinjaAPI
-
-ASSET_DIR = Path(ninja.__file__).parent / "static" / "ninja"
-ASSETS = frozenset({"swagger-ui-bundle.js", "swagger-ui-init.js", "swagger-ui.css", "favicon.png"})
-
-PAGE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-  <meta charset="utf-8">
-  <title>{title}</title>
-  <link rel="stylesheet" href="{assets}swagger-ui.css">
-  <link rel="icon" href="{assets}favicon.png">
-</head>
-<body data-csrf-token="" data-api-csrf="">
-  <script type="application/json" id="swagger-settings">{settings}</script>
-  <div id="swagger-ui"></div>
-  <script src="{assets}swagger-ui-bundle.js"></script>
-  <script src="{assets}swagger-ui-init.js"></script>
-</body>
-</html>
-"""
+# No badge from the public validator: it would call out of the page (and our CSP refuses it).
+SWAGGER_SETTINGS = {"validatorUrl": None}
 
 
-class LocalSwagger(DocsBase):
-    """Swagger UI from the files bundled with ninja, served by `docs_asset`."""
+class CachedSchemaAPI(NinjaAPI):
+    """A NinjaAPI whose OpenAPI document is built once for each URL prefix it is served under."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.openapi_built: dict[str, OpenAPISchema] = {}
+        self.openapi_lock = threading.Lock()
+
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> OpenAPISchema:
+        if path_prefix is None:
+            path_prefix = self.get_root_path(path_params or {})
+        with self.openapi_lock:  # a second request waits for the build under way
+            if path_prefix not in self.openapi_built:
+                built = super().get_openapi_schema(path_prefix=path_prefix)
+                self.openapi_built[path_prefix] = built
+            return self.openapi_built[path_prefix]
+
+    def build_openapi_soon(self, path_params: dict[str, Any]) -> None:
+        """Start building the document unless it is built, so that it is ready by the time the
+        docs page, which asks for it only once its script has run, does."""
+        path_prefix = self.get_root_path(path_params)
+        if path_prefix not in self.openapi_built:
+            threading.Thread(
+                target=self.get_openapi_schema,
+                kwargs={"path_prefix": path_prefix},
+                name="openapi-build",
+                daemon=True,
+            ).start()
+
+
+def _auths(api: NinjaAPI) -> list[Any]:
+    return list(api.auth) if isinstance(api.auth, list | tuple) else []
+
+
+class Docs(Swagger):
+    """ninja's Swagger UI page, which also starts building the document it will ask for. Our
+    template asks the browser to fetch the document while the UI's script loads (a preload),
+    and our script (static/js/api-docs.js) keeps Swagger UI from rebuilding the whole OpenAPI
+    3.1 document before it shows the operations."""
+
+    template = "api/docs.html"
+
+    def __init__(self) -> None:
+        super().__init__(settings=SWAGGER_SETTINGS)
 
     def render_page(self, request: HttpRequest, api: NinjaAPI, **kwargs: Any) -> HttpResponse:
-        assets = reverse(f"{api.urls_namespace}:docs-asset", kwargs={"name": "x"})[:-1]
-        config = {"url": self.get_openapi_url(api, kwargs), "layout": "BaseLayout"}
-        # "<" escaped so that no value can close the JSON block early.
-        settings = json.dumps(config).replace("<", "\\u003c")
-        html = PAGE.format(title=escape(api.title), assets=assets, settings=settings)
-        return HttpResponse(html)
-
-
-@require_GET
-def docs_asset(request: HttpRequest, name: str) -> HttpResponse:
-    """One of the whitelisted Swagger UI files (never a path from the request)."""
-    if name not in ASSETS:
-        return not_found(request)
-    content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    response = FileResponse((ASSET_DIR / name).open("rb"), content_type=content_type)
-    response["Cache-Control"] = "public, max-age=86400"
-    return response
+        if isinstance(api, CachedSchemaAPI):
+            api.build_openapi_soon(kwargs)
+        self.settings["url"] = self.get_openapi_url(api, kwargs)
+        context = {
+            "swagger_settings": json.dumps(self.settings, indent=1),
+            "openapi_url": self.settings["url"],
+            "api": api,
+            "add_csrf": any(getattr(auth, "csrf", False) for auth in _auths(api)),
+        }
+        return render(request, self.template, context)

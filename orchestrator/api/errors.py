@@ -151,7 +151,7 @@ def _http_error(exc: HttpError) -> ApiError:
     return invalid(str(exc), status=exc.status_code)
 
 
-def _unauthenticated() -> ApiError:
+def unauthenticated() -> ApiError:
     return ApiError(
         401,
         FailureCategory.AUTH_FAILURE,
@@ -164,13 +164,12 @@ def _unauthenticated() -> ApiError:
     )
 
 
-def _throttled(exc: Throttled) -> ApiError:
-    wait = float(exc.wait) if exc.wait is not None else 60.0
+def throttled(wait: float | None) -> ApiError:
     return ApiError(
         429,
         FailureCategory.RATE_LIMITED,
         f"More than {settings.API_RATE_LIMIT_PER_MINUTE} requests a minute for this token.",
-        retry_after=wait,
+        retry_after=float(wait) if wait is not None else 60.0,
         alternatives=["wait Retry-After seconds", "send runs in batches (POST /runs/batch)"],
     )
 
@@ -211,9 +210,9 @@ def install_handlers(api: NinjaAPI) -> None:
 
     handle(ApiError, lambda exc: exc)
     handle(NinjaValidationError, lambda exc: invalid("Invalid request.", _validation_errors(exc)))
-    handle(AuthenticationError, lambda exc: _unauthenticated())
+    handle(AuthenticationError, lambda exc: unauthenticated())
     handle(AuthorizationError, lambda exc: ApiError(403, FailureCategory.AUTH_FAILURE, str(exc)))
-    handle(Throttled, _throttled)
+    handle(Throttled, lambda exc: throttled(exc.wait))
     handle(HttpError, _http_error)
     handle(Http404, lambda exc: not_found_error("Not found."))
     handle(RequestDataTooBig, lambda exc: _too_big())

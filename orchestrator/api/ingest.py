@@ -2,32 +2,44 @@
 
 A batch costs a fixed number of queries whatever its size. Concurrent repeats of a key produce one
 row because a unique index arbitrates, never a read-then-write (on PostgreSQL the claims table,
-see `Run`). No counter is updated on the request path: periodic jobs fold them in.
+see `Run`). No counter is updated on the request path: periodic jobs fold them in. What the
+stored reports say about their sources (breaker, budget, Retry-After hold, calls started inside a
+hold) is written after them: a read and one UPDATE for all their sources.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
 import orjson
 import pydantic
 from django.conf import settings
-from django.db import DataError, IntegrityError, connection, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from classifier import FailureCategory
+from orchestrator import scrubbing
+from orchestrator.api import scopes
+from orchestrator.api.costs import columns as cost_columns
 from orchestrator.api.errors import ApiError, FieldError, invalid
 from orchestrator.api.groupcommit import GroupCommit
 from orchestrator.api.inserts import ROW_FIELDS, Stored, insert_rows, stored_keys
+from orchestrator.api.reclassify import reclassify
 from orchestrator.api.schemas import EnvelopeIn, RunIn
+from orchestrator.coordination import budget
 from orchestrator.fingerprint import signature
-from orchestrator.models import Run, Workflow
+from orchestrator.memo import LocalMemo
+from orchestrator.models import ApiToken, Run, Workflow
+from orchestrator.models.tokens import project_of
+
+logger = logging.getLogger(__name__)
 
 # A report's envelope status as the run's status ("running": started, finished by a PATCH).
 REPORTED_STATUS = {
@@ -90,13 +102,28 @@ def _path(prefix: str, loc: Iterable[Any]) -> str:
     return ".".join(str(part) for part in (prefix, *loc) if part != "")
 
 
+def named(run: RunIn, token_id: int) -> RunIn:
+    """`run` with the agent and source a verbatim envelope leaves out (`RunIn.with_defaults`)."""
+    if run.agent is not None and run.source is not None:
+        return run
+    names = ApiToken.objects.filter(pk=token_id).values_list("name", flat=True)
+    return run.with_defaults(_TOKEN_NAMES.get(token_id, names.first) or "")
+
+
+# Token names by id, for reports that name no agent; a rename shows within a minute.
+_TOKEN_NAMES: LocalMemo[str | None] = LocalMemo(lambda: 60.0)
+
+
 def validate_item(raw: Any, prefix: str) -> tuple[RunIn | None, list[FieldError]]:
     try:
         run = RunIn.model_validate(raw)
     except pydantic.ValidationError as exc:
         return None, [FieldError(_path(prefix, e["loc"]), e["msg"]) for e in exc.errors()]
     errors = consistency_errors(run, prefix)
-    return (None if errors else run), errors
+    if errors:
+        return None, errors
+    run.scrub(scrubbing.current())  # before anything is stored
+    return run, errors
 
 
 def consistency_errors(run: EnvelopeIn, prefix: str = "") -> list[FieldError]:
@@ -136,23 +163,36 @@ def reference_errors(pending: Sequence[Pending], prefix: Callable[[int], str]) -
     def refuse(p: Pending, field: str, message: str) -> None:
         errors.setdefault(p.index, []).append(FieldError(_path(prefix(p.index), [field]), message))
 
+    reporters = scopes.Reporters(p.token_id for p in pending)
     workflows = {p.run.workflow for p in pending} - {None}
     if workflows:
-        known = set(Workflow.objects.filter(pk__in=workflows).values_list("pk", flat=True))
+        # Another token's workflow takes act:all: without it, it is unknown (scopes).
+        known = Workflow.objects.only("token", "project").in_bulk(workflows)
         for p in pending:
-            if p.run.workflow is not None and p.run.workflow not in known:
+            if p.run.workflow is None:
+                continue
+            wf = known.get(p.run.workflow)
+            if wf is None or not reporters.may_act(p.token_id, wf):
                 refuse(p, "workflow", f"no workflow with id {p.run.workflow}")
     retries = [p for p in pending if p.run.retry_of is not None]
     if retries:
-        for p, field, message in _retry_conflicts(retries):
+        for p, field, message in _retry_conflicts(retries, reporters):
             refuse(p, field, message)
     return errors
 
 
-def _retry_conflicts(retries: Sequence[Pending]) -> Iterable[tuple[Pending, str, str]]:
-    """Yield (item, field, reason) for retries of unknown runs or of attempts already taken."""
+def _retry_conflicts(
+    retries: Sequence[Pending], reporters: scopes.Reporters
+) -> Iterable[tuple[Pending, str, str]]:
+    """Yield (item, field, reason) for retries of unknown runs (another token's run is unknown
+    without act:all) or of attempts already taken."""
     firsts = {p.run.retry_of for p in retries}
-    known = set(Run.objects.filter(pk__in=firsts).values_list("pk", flat=True))
+    known = (
+        Run.objects.filter(pk__in=firsts)
+        .select_related("workflow")
+        .only("token", "project", "workflow__token")
+        .in_bulk()
+    )
     taken = {
         (first, attempt): (pk, token_id, key)
         for first, attempt, pk, token_id, key in Run.objects.filter(
@@ -162,7 +202,8 @@ def _retry_conflicts(retries: Sequence[Pending]) -> Iterable[tuple[Pending, str,
     claimed: dict[tuple[int, int], str] = {}
     for p in retries:
         slot = (p.run.retry_of, p.run.attempt)
-        if p.run.retry_of not in known:
+        first = known.get(p.run.retry_of)
+        if first is None or not reporters.may_act(p.token_id, first):
             yield p, "retry_of", f"no run with id {p.run.retry_of}"
         elif slot in taken and not (p.key and taken[slot][1:] == (p.token_id, p.key)):
             yield (
@@ -213,6 +254,7 @@ def _row(p: Pending) -> tuple:
         run.results,
         run.failure_type.value if run.failure_type else None,
         run.reported_failure_type,
+        run.classified_policy_version,
         run.retryable,
         run.retry_after,
         run.status_code,
@@ -232,7 +274,14 @@ def _row(p: Pending) -> tuple:
         p.digest,
         run.trace_id,
         run.span_id,
+        run.scrubbed_fields,
+        *cost_columns(run.usage, run.cost, run.source, run.started_at or timezone.now()),
     )
+
+
+def run_fields(run: RunIn) -> dict[str, Any]:
+    """The columns a report sets, by attribute name: a later report of the same run updates them."""
+    return dict(zip(_row_attnames(), _row(Pending(0, run, 0, "", "")), strict=True))
 
 
 def key_reused(key: str, stored_id: int, path: str, noun: str = "run") -> ApiError:
@@ -280,7 +329,78 @@ def store(
     stored |= stored_keys(token_id, (p.key for p in earlier if p.key not in stored))
     for p in earlier:
         outcomes[p.index] = _judge_repeat(p, stored.get(p.key), key_path(p.index))
+    created = [(p.run, outcomes[p.index]) for p in to_insert]
+    tell_sources([(run, o.id) for run, o in created if o.status == "created" and o.id], created_at)
     return [outcomes[p.index] for p in pending]
+
+
+def tell_sources(runs: Sequence[tuple[EnvelopeIn, int]], now: datetime | None = None) -> None:
+    """Write what newly stored reports (with their run ids) say about their sources: a call
+    started inside a source's Retry-After hold is early, whatever its query; every success and
+    failure feeds the source's breaker, budget and hold, as the built-in coordinator's calls do.
+    The reports stand whatever happens here: an error is logged, never answered."""
+    now = now or timezone.now()
+    answers = [answer for run, _ in runs if (answer := _answer(run, now)) is not None]
+    try:
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            known = _mark_early(runs, answers)
+            budget.record(answers, now, known)
+    except DatabaseError:
+        logger.warning("reports stored, but not fed to their sources' health", exc_info=True)
+
+
+def tell_finish(run: Run) -> None:
+    """`tell_sources` for an agent's run just finished (PATCH /runs/{id})."""
+    now = timezone.now()
+    at = min(run.finished_at, now) if run.finished_at else now
+    answer = budget.Answer(
+        run.source, not run.is_failure, at, run.failure_type, run.retry_after, run.attempt > 1
+    )
+    try:
+        budget.record([answer], now)
+    except DatabaseError:
+        logger.warning("run %s finished, but not fed to its source's health", run.pk, exc_info=True)
+
+
+def _answer(run: EnvelopeIn, now: datetime) -> budget.Answer | None:
+    if run.status not in ("ok", "error") or not run.source:
+        return None  # a running run has no answer yet
+    at = min(run.finished_at, now) if run.finished_at else now
+    ftype = run.failure_type.value if run.failure_type else None
+    retry = run.attempt > 1  # a later attempt of a request: its failure extends no streak
+    return budget.Answer(run.source, run.status == "ok", at, ftype, run.retry_after, retry)
+
+
+def _call_start(run: EnvelopeIn) -> datetime | None:
+    started = getattr(run, "started_at", None)
+    if started is None and run.finished_at and run.duration_ms is not None:
+        started = run.finished_at - timedelta(milliseconds=run.duration_ms)
+    return started
+
+
+def _mark_early(
+    runs: Sequence[tuple[EnvelopeIn, int]], answers: Sequence[budget.Answer]
+) -> set[str]:
+    """Give each run whose call started inside a hold (stored, or begun by an earlier answer of
+    these very reports) the hold's end as `due_at`: it started before it was due, an early call.
+    Return the sources read that have a health row."""
+    starts = {pk: (run.source, s) for run, pk in runs if run.source and (s := _call_start(run))}
+    if not starts:
+        return set()
+    since = min(start for _, start in starts.values())
+    holds = budget.Holds.current({run.source for run, _ in runs if run.source}, since)
+    for answer in answers:
+        if answer.hold is not None:
+            holds.add(answer.source, *answer.hold)
+    if not holds:
+        return holds.known
+    due: dict[datetime, list[int]] = {}
+    for pk, (source, start) in starts.items():
+        if (until := holds.covering(source, start)) is not None:
+            due.setdefault(until, []).append(pk)
+    for until, pks in due.items():  # `RunSets.EARLY_RETRIES`: started before it was due
+        Run.objects.filter(pk__in=pks).update(due_at=until)
+    return holds.known
 
 
 def _judge_repeat(p: Pending, stored: Stored | None, path: str) -> Outcome:
@@ -305,7 +425,8 @@ def ingest_batch(
             outcomes[index] = Outcome(index, "rejected", None, invalid("Invalid run.", errors))
             continue
         digest = digests[index] if digests is not None else request_hash(raw)
-        pending.append(Pending(index, run, token_id, run.idempotency_key, digest))
+        pending.append(Pending(index, named(run, token_id), token_id, run.idempotency_key, digest))
+    reclassify(p.run for p in pending)
     missing = reference_errors(pending, lambda i: f"runs.{i}")
     for index, errors in missing.items():
         outcomes[index] = Outcome(
@@ -332,6 +453,8 @@ def ingest_one(
     errors = consistency_errors(run)
     if errors:
         raise invalid("Invalid run.", errors)
+    run.scrub(scrubbing.current())  # before anything is stored
+    reclassify([named(run, token_id)])
     p = Pending(0, run, token_id, key, request_hash(raw))
     # Inside a caller's transaction the commit is the caller's: nobody else's report rides on it.
     alone = connection.in_atomic_block
@@ -398,7 +521,8 @@ GROUP: GroupCommit[Pending, tuple[Outcome, datetime]] = GroupCommit(
 
 def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
     values = dict(zip(_row_attnames(), p.row or _row(p), strict=True))
-    return Run(id=pk, token_id=p.token_id, created_at=created_at, **values)
+    project_id = project_of(p.token_id)
+    return Run(id=pk, token_id=p.token_id, project_id=project_id, created_at=created_at, **values)
 
 
 @cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -18,9 +19,10 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from orchestrator.models import Run
+from orchestrator.models.tokens import project_of
 
 # Fields that differ per run; every other column takes its model default (read at insert time,
-# so a field added later needs no change here), created_at or the token.
+# so a field added later needs no change here), created_at, the token or the token's project.
 ROW_FIELDS = (
     "workflow",
     "topic",
@@ -36,6 +38,7 @@ ROW_FIELDS = (
     "results",
     "failure_type",
     "reported_failure_type",
+    "classified_policy_version",
     "retryable",
     "retry_after",
     "status_code",
@@ -55,11 +58,13 @@ ROW_FIELDS = (
     "request_hash",
     "trace_id",
     "span_id",
+    "scrubbed_fields",
+    *Run.USAGE_FIELDS,
 )
 
 
 def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]]:
-    given = {"created_at": created_at, "token": token_id}
+    given = {"created_at": created_at, "token": token_id, "project": project_of(token_id)}
     # Not the `connection` proxy: each use of it looks this thread's connection up again.
     db = connections[DEFAULT_DB_ALIAS]
     return [
@@ -250,7 +255,9 @@ def _insert_one_statement(rows: Sequence[tuple], batch: list[tuple[Field, Any]])
     once (psycopg ignores `prepare=True` without DATABASE_PREPARED_STATEMENTS' threshold).
     Optimistic: a repeated key (a retry whose answer was lost) is the rare case."""
     constants = {f.column: _json_value(value) for f, value in batch if value is not None}
-    data = orjson.dumps([dict(zip(_ROW_COLUMNS, row, strict=True), **constants) for row in rows])
+    data = orjson.dumps(
+        [dict(zip(_ROW_COLUMNS, row, strict=True), **constants) for row in rows], default=_decimal
+    )
     db = connections[DEFAULT_DB_ALIAS]
     db.ensure_connection()
     try:
@@ -261,6 +268,13 @@ def _insert_one_statement(rows: Sequence[tuple], batch: list[tuple[Field, Any]])
         if not any(row[KEY] for row in rows):
             raise  # no key to skip: another constraint refused a row; the caller judges it
         return None
+
+
+def _decimal(value: Any) -> str:
+    """A cost as JSON: its decimal string (numeric reads it back exactly), never a float."""
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _json_value(value: Any) -> Any:

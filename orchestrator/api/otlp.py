@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from orchestrator.api import ingest, spans
+from orchestrator.api import span_joins
 from orchestrator.api.errors import ApiError, deeper_than, error_responses, invalid
 from orchestrator.coordination import policy
 from orchestrator.vocabulary import FailureCategory
@@ -62,26 +62,18 @@ def export_traces(request: HttpRequest) -> HttpResponse:
     """Store the spans of an OTLP export as runs (docs/api.md: "OpenTelemetry in").
 
     GenAI spans (agent, model and tool calls) become runs, ok or failed; other spans become runs
-    only when they failed and no ancestor in the same export is a run, whose failure they then
+    only when they failed and no ancestor in the same trace is a run, whose failure they then
     explain; plain spans are skipped. The failure type is classified from what the span says
     (status, `error.type`, `exception` events, `http.response.status_code` …) with the provider
-    overrides. A span already stored (an exporter's retry) is not stored again. The answer is an
+    overrides. Spans of one trace exported in different batches make the same runs as one export:
+    a failed span waits (OTLP_JOIN_WAIT_SECONDS at most) for its parent, and a late part updates
+    its run. A span already stored (an exporter's retry) is not stored again. The answer is an
     `ExportTraceServiceResponse` in the request's encoding (`partial_success` counts the spans
     refused, with the reasons)."""
     as_json = _media_type(request) == JSON
     export = _decode(_body(request), as_json)
-    reading = spans.runs_from_request(export, policy.current_classifier())
-    outcomes = []
-    size = settings.API_MAX_BATCH  # an export may hold more spans than one batch insert takes
-    for start in range(0, len(reading.runs), size):
-        chunk = reading.runs[start : start + size]
-        items, digests = [run.item for run in chunk], [run.digest for run in chunk]
-        outcomes += ingest.ingest_batch(request.auth.pk, items, digests=digests)
-    refused = list(reading.invalid)
-    for run, outcome in zip(reading.runs, outcomes, strict=True):
-        if outcome.error is not None:
-            refused.append(f"{run.label}: {_reason(outcome.error)}")
-    return _answer(refused, as_json)
+    stored = span_joins.store_export(request.auth.pk, export, policy.current_classifier())
+    return _answer(stored.refused, as_json)
 
 
 def _media_type(request: HttpRequest) -> str:
@@ -171,11 +163,6 @@ def _ids_as_base64(data: Any) -> Any:
                 raise invalid(f"{key} {value[:40]!r} is not hexadecimal.", status=400) from None
         out[key] = _ids_as_base64(value)
     return out
-
-
-def _reason(error: ApiError) -> str:
-    fields = "; ".join(f"{e.path}: {e.message}" for e in error.errors[:3])
-    return f"{error.detail} {fields}".strip()
 
 
 def _answer(refused: list[str], as_json: bool) -> HttpResponse:

@@ -114,15 +114,17 @@ def idle(environ: Environ) -> AbstractContextManager[bool]:
 
 
 def shed(environ: Environ) -> tuple[str, list[tuple[str, str]], bytes]:
-    """The 503 of a refused request: status, headers, body (the envelope under /api/)."""
+    """The 503 of a refused request: status, headers, body (the envelope under /api/ and at
+    /mcp, the agents' addresses)."""
     detail = "The server is overloaded; nothing was done."
     path = environ.get("PATH_INFO", "")
     alternatives = ["retry after Retry-After seconds (with the same Idempotency-Key)"]
-    if not path.startswith("/api/"):
+    if not path.startswith(("/api/", "/mcp")):
         body = detail.encode()
         headers = [("Content-Type", "text/plain; charset=utf-8"), ("Retry-After", "1")]
         return "503 Service Unavailable", [*headers, ("Content-Length", str(len(body)))], body
-    alternatives.append("report runs in batches (POST /api/v1/runs/batch)")
+    if path.startswith("/api/"):
+        alternatives.append("report runs in batches (POST /api/v1/runs/batch)")
     error = ApiError(
         503,
         FailureCategory.SERVER_FAULT,

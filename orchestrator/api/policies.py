@@ -23,7 +23,14 @@ from orchestrator.api.schemas import (
     PoliciesOut,
     PolicyVersionListOut,
 )
-from orchestrator.models import PolicyState, PolicyVersion, ProviderOverride, RoutingPolicy
+from orchestrator.models import (
+    PolicyState,
+    PolicyVersion,
+    ProjectPolicy,
+    ProviderOverride,
+    RoutingPolicy,
+    ScrubRule,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,21 +60,33 @@ class PolicyVersionMiddleware:
 
 @router.get("", response={200: PoliciesOut, **error_responses()})
 def current_policies(request: HttpRequest) -> dict[str, Any]:
-    """The routing policy per failure type and the enabled provider overrides, with the version
-    that every decision records."""
+    """The routing policy per failure type (the token's project's own rows where it overrides the
+    global ones), the enabled provider overrides and scrub rules, with the version that every
+    decision records."""
     # Re-read the version after the rows: an edit committed in between would pair new rows
     # with an old version (the version is what decisions record), so read again until stable.
     version = PolicyState.current_version()
     while True:
         snapshot = {
             "version": version,
-            "policies": [policy.snapshot() for policy in RoutingPolicy.objects.all()],
+            "policies": _project_rows(request.auth.project_id),
             "overrides": [o.snapshot() for o in ProviderOverride.objects.filter(enabled=True)],
+            "scrub_rules": [r.snapshot() for r in ScrubRule.objects.filter(enabled=True)],
         }
         latest = PolicyState.current_version()
         if latest == version:
             return snapshot
         version = latest
+
+
+def _project_rows(project_id: int) -> list[dict[str, Any]]:
+    """Every failure type's row as the project's runs are routed: its override, else the global."""
+    own = {
+        p.failure_type: {k: v for k, v in p.snapshot().items() if k != "project"}
+        for p in ProjectPolicy.objects.filter(project_id=project_id).select_related("project")
+    }
+    rows = [own.pop(p.failure_type, None) or p.snapshot() for p in RoutingPolicy.objects.all()]
+    return rows + list(own.values())
 
 
 class VersionFilters(Schema):
@@ -77,8 +96,9 @@ class VersionFilters(Schema):
 
 @router.get("/versions", response={200: PolicyVersionListOut, **error_responses(422)})
 def policy_versions(request: HttpRequest, filters: Query[VersionFilters]) -> dict[str, Any]:
-    """Every policy version, newest first, with its routing table, its overrides and what changed
-    from the version before. Restoring one is an operator's action on the policies page."""
+    """Every policy version, newest first, with its routing table, overrides and scrub rules, and
+    what changed from the version before. Restoring one is an operator's action on the policies
+    page."""
     qs = PolicyVersion.objects.newest_first()
     if filters.before is not None:
         qs = qs.filter(version__lt=filters.before)
@@ -104,6 +124,7 @@ def version_out(version: PolicyVersion, older: PolicyVersion | None) -> dict[str
         "restored_from": version.restored_from,
         "policies": version.policies,
         "overrides": version.overrides,
+        "scrub_rules": version.scrub_rules,
         "changes": version.changes_since(older),
     }
 
@@ -114,19 +135,27 @@ def dry_run(request: HttpRequest, payload: DryRunIn) -> dict[str, Any]:
     `policies` over it, and under the current table alone: retries, waiting time, switches,
     escalations (and per day), aborts, and the wasted calls and recovered runs expected from what
     followed the recorded decisions. Above 100,000 failures a sample is replayed (`sampled`).
-    Nothing is saved."""
+    Nothing is saved. The failures are the token's project's, and both tables are that
+    project's (its own rows where it overrides the global policy, as `GET /policies` answers)."""
+    project_id = request.auth.project_id
     rows = [row.given() for row in payload.policies]
-    errors = [e for i, row in enumerate(rows) for e in _row_errors(i, row)]
+    errors = [e for i, row in enumerate(rows) for e in _row_errors(i, row, project_id)]
     if errors:
         raise invalid("Invalid proposed policy.", errors)
-    return dryrun.dry_run(rows, days=payload.days)
+    return dryrun.dry_run(rows, days=payload.days, projects=[project_id])
 
 
-def _row_errors(index: int, row: dict[str, Any]) -> list[FieldError]:
-    """The model's own validation of the proposed row over the current one (ranges, max ≥ base,
-    a hard-fail type tried once, the actions a row may name)."""
-    current = RoutingPolicy.objects.filter(failure_type=row["failure_type"]).first()
-    base = current.snapshot() if current else {}
+def _row_errors(index: int, row: dict[str, Any], project_id: int) -> list[FieldError]:
+    """The model's own validation of the proposed row over the current one of the project's
+    table (ranges, max ≥ base, a hard-fail type tried once, the actions a row may name)."""
+    own = ProjectPolicy.objects.filter(
+        project_id=project_id, failure_type=row["failure_type"]
+    ).first()
+    if own is not None:
+        base = {k: v for k, v in own.snapshot().items() if k != "project"}
+    else:
+        current = RoutingPolicy.objects.filter(failure_type=row["failure_type"]).first()
+        base = current.snapshot() if current else {}
     candidate = RoutingPolicy(**{**base, **row})
     try:
         candidate.clean_fields(exclude=["failure_type"])

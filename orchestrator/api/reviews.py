@@ -2,10 +2,13 @@
 resolutions not picked up yet, acknowledge one.
 
 An item belongs to the token that reported its run (`ReviewItem.token`): that token lists its
-items and acknowledges their resolutions; every token may read any item, as every token reads
-any run. `?wait=S` on an item answers as soon as it is resolved (`notify.wait_for`: LISTEN/NOTIFY
-on PostgreSQL, a bounded poll on SQLite). The rules live in the models and
-`orchestrator.coordination` (`escalation.escalate_reported`, `delivery.resolution_payload`).
+items and acknowledges their resolutions. Reading and acting on an item follow `scopes`: a token's
+own items and those of the workflows it started, every item with `read:all` (reading) or
+`act:all` (escalating another token's run, acknowledging another token's item); any other item
+is a 404, as an unknown id is. `?wait=S` on an item answers as soon as it is resolved
+(`notify.wait_for`: LISTEN/NOTIFY on PostgreSQL, a bounded poll on SQLite). The rules live in
+the models and `orchestrator.coordination` (`escalation.escalate_reported`,
+`delivery.resolution_payload`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from ninja import Query, Router
 from ninja.responses import Status
 
 from orchestrator import keyset, notify
-from orchestrator.api import overload
+from orchestrator.api import overload, scopes
 from orchestrator.api.decisions import review_ref
 from orchestrator.api.errors import ApiError, FieldError, error_responses, invalid, not_found_error
 from orchestrator.api.schemas import ReviewFilters, ReviewIn, ReviewListOut, ReviewOut, ReviewWait
@@ -43,23 +46,25 @@ class ReviewCreatedOut(ReviewOut):
 def escalate(request: HttpRequest, payload: ReviewIn) -> Status:
     """Send a failed run to human review: 201 with the new item, or 200 with the item already
     open for that run. The item joins the review queue beside the built-in coordinator's, grouped
-    by the failure's signature; its resolution comes back to this token."""
-    run = Run.objects.select_related("workflow").filter(pk=payload.run).first()
+    by the failure's signature; its resolution comes back to the token that reported the run.
+    Another token's run takes `act:all` (else 404)."""
+    run = scopes.actionable(request.auth, Run, payload.run)
     if run is None:
         raise not_found_error(f"No run with id {payload.run}.")
     try:
         item, created = escalate_reported(run, payload.reason, request.auth)
     except CannotEscalate as exc:
         raise ApiError(409, FailureCategory.INVALID_INPUT, str(exc)) from None
-    item = _item(item.pk)
+    item = _item(request, item.pk, act=True)
     return Status(201 if created else 200, resolution_payload(item) | review_ref(request, item))
 
 
 @router.get("/{int:item_id}", response={200: ReviewOut, **error_responses(404, 422)})
 def get_review(request: HttpRequest, item_id: int, params: Query[ReviewWait]) -> dict[str, Any]:
     """One item and its resolution. With `wait=S` (at most 30) the answer comes as soon as the
-    item is resolved, or after S seconds with its state then."""
-    item = _item(item_id)
+    item is resolved, or after S seconds with its state then. Another token's item takes
+    `read:all` (else 404)."""
+    item = _item(request, item_id)
     if params.wait and item.state != ReviewItem.State.RESOLVED:
         resolved = ReviewItem.objects.filter(pk=item_id, state=ReviewItem.State.RESOLVED)
         # Waiting is not work: the server's work slot serves others meanwhile (`overload`), and
@@ -68,24 +73,44 @@ def get_review(request: HttpRequest, item_id: int, params: Query[ReviewWait]) ->
             if may_wait and notify.wait_for(
                 notify.REVIEW_RESOLVED, item_id, params.wait, resolved.exists
             ):
-                item = _item(item_id)
+                item = _item(request, item_id)
     return resolution_payload(item)
 
 
 @router.get("", response={200: ReviewListOut, **error_responses(422)})
 def list_reviews(request: HttpRequest, filters: Query[ReviewFilters]) -> dict[str, Any]:
     """This token's items (of the runs it reported); `state=resolved&delivered=false` are the
-    resolutions its agent has not acknowledged yet, the earliest decision first. Pass
-    `next_cursor` back as `cursor` for the next page."""
-    qs, field = _listed(ReviewItem.objects.for_token(request.auth), filters)
+    resolutions its agent has not acknowledged yet, the earliest decision first. With
+    `all_tokens=true`, every item the token may read instead (those of the workflows it started;
+    with `read:all`, everyone's). Pass `next_cursor` back as `cursor` for the next page."""
+    if filters.all_tokens:
+        # Its items and its workflows' items read apart, each from its own index, and merged.
+        parts = scopes.visible_parts(request.auth, ReviewItem.objects.all())
+    else:
+        parts = [ReviewItem.objects.for_token(request.auth)]
+    after = None
     if filters.cursor:
         try:
             after = keyset.decode_cursor(filters.cursor)
         except ValueError:
             error = FieldError("cursor", "not a cursor from this API")
             raise invalid("Invalid cursor.", [error]) from None
-        qs = keyset.beyond(qs, after, field, descending=False)
-    rows = list(qs.select_related(*RELATED).order_by(field, "id")[: filters.limit + 1])
+    pages = []
+    for part in parts:
+        qs, field = _listed(part, filters)
+        if after is not None:
+            qs = keyset.beyond(qs, after, field, descending=False)
+        pages.append(qs.order_by(field, "id"))
+    size = filters.limit + 1
+    if len(pages) == 1:
+        rows = list(pages[0].select_related(*RELATED)[:size])
+    else:
+        # The parts' keys alone, merged, then the page's items with their relations: joined in
+        # each part, the relations led PostgreSQL to read every item to find a workflow's few.
+        keys = [list(page.values_list(field, "id")[:size]) for page in pages]
+        ids = [pk for _, pk in keyset.merged(keys, size, tuple, descending=False)]
+        found = ReviewItem.objects.select_related(*RELATED).in_bulk(ids)
+        rows = [found[pk] for pk in ids if pk in found]
     more = len(rows) > filters.limit
     rows = rows[: filters.limit]
     cursor = keyset.encode_cursor((getattr(rows[-1], field), rows[-1].pk)) if more else None
@@ -102,17 +127,17 @@ def _listed(qs: QuerySet, filters: ReviewFilters) -> tuple[QuerySet, str]:
     return qs, "resolved_at" if resolved_only else "created_at"
 
 
-@router.post("/{int:item_id}/ack", response={200: ReviewOut, **error_responses(403, 404, 409)})
+@router.post("/{int:item_id}/ack", response={200: ReviewOut, **error_responses(404, 409)})
 def acknowledge(request: HttpRequest, item_id: int) -> dict[str, Any]:
     """Mark this item's resolution picked up by the agent: it leaves the unacknowledged list.
-    Repeating it changes nothing (the first pick-up's time stays)."""
-    item = _item(item_id)
-    if item.token_id != request.auth.pk:
+    Repeating it changes nothing (the first pick-up's time stays). Another token's item takes
+    `act:all` (else 404); an item of the built-in coordinator's is applied by it (409)."""
+    item = _item(request, item_id, act=True)
+    if item.token_id is None:
         raise ApiError(
-            403,
-            FailureCategory.AUTH_FAILURE,
-            f"Review item {item_id} belongs to another token: the one that reported run "
-            f"{item.run_id} acknowledges it.",
+            409,
+            FailureCategory.INVALID_INPUT,
+            f"Review item {item_id} is the built-in coordinator's: it applies the resolution.",
         )
     if item.state != ReviewItem.State.RESOLVED:
         raise ApiError(
@@ -125,8 +150,10 @@ def acknowledge(request: HttpRequest, item_id: int) -> dict[str, Any]:
     return resolution_payload(item)
 
 
-def _item(item_id: int) -> ReviewItem:
-    item = ReviewItem.objects.select_related(*RELATED).filter(pk=item_id).first()
+def _item(request: HttpRequest, item_id: int, act: bool = False) -> ReviewItem:
+    """The item if the token may read it (with `act`, act on it); else 404 as for no item."""
+    find = scopes.actionable if act else scopes.readable
+    item = find(request.auth, ReviewItem, item_id, *RELATED)
     if item is None:
         raise not_found_error(f"No review item with id {item_id}.")
     return item

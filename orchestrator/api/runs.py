@@ -12,8 +12,10 @@ from django.utils import timezone
 from ninja import Header, Query, Router
 from ninja.responses import Status
 
+from orchestrator import scrubbing
 from orchestrator.analytics import export
-from orchestrator.api import ingest
+from orchestrator.api import ingest, scopes
+from orchestrator.api.costs import finish_fields
 from orchestrator.api.errors import (
     ApiError,
     EnvelopeParser,
@@ -22,6 +24,7 @@ from orchestrator.api.errors import (
     invalid,
     not_found_error,
 )
+from orchestrator.api.reclassify import reclassify
 from orchestrator.api.schemas import (
     BatchResultOut,
     RunBatchIn,
@@ -35,6 +38,7 @@ from orchestrator.api.schemas import (
 )
 from orchestrator.keyset import decode_cursor, encode_cursor
 from orchestrator.models import Run
+from orchestrator.models.run_queries import keyset_page_of
 from orchestrator.vocabulary import FailureCategory
 
 router = Router(tags=["runs"])
@@ -79,7 +83,8 @@ def report_runs(request: HttpRequest, payload: RunBatchIn) -> HttpResponse:
 
 @router.get("", response={200: RunListOut, **error_responses(422)})
 def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any]:
-    """Runs newest first, filtered; pass `next_cursor` back as `cursor` for the next page."""
+    """Runs newest first, filtered; pass `next_cursor` back as `cursor` for the next page. A
+    token lists its own runs (and those of its workflows); with `read:all`, every run."""
     after = None
     if filters.cursor:
         try:
@@ -88,17 +93,19 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any
             error = FieldError("cursor", "not a cursor from this API")
             raise invalid("Invalid cursor.", [error]) from None
     criteria = filters.model_dump(exclude={"cursor", "limit"})
-    qs = Run.objects.filtered(**criteria)
-    items, next_key = qs.keyset_page(filters.limit, after)
+    parts = scopes.visible_parts(request.auth, Run.objects.filtered(**criteria))
+    items, next_key = keyset_page_of(parts, filters.limit, after)
     return {"items": items, "next_cursor": encode_cursor(next_key) if next_key else None}
 
 
 @router.get("/export", response={200: None, **error_responses(422)})
 def export_runs(request: HttpRequest, filters: Query[RunExportFilters]) -> StreamingHttpResponse:
     """Every run the filters match, newest first, as CSV or JSON Lines: streamed over keyset
-    pages, never loaded whole (`cursor` and `limit` are ignored)."""
+    pages, never loaded whole (`cursor` and `limit` are ignored). The runs the token may read,
+    as `GET /runs` lists them."""
     criteria = filters.model_dump(exclude={"cursor", "limit", "format"})
-    lines = export.runs_export(Run.objects.filtered(**criteria), filters.format)
+    parts = scopes.visible_parts(request.auth, Run.objects.filtered(**criteria))
+    lines = export.runs_export(parts, filters.format)
     response = StreamingHttpResponse(lines, content_type=export.FORMATS[filters.format])
     response["Content-Disposition"] = f'attachment; filename="runs.{filters.format}"'
     return response
@@ -106,7 +113,8 @@ def export_runs(request: HttpRequest, filters: Query[RunExportFilters]) -> Strea
 
 @router.get("/{int:run_id}", response={200: RunOut, **error_responses(404)})
 def get_run(request: HttpRequest, run_id: int) -> Run:
-    run = Run.objects.filter(pk=run_id).first()
+    """One run, of this token's own work or, with `read:all`, any (else 404)."""
+    run = scopes.readable(request.auth, Run, run_id)
     if run is None:
         raise not_found_error(f"No run with id {run_id}.")
     return run
@@ -116,8 +124,11 @@ def get_run(request: HttpRequest, run_id: int) -> Run:
 def finish_run(request: HttpRequest, run_id: int, payload: RunFinishIn) -> Run:
     """Finish a run reported as `running`, once, with its envelope (`status` ok or error and the
     report's fields, under the same names and aliases). The same finish again returns the run;
-    another outcome for a finished run, or a run the built-in coordinator runs, is a 409."""
-    run = Run.objects.filter(pk=run_id).first()
+    another outcome for a finished run, or a run the built-in coordinator runs, is a 409, and so
+    is a finish after the run's running deadline (`RUN_RUNNING_TIMEOUT`, or the token's own),
+    past which the sweeper finished it as a `timeout` failure. Another token's run takes
+    `act:all` (else 404)."""
+    run = scopes.actionable(request.auth, Run, run_id)
     if run is None:
         raise not_found_error(f"No run with id {run_id}.")
     if not run.is_reported:
@@ -125,6 +136,8 @@ def finish_run(request: HttpRequest, run_id: int, payload: RunFinishIn) -> Run:
     errors = ingest.consistency_errors(payload)
     if errors:
         raise invalid("Invalid outcome.", errors)
+    payload.scrub(scrubbing.current())  # before anything is stored
+    reclassify([payload], [run.source])
     envelope = payload.envelope()
     finished = payload.finished_at or timezone.now()
     started = run.started_at or run.created_at
@@ -132,18 +145,40 @@ def finish_run(request: HttpRequest, run_id: int, payload: RunFinishIn) -> Run:
         raise invalid("Invalid outcome.", [FieldError("finished_at", "is before the run started")])
     extra = {
         "reported_failure_type": payload.reported_failure_type,
+        "classified_policy_version": payload.classified_policy_version,
+        # What the start reported filtered stays counted while its attempted call does.
+        "scrubbed_fields": payload.scrubbed_fields
+        + (0 if payload.attempted else run.scrubbed_fields),
         "duration_ms": payload.duration_ms
         if payload.duration_ms is not None
         else (finished - started).total_seconds() * 1000,
     }
+    extra |= finish_fields(payload.usage, payload.cost, run)
     if run.finish_reported(envelope, finished, **extra):
+        ingest.tell_finish(run)
         return run
     run.refresh_from_db()
+    if run.finished_by_deadline:
+        raise _finished_by_deadline(run)
     # The same outcome again is the same finish (a retry whose answer was lost), whatever time
     # the retry says it finished at; the first finish's time stays.
     if run.status != Run.Status.RUNNING and run.same_outcome(envelope):
         return run
     raise _conflict(f"Run {run_id} already finished ({run.status}) with another outcome.")
+
+
+def _finished_by_deadline(run: Run) -> ApiError:
+    return ApiError(
+        409,
+        FailureCategory.INVALID_INPUT,
+        f"Run {run.pk} was finished by the running deadline at {run.finished_at.isoformat()}, "
+        f"as a {run.failure_type} failure, before this finish came: {run.detail}",
+        alternatives=[
+            "report a new run (retry_of this one) for a new attempt",
+            "finish runs sooner, or give this token a longer running timeout "
+            "(manage.py createtoken --running-timeout, the admin, or RUN_RUNNING_TIMEOUT)",
+        ],
+    )
 
 
 def _conflict(detail: str) -> ApiError:

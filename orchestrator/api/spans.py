@@ -14,11 +14,13 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from classifier import Classifier, Failure
 from classifier.described import classify_description
+from classifier.scrub import Scrubber
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from orchestrator.api.errors import replace_nul
 
@@ -52,6 +54,7 @@ RETRY_AFTER_HEADERS: Final = (
     "http.response.header.retry-after-ms",
     "http.response.header.x-ratelimit-reset",
     "http.response.header.ratelimit-reset",
+    "http.response.header.x-should-retry",  # the provider's own say on retrying, as over HTTP
 )
 ATTEMPTED: Final = {
     "model": "gen_ai.request.model",
@@ -69,6 +72,27 @@ RESULTS: Final = {
     "result": "gen_ai.tool.call.result",
     "status_code": "http.response.status_code",
 }
+# What a model call used (`usage`), in the GenAI semantic conventions' names, their older ones and
+# OpenInference's; the cached count where a convention names one.
+USAGE: Final = {
+    "input_tokens": (
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.prompt_tokens",
+        "llm.token_count.prompt",
+    ),
+    "output_tokens": (
+        "gen_ai.usage.output_tokens",
+        "gen_ai.usage.completion_tokens",
+        "llm.token_count.completion",
+    ),
+    "cached_tokens": (
+        "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.cache_read_input_tokens",
+        "llm.token_count.prompt_details.cache_read",
+    ),
+}
+# The model that answered, else the one asked for.
+MODEL_NAMES: Final = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
 GRPC_NAMES: Final = (
     "OK",
     "CANCELLED",
@@ -109,6 +133,8 @@ class SpanView:
     genai: bool = False
     failed: bool = False
     causes: list[SpanView] = field(default_factory=list)
+    resource_bytes: bytes = b""  # the resource as sent (protobuf), kept with a failed span
+    kept: Any = None  # the `TraceSpan` row this span was kept as, read back with a later export
 
     @property
     def key(self) -> tuple[str, str]:
@@ -130,13 +156,6 @@ class SpanRun:
     label: str
 
 
-@dataclass(slots=True)
-class Reading:
-    runs: list[SpanRun]
-    skipped: int
-    invalid: list[str]
-
-
 def value_of(value: AnyValue) -> Any:
     """The Python value of an OTLP AnyValue (bytes as hex, nested arrays and maps as JSON)."""
     kind = value.WhichOneof("value")
@@ -153,6 +172,55 @@ def value_of(value: AnyValue) -> Any:
 
 def attributes(pairs: Any) -> dict[str, Any]:
     return {kv.key: value_of(kv.value) for kv in pairs}
+
+
+def any_value(value: Any) -> AnyValue:
+    """`value_of` the other way: an OTLP AnyValue holding a Python value."""
+    out = AnyValue()
+    if isinstance(value, bool):
+        out.bool_value = value
+    elif isinstance(value, int):
+        out.int_value = value
+    elif isinstance(value, float):
+        out.double_value = value
+    elif isinstance(value, str):
+        out.string_value = value
+    elif isinstance(value, list):
+        out.array_value.values.extend(any_value(v) for v in value)
+    elif isinstance(value, dict):
+        pairs = (KeyValue(key=k, value=any_value(v)) for k, v in value.items())
+        out.kvlist_value.values.extend(pairs)
+    return out
+
+
+def scrub_attributes(pairs: Any, scrubber: Scrubber) -> None:
+    """Filter the secrets out of OTLP attributes in place (`classifier.scrub`)."""
+    values = attributes(pairs)
+    clean, _ = scrubber.scrub(values)
+    if clean is values:
+        return
+    for kv in pairs:
+        if len(values) < len(pairs):  # a key sent twice: each pair on its own
+            value = value_of(kv.value)
+            new = scrubber.scrub({kv.key: value})[0][kv.key]
+        else:
+            value, new = values[kv.key], clean[kv.key]
+        if new is not value:
+            kv.value.CopyFrom(any_value(new))
+
+
+def scrub_span(span: Span, scrubber: Scrubber) -> None:
+    """Filter the secrets out of a span as sent, before anything of it is read or kept: its
+    attributes, its events' (an exception's message and stack trace), its links', its name and
+    its status message."""
+    scrub_attributes(span.attributes, scrubber)
+    for part in (*span.events, *span.links):
+        scrub_attributes(part.attributes, scrubber)
+    for holder, name in ((span, "name"), (span.status, "message")):
+        text = getattr(holder, name)
+        clean = scrubber.text(text)[0]
+        if clean != text:
+            setattr(holder, name, clean)
 
 
 def _clip(value: Any) -> Any:
@@ -182,25 +250,43 @@ def has_failed(view: SpanView) -> bool:
     return named or any(e.name == EXCEPTION_EVENT for e in view.span.events)
 
 
-def _views(request: ExportTraceServiceRequest, invalid: list[str]) -> list[SpanView]:
+def view_of(span: bytes, resource: bytes) -> SpanView:
+    """The span of a protobuf `Span` and `Resource` (as a `TraceSpan` keeps them)."""
+    attrs = attributes(Resource.FromString(resource).attributes)
+    return _view(Span.FromString(span), attrs, resource)
+
+
+def _view(span: Span, resource: dict[str, Any], resource_bytes: bytes) -> SpanView:
+    attrs = attributes(span.attributes)
+    ids = span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()
+    view = SpanView(span, resource, attrs, *ids, resource_bytes=resource_bytes)
+    view.genai = is_genai(attrs)
+    view.failed = has_failed(view)
+    return view
+
+
+def read_views(
+    request: ExportTraceServiceRequest, invalid: list[str], scrubber: Scrubber
+) -> list[SpanView]:
+    """Every span of an export with valid ids, its secrets filtered; the others are refused into
+    `invalid`."""
     views = []
     for resource_spans in request.resource_spans:
+        scrub_attributes(resource_spans.resource.attributes, scrubber)
         resource = attributes(resource_spans.resource.attributes)
+        resource_bytes = resource_spans.resource.SerializeToString()
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
+                scrub_span(span, scrubber)  # before anything of it is read or kept
                 trace, own = span.trace_id.hex(), span.span_id.hex()
                 if len(trace) != 32 or len(own) != 16 or not trace.strip("0") or not own.strip("0"):
                     invalid.append(f"span {span.name[:100]!r}: invalid trace_id or span_id")
                     continue
-                attrs = attributes(span.attributes)
-                view = SpanView(span, resource, attrs, trace, own, span.parent_span_id.hex())
-                view.genai = is_genai(attrs)
-                view.failed = has_failed(view)
-                views.append(view)
+                views.append(_view(span, resource, resource_bytes))
     return views
 
 
-def _ancestors(view: SpanView, by_key: Mapping[tuple[str, str], SpanView]) -> Iterator[SpanView]:
+def ancestors(view: SpanView, by_key: Mapping[tuple[str, str], SpanView]) -> Iterator[SpanView]:
     seen = {view.key}
     current = view
     for _ in range(MAX_DEPTH):
@@ -220,8 +306,8 @@ def select(views: Sequence[SpanView]) -> list[SpanView]:
     for view in views:
         if not (view.genai or view.failed):
             continue
-        carrier = next((a for a in _ancestors(view, by_key) if a.genai or a.failed), None)
-        explains = carrier is not None and (carrier.failed or not _is_agent(carrier))
+        carrier = carrier_of(view, by_key)
+        explains = carrier is not None and (carrier.failed or not is_agent(carrier))
         if view.genai or not explains:
             runs.append(view)
         elif carrier is not None:
@@ -229,7 +315,18 @@ def select(views: Sequence[SpanView]) -> list[SpanView]:
     return runs
 
 
-def _is_agent(view: SpanView) -> bool:
+def carrier_of(view: SpanView, by_key: Mapping[tuple[str, str], SpanView]) -> SpanView | None:
+    """The nearest ancestor whose run a failure under it would explain, or be its own beside."""
+    return next((a for a in ancestors(view, by_key) if a.genai or a.failed), None)
+
+
+def missing_ancestor(view: SpanView, by_key: Mapping[tuple[str, str], SpanView]) -> str:
+    """The id of the span's nearest ancestor not in `by_key`; "" when its chain reaches a root."""
+    top = [view, *ancestors(view, by_key)][-1]
+    return top.parent_id if (top.trace_id, top.parent_id) not in by_key else ""
+
+
+def is_agent(view: SpanView) -> bool:
     return view.genai and _operation(view) in AGENT_OPERATIONS
 
 
@@ -306,7 +403,7 @@ def _operation(view: SpanView) -> str:
 
 
 def _agent(view: SpanView, by_key: Mapping[tuple[str, str], SpanView]) -> str:
-    for candidate in (view, *_ancestors(view, by_key)):
+    for candidate in (view, *ancestors(view, by_key)):
         name = candidate.first(AGENT_NAMES)
         if name:
             return str(name)
@@ -316,7 +413,7 @@ def _agent(view: SpanView, by_key: Mapping[tuple[str, str], SpanView]) -> str:
 def _source(view: SpanView) -> str:
     """The tool, else the model provider, else the server called, else the agent's own."""
     found = view.first(TOOL_NAMES) or view.first(PROVIDER_NAMES) or view.first(SERVER_NAMES)
-    if not found and _is_agent(view):
+    if not found and is_agent(view):
         found = view.first(AGENT_NAMES)
     return str(found or view.span.name or UNKNOWN_SERVICE)
 
@@ -334,6 +431,26 @@ def _attempted(view: SpanView, operation: str) -> dict[str, Any]:
         if view.attrs.get(attr) not in (None, ""):
             attempted[name] = _clip(view.attrs[attr])
     return attempted
+
+
+def _usage(view: SpanView) -> dict[str, Any] | None:
+    """The span's usage (`RunIn.usage`), None when it names no token count: a count that is not
+    a whole number ≥ 0 is left out (the span is still a run)."""
+    usage: dict[str, Any] = {}
+    for name, attrs in USAGE.items():
+        value = view.first(attrs)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+            usage[name] = value
+    if not usage:
+        return None
+    model = view.first(MODEL_NAMES)
+    if isinstance(model, str) and model:
+        usage["model"] = model[:200]
+    return usage
 
 
 def _times(span: Span) -> dict[str, Any]:
@@ -385,7 +502,7 @@ def _detail(view: SpanView, failure: Failure) -> str:
     return detail
 
 
-def _digest(view: SpanView) -> str:
+def digest(view: SpanView) -> str:
     """The span as sent: a retry repeats it even if the classification rules changed since."""
     digest = hashlib.sha256(view.span.SerializeToString(deterministic=True))
     digest.update(repr(sorted(view.resource.items())).encode())
@@ -402,20 +519,11 @@ def run_of(view: SpanView, by_key: Mapping, classifier: Classifier) -> SpanRun:
         "attempted": _attempted(view, operation),
         **_outcome(view, classifier, source),
         **_times(view.span),
+        "usage": _usage(view),
         "trace_id": view.trace_id,
         "span_id": view.span_id,
         "idempotency_key": f"{KEY_PREFIX}:{view.trace_id}:{view.span_id}",
     }
     item = {k: v for k, v in item.items() if v is not None}
     label = f"span {view.trace_id}/{view.span_id} ({view.span.name[:100]})"
-    return SpanRun(replace_nul(item), _digest(view), label)
-
-
-def runs_from_request(request: ExportTraceServiceRequest, classifier: Classifier) -> Reading:
-    """Read every span of an export request; return the runs, what was skipped and refused."""
-    invalid: list[str] = []
-    views = _views(request, invalid)
-    chosen = select(views)
-    by_key = {view.key: view for view in views}
-    runs = [run_of(view, by_key, classifier) for view in chosen]
-    return Reading(runs=runs, skipped=len(views) - len(chosen), invalid=invalid)
+    return SpanRun(replace_nul(item), digest(view), label)

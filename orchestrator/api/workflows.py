@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Header, Router
 from ninja.responses import Status
 
+from orchestrator.api import scopes
 from orchestrator.api.errors import (
     ApiError,
     EnvelopeParser,
@@ -77,13 +78,15 @@ def start(
 
 @router.get("/{int:workflow_id}", response={200: WorkflowOut, **error_responses(404)})
 def get_workflow(request: HttpRequest, workflow_id: int) -> dict[str, Any]:
-    return _workflow_out(_workflow(workflow_id))
+    """One workflow this token started or, with `read:all`, any (else 404)."""
+    return _workflow_out(_workflow(request, workflow_id))
 
 
 @router.get("/{int:workflow_id}/coverage", response={200: CoverageOut, **error_responses(404)})
 def get_coverage(request: HttpRequest, workflow_id: int) -> dict[str, Any]:
-    """The stored coverage of a finished workflow, or the coverage so far of a running one."""
-    wf = _workflow(workflow_id)
+    """The stored coverage of a finished workflow, or the coverage so far of a running one
+    (another token's takes `read:all`, else 404)."""
+    wf = _workflow(request, workflow_id)
     final = wf.is_finished and bool(wf.coverage)
     cov = wf.coverage if final else coverage.workflow_coverage(wf)
     return {
@@ -101,8 +104,9 @@ def finish(request: HttpRequest, workflow_id: int) -> dict[str, Any]:
     rules: per topic the coverage verdict, a topic with no successful run a gap with its reason.
     While a review item of it is open the workflow stays open (`awaiting_review`): finish it
     again once your coordinator has acted on the resolution. A run still running is a 409;
-    finishing a finished workflow returns it."""
-    wf = _workflow(workflow_id)
+    finishing a finished workflow returns it. Another token's workflow takes `act:all` (else
+    404)."""
+    wf = _workflow(request, workflow_id, act=True)
     if wf.is_built_in:
         raise ApiError(
             409,
@@ -121,8 +125,10 @@ def finish(request: HttpRequest, workflow_id: int) -> dict[str, Any]:
     return _workflow_out(wf)
 
 
-def _workflow(workflow_id: int) -> Workflow:
-    wf = Workflow.objects.filter(pk=workflow_id).first()
+def _workflow(request: HttpRequest, workflow_id: int, act: bool = False) -> Workflow:
+    """The workflow if the token may read it (with `act`, act on it); else 404 as for none."""
+    find = scopes.actionable if act else scopes.readable
+    wf = find(request.auth, Workflow, workflow_id)
     if wf is None:
         raise not_found_error(f"No workflow with id {workflow_id}.")
     return wf

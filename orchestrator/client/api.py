@@ -3,6 +3,8 @@
 The client retries its own calls only when the classifier says a retry can help, under one
 idempotency key, so a retried report never doubles a run. What `track` raises is classified with
 the server's provider overrides, fetched again whenever an answer names a newer policy version.
+Secrets are filtered out of every report before it is sent or spooled (`classifier.scrub`, with
+the scrub rules fetched with the overrides), as the server does again before storing it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +30,15 @@ import httpx
 
 from classifier import Classifier, Failure, FailureCategory, Overrides, classify
 from classifier.envelope import error_envelope, success_envelope
+from classifier.scrub import ENVELOPE_FIELDS, Scrubber, ScrubRules
+from classifier.usage import usage_of
 from orchestrator.client.background import Reporter, ReportStats, default_spool_path
 
 logger = logging.getLogger("orchestrator.client")
 
 POLICY_VERSION_HEADER = "X-Policy-Version"
 POLICY_RETRY_SECONDS = 30.0
+USAGE_KEYS = frozenset({"input_tokens", "output_tokens", "cached_tokens", "model"})
 REPORTED_FIELDS = (
     "status",
     "failure_type",
@@ -49,6 +55,9 @@ REPORTED_FIELDS = (
     "signal",
     "chain",
     "taxonomy_version",
+    "classified_policy_version",
+    "usage",
+    "cost",
 )
 
 
@@ -63,7 +72,10 @@ class ClientError(Exception):
 
 @dataclass
 class Call:
-    """One tracked subagent call: set `results`, append to `partial_results` as you go."""
+    """One tracked subagent call: set `results`, append to `partial_results` as you go; set
+    `usage` (a dict of the report's `usage` fields, or the provider's response itself, read by
+    `classifier.usage.usage_of`) and `cost` (an amount in USD, or {"amount", "currency"}) when
+    you know them. A failure's exception that carries its usage reports it by itself."""
 
     attempted: dict[str, Any]
     results: list[Any] = field(default_factory=list)
@@ -72,6 +84,21 @@ class Call:
     envelope: dict[str, Any] | None = None
     run: dict[str, Any] | None = None  # strict mode only
     key: str = ""  # the run's idempotency key
+    usage: Any = None
+    cost: Any = None
+
+    def spent(self) -> dict[str, Any]:
+        """The `usage` and `cost` fields this call reports, those it knows."""
+        fields: dict[str, Any] = {}
+        usage = self.usage
+        if usage is not None and not (isinstance(usage, dict) and usage.keys() <= USAGE_KEYS):
+            usage = usage_of(usage)
+        if usage:
+            fields["usage"] = usage
+        if self.cost is not None:
+            cost = self.cost
+            fields["cost"] = str(cost) if isinstance(cost, Decimal) else cost
+        return fields
 
 
 class AgentClient:
@@ -112,6 +139,7 @@ class AgentClient:
         self.policy_version: str | None = None
         self.server_policy_version: str | None = None
         self._policy_classifier = Classifier()
+        self.scrubber = Scrubber()
         self._policy_lock = threading.Lock()
         self._policy_failed_at: float | None = None
         self.strict = strict
@@ -156,7 +184,7 @@ class AgentClient:
         **fields: Any,
     ) -> dict[str, Any]:
         """Report one run's envelope; return the stored run (replayed if the key was used)."""
-        body = report_body(envelope, agent=agent, source=source, **fields)
+        body = self.scrubbed(report_body(envelope, agent=agent, source=source, **fields))
         key = idempotency_key or uuid.uuid4().hex
         return self._request("POST", "/runs", json=body, headers={"Idempotency-Key": key})
 
@@ -172,6 +200,7 @@ class AgentClient:
     ) -> dict[str, Any]:
         """Ask what to do after a failure. With `run_id` the decision is recorded on the run
         once; without, `failure` and `source` say what failed and nothing is recorded."""
+        failure = self.scrubbed(failure) if failure else failure
         body = {"run": run_id, "failure": failure, "attempt": attempt, "source": source}
         body |= {"workflow": workflow, "tried": tried or []}
         return self._request(
@@ -193,7 +222,9 @@ class AgentClient:
         body |= {k: v for k, v in fields.items() if v is not None}
         key = fields.pop("idempotency_key", None) or uuid.uuid4().hex
         body.pop("idempotency_key", None)
-        return self._request("POST", "/runs", json=body, headers={"Idempotency-Key": key})
+        return self._request(
+            "POST", "/runs", json=self.scrubbed(body), headers={"Idempotency-Key": key}
+        )
 
     def finish(
         self,
@@ -203,28 +234,34 @@ class AgentClient:
         source: str | None = None,
         partial_results: list[Any] | None = None,
         attempted: dict[str, Any] | None = None,
+        usage: Any = None,
+        cost: Any = None,
     ) -> dict[str, Any]:
-        """Finish a started run with its envelope, or with the exception it failed with; return
-        the stored run."""
+        """Finish a started run with its envelope, or with the exception it failed with, and
+        what it used and cost (as `Call.usage` and `Call.cost` take them); return the stored
+        run."""
         if isinstance(outcome, BaseException):
-            envelope = error_envelope(
+            envelope = self._error_envelope(
                 outcome,
                 attempted=attempted or {},
                 partial_results=partial_results or [],
-                classifier=self.report_classifier(),
                 provider=source,
             )
         else:
             envelope = dict(outcome)
         body = {k: envelope[k] for k in REPORTED_FIELDS if envelope.get(k) is not None}
+        body |= Call(attempted={}, usage=usage, cost=cost).spent()
         body["finished_at"] = _utc_now()
-        return self._request("PATCH", f"/runs/{run_id}", json=body)
+        return self._request("PATCH", f"/runs/{run_id}", json=self.scrubbed(body))
 
-    def start_workflow(self, name: str, topics: list[str], **fields: Any) -> dict[str, Any]:
+    def start_workflow(
+        self, name: str, topics: list[str], *, idempotency_key: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
         """Start a workflow this agent's own coordinator runs: report its runs with
-        `workflow=<id>, topic=…`, then `finish_workflow`."""
+        `workflow=<id>, topic=…`, then `finish_workflow`. Asking again with the same
+        `idempotency_key` returns the same workflow."""
         body = {"name": name, "topics": topics, "coordinator": "external"} | fields
-        key = uuid.uuid4().hex
+        key = idempotency_key or uuid.uuid4().hex
         return self._request("POST", "/workflows", json=body, headers={"Idempotency-Key": key})
 
     def finish_workflow(self, workflow_id: int) -> dict[str, Any]:
@@ -233,6 +270,8 @@ class AgentClient:
 
     def escalate(self, run_id: int, reason: str) -> Review:
         """Send a failed run to human review; return a handle to `.wait` on and `.ack`."""
+        self._sync_policies()
+        reason = self.scrubber.text(reason)[0]
         data = self._request("POST", "/reviews", json={"run": run_id, "reason": reason})
         return Review(self, data)
 
@@ -261,13 +300,17 @@ class AgentClient:
         """Return the classifier for what `track` raises."""
         if self.classifier is not None:
             return self.classifier
-        # Never on the agent's thread when a reporting thread exists.
-        if self.sync_policies and self.reporter is None and self._policies_stale():
-            self.refresh_policies()
+        self._sync_policies()
         return self._policy_classifier
 
+    def _sync_policies(self) -> None:
+        # Never on the agent's thread when a reporting thread exists: that thread syncs them.
+        if self.sync_policies and self.reporter is None and self._policies_stale():
+            self.refresh_policies()
+
     def refresh_policies(self) -> bool:
-        """Fetch the server's enabled overrides; False (keeping the old ones) if that failed."""
+        """Fetch the server's enabled overrides and scrub rules; False (keeping the old ones) if
+        that failed."""
         with self._policy_lock:
             try:
                 body = self._fetch_policies()
@@ -276,6 +319,7 @@ class AgentClient:
                 self._policy_failed_at = time.monotonic()
                 return False
             self._policy_classifier = Classifier(overrides=Overrides.from_data(body["overrides"]))
+            self.scrubber = Scrubber(ScrubRules.from_data(body.get("scrub_rules") or ()))
             self.policy_version = str(body["version"])
             self._policy_failed_at = None
             return True
@@ -296,6 +340,29 @@ class AgentClient:
         # A server that names no version (an older one) is not asked again on every failure.
         named = self.server_policy_version
         return named is not None and named != self.policy_version
+
+    def _error_envelope(self, exc: BaseException, **fields: Any) -> dict[str, Any]:
+        """The envelope of `exc` as `report_classifier()` reads it, with the policy version of
+        the server's overrides it held, so that the server classifies again when newer ones
+        exist (none when the caller gave its own classifier)."""
+        classifier = self.report_classifier()
+        version = self.policy_version  # read before the check: never newer than the classifier
+        envelope = error_envelope(exc, classifier=classifier, **fields)
+        if classifier is self._policy_classifier and version and version.isdigit():
+            envelope["classified_policy_version"] = int(version)
+        return envelope
+
+    def scrubbed(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`body` with the secrets of its envelope's fields filtered (a new dict if any were),
+        by the built-in rules and the server's scrub rules last fetched."""
+        self._sync_policies()
+        values = [body.get(name) for name in ENVELOPE_FIELDS]
+        clean, found = self.scrubber.scrub(values)
+        if not found:
+            return body
+        return body | {
+            n: v for n, v, old in zip(ENVELOPE_FIELDS, clean, values, strict=True) if v is not old
+        }
 
     def _note_policy_version(self, response: httpx.Response) -> None:
         version = response.headers.get(POLICY_VERSION_HEADER)
@@ -322,12 +389,11 @@ class AgentClient:
         try:
             yield call
         except Exception as exc:
-            call.envelope = error_envelope(
+            call.envelope = self._error_envelope(
                 exc,
                 attempted=call.attempted,
                 partial_results=call.partial_results,
                 alternatives=call.alternatives,
-                classifier=self.report_classifier(),
                 provider=source,
             )
             self._report_call(call, agent, source, operation, started, fields)
@@ -359,6 +425,7 @@ class AgentClient:
     ) -> None:
         duration = round((time.monotonic() - started) * 1000, 3)
         assert call.envelope is not None
+        fields = fields | call.spent()
         if self.reporter is None:
             call.run = self.report(
                 call.envelope,
@@ -391,7 +458,6 @@ class AgentClient:
                 response = self.http.request(method, path, **kwargs)
                 self._note_policy_version(response)
                 response.raise_for_status()
-                return response.json()
             except httpx.HTTPError as exc:
                 failure = self.classify_exc(exc)
                 delay = self._retry_delay(failure, attempt)
@@ -399,6 +465,13 @@ class AgentClient:
                     body = _body(exc)
                     raise ClientError(failure, body) from exc
                 self.sleep(delay)
+                continue
+            try:
+                return response.json()
+            except ValueError as exc:
+                # A 2xx whose body is not JSON (a proxy's page, a cut body) is a failure of the
+                # call like any other, not an exception of another kind escaping the client.
+                raise ClientError(self.classify_exc(exc), response.text[:500]) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _retry_delay(self, failure: Failure, attempt: int) -> float | None:

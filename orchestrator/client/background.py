@@ -266,11 +266,11 @@ class Reporter:
                 break
             if isinstance(item, _Flush):
                 markers.append(item)
-            elif not batch:
-                batch.append(item)
+                continue
+            if not batch:
                 deadline = time.monotonic() + self.flush_interval
-            else:
-                batch.append(item)
+            # Its secrets filtered here, off the agent's thread, before it is sent or spooled.
+            batch.append(self.client.scrubbed(item))
         return batch, markers
 
     def _deliver(self, batch: list[dict[str, Any]], from_spool: bool = False) -> bool:
@@ -393,7 +393,7 @@ class Reporter:
             if isinstance(item, _Flush):
                 item.done.set()
             else:
-                pending.append(item)
+                pending.append(self.client.scrubbed(item))
         for start in range(0, len(pending), self.batch_size):
             batch = pending[start : start + self.batch_size]
             if time.monotonic() < deadline:

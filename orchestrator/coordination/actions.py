@@ -32,15 +32,33 @@ APPLIES_TO = {
 }
 
 
-def applicable(run: Run) -> list[RunAction]:
-    return [action for action, statuses in APPLIES_TO.items() if run.status in statuses]
+def applicable(run: Run, settled: bool = False) -> list[RunAction]:
+    """The actions `run` can take; a retry only while its task is `settled` by no other run."""
+    return [
+        action
+        for action, statuses in APPLIES_TO.items()
+        if run.status in statuses and not (action == RunAction.RETRY and settled)
+    ]
+
+
+def with_actions(runs: list[Run]) -> list[Run]:
+    """Set `actions` on each run, its task's other runs asked in two queries for all."""
+    retryable = {run.root_id for run in runs if run.status in RunAction.RETRY.statuses}
+    settled = Run.objects.settled_tasks(retryable)
+    for run in runs:
+        run.actions = applicable(run, run.root_id in settled)
+    return runs
 
 
 def retry_runs(run_ids: list[int], actor: Any) -> int:
     """Queue a new attempt of each finished, unsuccessful run now; return how many were queued."""
     done = 0
-    runs = Run.objects.filter(pk__in=run_ids, status__in=RunAction.RETRY.statuses)
-    for run in runs.order_by("pk"):
+    runs = list(Run.objects.filter(pk__in=run_ids, status__in=RunAction.RETRY.statuses))
+    settled = Run.objects.settled_tasks({run.root_id for run in runs})
+    for run in sorted(runs, key=lambda r: r.pk):
+        if run.root_id in settled:
+            continue  # succeeded, pending, or retried already in this call
+        settled.add(run.root_id)
         with transaction.atomic():
             if not retry(run, 0):
                 continue

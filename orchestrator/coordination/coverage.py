@@ -8,14 +8,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from orchestrator.models import ReviewItem, Run, Workflow
-from orchestrator.vocabulary import Vocabulary
+from orchestrator.vocabulary import FailureCategory, Vocabulary
 
 
 class Verdict(Vocabulary):
-    """How well one topic of a workflow's result is supported."""
+    """How well one topic of a workflow's result is supported. A failed call's partial results
+    are never support: they can make a topic thin, never well supported."""
 
-    WELL_SUPPORTED = "well_supported"  # two sources or more, and one at least answered
-    THIN = "thin"  # one source, or only partial results from failed calls
+    WELL_SUPPORTED = "well_supported"  # two sources or more answered with results
+    THIN = "thin"  # one source answered with results, or only failed calls' partial results
     EMPTY = "empty"  # the sources answered and found nothing: not a failure
     GAP = "gap"  # no source could be reached
 
@@ -36,7 +37,9 @@ def source_state(runs: list[Run], reviews: dict[int, ReviewItem]) -> dict[str, A
         state="partial" if partial else "failed",
         results=0,
         partial=partial,
+        partial_calls=sum(1 for r in runs if r.partial_count),
         failure_types=sorted(set(failures)) or [last.status],
+        last_failure_type=last.failure_type or "",
         attempts=len(runs),
         attempted=last.attempted,
         detail=last.detail[:300],
@@ -55,13 +58,11 @@ def topic_coverage(
     for run in runs:
         by_source[run.source].append(run)
     sources = [source_state(rs, reviews) for rs in by_source.values()]
-    support = [s for s in sources if s["state"] in ("supported", "partial")]
+    support = [s for s in sources if s["state"] == "supported"]
     failed = [s for s in sources if s["state"] in ("partial", "failed")]
-    # Without a single answer, however many partial results there are, the topic rests on failures.
-    answered = any(s["state"] in ("supported", "empty") for s in sources)
-    if len(support) >= 2 and answered:
+    if len(support) >= 2:
         verdict = Verdict.WELL_SUPPORTED
-    elif support:
+    elif support or any(s["state"] == "partial" for s in sources):
         verdict = Verdict.THIN
     elif any(s["state"] == "empty" for s in sources):
         verdict = Verdict.EMPTY
@@ -96,34 +97,39 @@ def _why(
     sources: list[dict[str, Any]],
     failed: list[dict[str, Any]],
 ) -> str:
-    failures = "; ".join(
-        f"{s['source']} could not be reached ({', '.join(s['failure_types'])}"
-        f"{', kept ' + _count(s['partial'], 'partial result') if s['partial'] else ''})"
-        for s in failed
-    )
-    if verdict in (Verdict.WELL_SUPPORTED, Verdict.THIN):
-        parts = ", ".join(f"{s['source']} ({_gathered(s)})" for s in support)
+    failures = "; ".join(map(_failed_source, failed))
+    if support:
+        parts = ", ".join(f"{s['source']} ({_count(s['results'], 'result')})" for s in support)
         how = "well" if verdict == Verdict.WELL_SUPPORTED else "thinly"
-        only = "" if any(s["results"] for s in support) else " only partial results from"
-        text = f"{topic} is {how} supported by{only} {parts}"
-        return f"{text}; {failures}." if failures else f"{text}."
-    if verdict == Verdict.EMPTY:
+        text = f"{topic} is {how} supported by {parts}"
+    elif verdict == Verdict.THIN:
+        partial = sum(s["partial"] for s in failed)
+        calls = sum(s["partial_calls"] for s in failed)
+        text = f"{topic} is thin: {_count(partial, 'partial result')} from " + (
+            "a failed call" if calls == 1 else f"{calls} failed calls"
+        )
+    elif verdict == Verdict.EMPTY:
         answered = ", ".join(s["source"] for s in sources if s["state"] == "empty")
         text = f"No results on {topic} were found: {answered} answered with nothing"
-        return f"{text}; {failures}." if failures else f"{text}."
-    if not sources:
+    elif not sources:
         return f"{topic} could not be assessed: no source was tried."
-    return f"{topic} could not be assessed: {failures}."
+    else:
+        return f"{topic} could not be assessed: {failures}."
+    return f"{text}; {failures}." if failures else f"{text}."
+
+
+def _failed_source(entry: dict[str, Any]) -> str:
+    """What became of a source that never answered: not found there (a 404: it was reached), or
+    it could not be reached, with the failure types and what its failed calls gathered."""
+    kinds = ", ".join(entry["failure_types"])
+    kept = f", kept {_count(entry['partial'], 'partial result')}" if entry["partial"] else ""
+    if entry["last_failure_type"] == FailureCategory.RESOURCE_MISSING:
+        return f"not found at {entry['source']} ({kinds}{kept})"
+    return f"{entry['source']} could not be reached ({kinds}{kept})"
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _gathered(entry: dict[str, Any]) -> str:
-    if entry["results"]:
-        return _count(entry["results"], "result")
-    return _count(entry["partial"], "partial result")
 
 
 def summarise(coverage: dict[str, dict[str, Any]]) -> str:

@@ -52,17 +52,22 @@ class Cell:
 Matrix = dict[tuple[str, str, str], Cell]
 
 
-def compute(days: int | None = None, now: datetime | None = None) -> Matrix:
-    """Read the window's finished switches into cells per (from, to, failure type) and overall."""
+def compute(
+    days: int | None = None, now: datetime | None = None, projects: tuple[int, ...] | None = None
+) -> Matrix:
+    """Read the window's finished switches into cells per (from, to, failure type) and overall
+    (of `projects`' runs only, if given)."""
     since = (now or timezone.now()) - timedelta(days=days or settings.SWITCH_EFFICACY_DAYS)
     added = ExpressionWrapper(
         F("finished_at") - F("switched_from__finished_at"), output_field=DurationField()
     )
+    switches = Run.objects.filter(
+        switched_from__isnull=False, created_at__gte=since, status__in=Run.FINISHED
+    )
+    if projects is not None:
+        switches = switches.filter(project_id__in=projects)
     rows = (
-        Run.objects.filter(
-            switched_from__isnull=False, created_at__gte=since, status__in=Run.FINISHED
-        )
-        .values_list("switched_from__source", "source", "switched_from__failure_type")
+        switches.values_list("switched_from__source", "source", "switched_from__failure_type")
         .annotate(
             n=Count("id"),
             ok=Count("id", filter=Q(status=Run.Status.SUCCEEDED)),

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
+from orchestrator import scrubbing
 from orchestrator.coordination import clock, policy
 from orchestrator.fingerprint import signature
 from orchestrator.models import AuditEntry, PolicyState, ReviewItem, Run
@@ -23,11 +24,12 @@ def escalate(run: Run, reason: str, failure_type: str | None = None) -> ReviewIt
     if not run.transition((Run.Status.FAILED,), Run.Status.ESCALATED):
         return None
     ftype = run.failure_type or failure_type or FailureCategory.UNCLASSIFIED
-    rule = policy.current_snapshot().rule(ftype)
+    rule = policy.current_snapshot(run.project_id).rule(ftype)
     now = clock.now()
     return ReviewItem.objects.create(
         run=run,
         workflow_id=run.workflow_id,
+        project_id=run.project_id,
         reason=reason + (f"\n\nRaw detail: {run.detail}" if run.detail else ""),
         failure_type=ftype,
         signature=signature(run.source, ftype, run.detail),
@@ -38,7 +40,9 @@ def escalate(run: Run, reason: str, failure_type: str | None = None) -> ReviewIt
 
 def escalate_reported(run: Run, reason: str, actor: Any) -> tuple[ReviewItem, bool]:
     """An agent sends its own failed run to human review; return the item and whether it is new
-    (a repeated or concurrent call gets the item still open)."""
+    (a repeated or concurrent call gets the item still open). The reason's secrets are filtered
+    before it is kept (`orchestrator.scrubbing`)."""
+    reason = scrubbing.scrub_text(reason)
     with transaction.atomic():
         item = escalate(run, reason)
         if item is None:

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,12 @@ from django.db.models import Q
 
 from classifier import Failure
 from classifier.envelope import failure_envelope, success_envelope
-from orchestrator.coordination import budget, clock, dispatch, policy
+from orchestrator import pricing
+from orchestrator.coordination import budget, clock, dispatch, policy, routing, workflow
 from orchestrator.coordination.clock import Clock, SystemClock
 from orchestrator.coordination.registry import Source, registry
 from orchestrator.models import Run
-from orchestrator.vocabulary import FailureCategory
+from orchestrator.vocabulary import Action, FailureCategory
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +82,9 @@ def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
     dead = run.lease_owner if held and holder_is_dead(run.lease_owner) else ""
     if held and not dead:
         return "skipped"
-    wait = budget.admit(run.source, now)
-    if wait is not None:
-        return "deferred" if _defer(run, wait, now, owner, dead) else "skipped"
+    admitted = budget.admission(run.source, now)
+    if admitted.wait is not None:
+        return "deferred" if _defer(run, admitted.wait, now, owner, dead) else "skipped"
     delivery = run.start(now, owner, now + lease_period(), take_from=dead)
     if delivery is None:
         return "skipped"
@@ -93,6 +94,8 @@ def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
     with heartbeat(run, delivery, owner, run_clock):
         envelope, calls = _call_source(run, delivery, run_clock)
     _record(run, delivery, envelope, calls, run_clock)
+    if admitted.probe:
+        wake_deferred(run.source, run_clock.now())
     return run.status
 
 
@@ -108,6 +111,21 @@ def _defer(run: Run, until: datetime, now: datetime, owner: str, dead: str) -> b
     return bool(changed)
 
 
+def wake_deferred(source: str, now: datetime) -> int:
+    """If `source`'s breaker is closed, make the runs its admission held back (`_defer`: queued
+    again after being sent) due now, or at its hold's end; return how many. A half-open breaker's
+    probe calls this once it has answered: the callers waiting on the probes need not wait for
+    their next look."""
+    health = budget.health(source)
+    if health.breaker_state != budget.Breaker.CLOSED:
+        return 0
+    due = max(now, health.not_before or now)
+    held = Run.objects.filter(
+        source=source, status=Run.Status.QUEUED, dispatched_at__isnull=False, due_at__gt=due
+    )
+    return held.update(due_at=due)
+
+
 def _record(
     run: Run, delivery: int, envelope: dict[str, Any], calls: int, run_clock: Clock
 ) -> None:
@@ -117,8 +135,9 @@ def _record(
         try:
             with transaction.atomic():
                 finished = run_clock.now()
-                if run.record_outcome(envelope, finished, calls, delivery=delivery):
-                    _record_health(run.source, envelope, finished)
+                usage = pricing.usage_fields(run, envelope.get("usage"), calls, finished)
+                if run.record_outcome(envelope, finished, calls, delivery, usage):
+                    _record_health(run.source, envelope, finished, retry=run.attempt > 1)
                     dispatch.step(run.workflow_id)
             return
         except DatabaseError:
@@ -174,7 +193,8 @@ def _park(run: Run, delivery: int, now: datetime) -> None:
         "retryable": False,
     }
     with transaction.atomic():
-        if run.record_outcome(envelope, now, run.calls, delivery=delivery):
+        usage = pricing.usage_fields(run, None, run.calls, now)
+        if run.record_outcome(envelope, now, run.calls, delivery, usage):
             dispatch.step(run.workflow_id)
 
 
@@ -202,19 +222,54 @@ def _call_source(run: Run, delivery: int, run_clock: Clock) -> tuple[dict[str, A
         query,
         classify=lambda exc: classifier.classify(exc, provider=run.source),
         clock=run_clock,
-        not_before=lambda: budget.health(run.source).not_before,
-        hold=lambda until: budget.hold(run.source, until),
+        gate=SourceGate(run.source, run.attempt, workflow.route_context(wf, run)),
         alternatives=others,
     )
     return outcome.envelope, outcome.calls
 
 
-def _record_health(source: str, envelope: dict[str, Any], now: datetime) -> None:
+def _record_health(source: str, envelope: dict[str, Any], now: datetime, retry: bool) -> None:
     if envelope.get("status") == "ok":
-        budget.record_success(source)
+        budget.record_success(source, now)
     else:
         ftype = envelope.get("failure_type") or FailureCategory.UNCLASSIFIED
-        budget.record_failure(source, ftype, now, envelope.get("retry_after"))
+        answer = budget.Answer(source, False, now, ftype, envelope.get("retry_after"), retry)
+        budget.record([answer], now)
+
+
+@dataclass
+class SourceGate:
+    """What local recovery shares with every caller of a source: its Retry-After hold, its
+    breaker and budget, and the routing decision the coordinator takes for attempt `attempt`."""
+
+    source: str
+    attempt: int
+    context: routing.Context
+
+    def not_before(self) -> datetime | None:
+        return budget.health(self.source).not_before
+
+    def retries_here(self, at: datetime) -> bool:
+        """Whether a quick retry may go at `at` from here: only while the source's breaker is
+        closed and no hold runs past it. Otherwise the run hands its failure to the coordinator,
+        whose retry is admitted as every call is (an open breaker's cool-down, a half-open one's
+        probes, whoever counts them)."""
+        health = budget.health(self.source)
+        held = health.not_before is not None and health.not_before > at
+        return health.breaker_state == budget.Breaker.CLOSED and not held
+
+    def failed(self, failure: Failure, now: datetime, partial: int) -> routing.Decision:
+        """Hold every caller back at once if the source said so, then decide about the failed
+        call as the coordinator will once the run records it (nothing paid yet)."""
+        if failure.retry_after:
+            budget.record([budget.Answer(self.source, False, now, None, failure.retry_after)], now)
+        ftype, retry = failure.category, self.attempt > 1
+        answer = budget.Answer(self.source, False, now, ftype, failure.retry_after, retry)
+        context = replace(self.context, partial_count=partial)
+        return budget.decide(failure, self.attempt, context, now=now, pay=False, unrecorded=answer)
+
+    def pay(self, decision: routing.Decision) -> bool:
+        return budget.try_spend(self.source, decision.budget_cost)
 
 
 @dataclass
@@ -222,6 +277,7 @@ class Outcome:
     envelope: dict[str, Any]
     calls: int
     failure: Failure | None = None
+    decisions: list[routing.Decision] = field(default_factory=list)  # one per failed call
 
 
 def attempted_of(query: dict[str, Any]) -> dict[str, Any]:
@@ -234,47 +290,56 @@ def call_with_recovery(
     *,
     classify: Callable[[BaseException], Failure],
     clock: Clock,
-    not_before: Callable[[], datetime | None] = lambda: None,
-    hold: Callable[[datetime], None] = lambda until: None,
+    gate: SourceGate,
     alternatives: list[str] | None = None,
     rng: Callable[[], float] = random.random,
 ) -> Outcome:
-    """Call `source`, retrying a brief blip locally; return the envelope with every partial result.
+    """Call `source`, retrying a brief blip locally when routing retries it; return the envelope
+    with every partial result.
 
-    No call happens before `not_before()`, a Retry-After shared by every caller of the source.
+    No call happens before `gate.not_before()`, a Retry-After shared by every caller of the
+    source; a failed call's Retry-After holds them back at once, and its run's outcome, recorded
+    once, feeds the breaker.
     """
     partial: list[dict] = []
     calls = 0
-    waited_for: datetime | None = None
+    decisions: list[routing.Decision] = []
     while True:
-        _wait_until(clock, _latest(not_before(), waited_for))
+        _wait_until(clock, gate.not_before())
         calls += 1
         try:
             results = source(query, partial)
         except Exception as exc:
             failure = classify(exc)
-            if failure.retry_after is not None:
-                waited_for = clock.now() + timedelta(seconds=failure.retry_after)
-                hold(waited_for)
-            if calls <= LOCAL_RETRIES and _recover_locally(failure):
-                clock.sleep(min(LOCAL_MAX_WAIT, 0.25 * 2 ** (calls - 1)) * rng())
+            decisions.append(gate.failed(failure, clock.now(), len(_unique(partial))))
+            pause = _local_pause(failure, decisions[-1], calls, rng)
+            if (
+                pause is not None
+                and gate.retries_here(clock.now() + timedelta(seconds=pause))
+                and gate.pay(decisions[-1])
+            ):
+                clock.sleep(pause)
                 continue
             envelope = _error_envelope(failure, query, partial, source.name, alternatives)
-            return Outcome(envelope=envelope, calls=calls, failure=failure)
-        return Outcome(
-            envelope=success_envelope(results, attempted=attempted_of(query)), calls=calls
-        )
+            return Outcome(envelope, calls, failure, decisions)
+        envelope = success_envelope(results, attempted=attempted_of(query))
+        return Outcome(envelope, calls, decisions=decisions)
 
 
-def _recover_locally(failure: Failure) -> bool:
-    if failure.category in LOCAL_TYPES:
-        return True
-    short = failure.retry_after is not None and failure.retry_after <= LOCAL_MAX_WAIT
-    return failure.category == FailureCategory.RATE_LIMITED and short
-
-
-def _latest(*moments: datetime | None) -> datetime | None:
-    return max((m for m in moments if m is not None), default=None)
+def _local_pause(
+    failure: Failure, decision: routing.Decision, calls: int, rng: Callable[[], float]
+) -> float | None:
+    """Return the pause before retrying here, or None to hand the failure to the coordinator:
+    only a retry (or wait) routing chose, of a brief blip, that may go within LOCAL_MAX_WAIT."""
+    if calls > LOCAL_RETRIES or not decision.calls_again or decision.refresh:
+        return None
+    limited = failure.category == FailureCategory.RATE_LIMITED and failure.retry_after is not None
+    if failure.category not in LOCAL_TYPES and not limited:
+        return None
+    floor = decision.delay_seconds if decision.action == Action.WAIT else failure.retry_after or 0.0
+    if floor > LOCAL_MAX_WAIT:
+        return None
+    return max(floor, min(LOCAL_MAX_WAIT, 0.25 * 2 ** (calls - 1)) * rng())
 
 
 def _wait_until(clock: Clock, moment: datetime | None) -> None:

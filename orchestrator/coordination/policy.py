@@ -8,10 +8,10 @@ from typing import Any
 
 from classifier import Classifier, Overrides
 from orchestrator.coordination import routing
-from orchestrator.models import PolicyState, ProviderOverride, RoutingPolicy
+from orchestrator.models import PolicyState, ProjectPolicy, ProviderOverride, RoutingPolicy
 
 _lock = threading.Lock()
-_snapshots: dict[tuple, routing.PolicySnapshot] = {}
+_snapshots: dict[tuple, dict[int | None, routing.PolicySnapshot]] = {}
 _classifiers: dict[tuple, Classifier] = {}
 
 
@@ -21,21 +21,45 @@ def _version_key() -> tuple:
     return row or (1, None)
 
 
-def current_snapshot() -> routing.PolicySnapshot:
-    """Return the routing table at the current version (loaded once per version and process)."""
-    key = _version_key()
-    snap = _snapshots.get(key)
-    if snap is None:
-        rows = [p.snapshot() for p in RoutingPolicy.objects.all()]
-        snap = routing.PolicySnapshot.from_rows(key[0], rows)
+def current_snapshot(project_id: int | None = None) -> routing.PolicySnapshot:
+    """Return the routing table at the current version (loaded once per version and process):
+    the global one, or with `project_id`'s overrides (`ProjectPolicy`) in place of its rows."""
+    version = _version_key()
+    snaps = _snapshots.get(version)
+    if snaps is None:
+        snaps = _load(version[0])
         with _lock:
             _snapshots.clear()
-            _snapshots[key] = snap
-    return snap
+            _snapshots[version] = snaps
+    return snaps.get(project_id) or snaps[None]
+
+
+def _load(version: int) -> dict[int | None, routing.PolicySnapshot]:
+    """{None: the global table, project id: that project's table} for every project overriding
+    any failure type; a project overriding none reads the global one."""
+    rows = [p.snapshot() for p in RoutingPolicy.objects.all()]
+    by_project: dict[int, dict[str, Any]] = {}
+    for override in ProjectPolicy.objects.select_related("project"):
+        row = {k: v for k, v in override.snapshot().items() if k != "project"}
+        by_project.setdefault(override.project_id, {})[override.failure_type] = row
+    snaps: dict[int | None, routing.PolicySnapshot] = {
+        None: routing.PolicySnapshot.from_rows(version, rows)
+    }
+    for project_id, overrides in by_project.items():
+        merged = [overrides.pop(row["failure_type"], row) for row in rows]
+        snaps[project_id] = routing.PolicySnapshot.from_rows(
+            version, merged + list(overrides.values())
+        )
+    return snaps
 
 
 def current_classifier() -> Classifier:
     """Return a classifier holding the enabled provider overrides of the current version."""
+    return versioned_classifier()[0]
+
+
+def versioned_classifier() -> tuple[Classifier, int]:
+    """Return `current_classifier()` with the policy version it is of."""
     key = _version_key()
     found = _classifiers.get(key)
     if found is None:
@@ -44,19 +68,20 @@ def current_classifier() -> Classifier:
         with _lock:
             _classifiers.clear()
             _classifiers[key] = found
-    return found
+    return found, key[0]
 
 
-def rule_of(policy: RoutingPolicy | routing.Rule | dict[str, Any]) -> routing.Rule:
+def rule_of(policy: RoutingPolicy | ProjectPolicy | routing.Rule | dict[str, Any]) -> routing.Rule:
     if isinstance(policy, routing.Rule):
         return policy
-    if isinstance(policy, RoutingPolicy):
+    if isinstance(policy, RoutingPolicy | ProjectPolicy):
         return routing.Rule.from_data(policy.snapshot())
     return routing.Rule.from_data(policy)
 
 
 def preview_delays(
-    policy: RoutingPolicy | routing.Rule | dict[str, Any], attempts: int | None = None
+    policy: RoutingPolicy | ProjectPolicy | routing.Rule | dict[str, Any],
+    attempts: int | None = None,
 ) -> list[tuple[int, float, float]]:
     """Return (failed attempt, min_delay, max_delay) for each retry the rule allows."""
     rule = rule_of(policy)

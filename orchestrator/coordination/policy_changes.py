@@ -1,25 +1,37 @@
-"""Changing the routing policy: every edit, deletion and restore goes through here, in one
-transaction with a version bump, the version's snapshot and an audit row, so no change escapes the
-audit trail or leaves decisions on a stale cached snapshot."""
+"""Changing the routing policy (its routing table, provider overrides and scrub rules): every
+edit, deletion and restore goes through here, in one transaction with a version bump, the version's
+snapshot and an audit row, so no change escapes the audit trail or leaves decisions (or the secret
+filters) on a stale cached snapshot."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
+from orchestrator import pricing, scrubbing
+from orchestrator.coordination import dispatch
 from orchestrator.models import (
     AuditEntry,
     PolicyState,
     PolicyVersion,
+    Price,
+    Project,
+    ProjectPolicy,
     ProviderOverride,
     ReviewItem,
     RoutingPolicy,
+    ScrubRule,
 )
 
+PolicyObject = RoutingPolicy | ProjectPolicy | ProviderOverride | ScrubRule | Price
 
-def save_policy_change(obj: RoutingPolicy | ProviderOverride, actor: Any, note: str = "") -> int:
-    """Save a policy or override edit with its audit row and a version bump; return the version."""
+
+def save_policy_change(obj: PolicyObject, actor: Any, note: str = "") -> int:
+    """Save a policy, override or scrub rule edit with its audit row and a version bump; return
+    the version."""
     with transaction.atomic():
         before = None
         if obj.pk:
@@ -27,22 +39,29 @@ def save_policy_change(obj: RoutingPolicy | ProviderOverride, actor: Any, note: 
             before = old.snapshot() if old else None
         obj.full_clean()
         obj.save()
+        if isinstance(obj, Price):
+            _reprice_edit(obj, before, obj.effective_from)
         change = "update" if before else "create"
         return _new_version(obj, actor, note, change, before, obj.snapshot())
 
 
-def delete_policy_object(obj: ProviderOverride, actor: Any, note: str = "") -> int:
-    """Delete an override with its audit row and a version bump; return the version."""
+def delete_policy_object(
+    obj: ProjectPolicy | ProviderOverride | ScrubRule | Price, actor: Any, note: str = ""
+) -> int:
+    """Delete an override, a scrub rule or a price with its audit row and a version bump; return
+    the version."""
     with transaction.atomic():
         before = obj.snapshot()
         pk = obj.pk
         obj.delete()
         obj.pk = pk
+        if isinstance(obj, Price):
+            _reprice_edit(obj, before, None)
         return _new_version(obj, actor, note, "delete", before, {})
 
 
 def _new_version(
-    obj: RoutingPolicy | ProviderOverride,
+    obj: PolicyObject,
     actor: Any,
     note: str,
     change: str,
@@ -50,6 +69,8 @@ def _new_version(
     after: dict[str, Any],
 ) -> int:
     """Bump the version, keep its snapshot and audit the change; return the version."""
+    scrubbing.forget()
+    pricing.forget()
     version = PolicyState.bump()
     PolicyVersion.capture(version, actor, note)
     AuditEntry.record(
@@ -64,7 +85,8 @@ def _new_version(
 
 
 def restore_policy_version(number: int, actor: Any, note: str = "") -> PolicyVersion:
-    """Write version `number`'s routing table and overrides back as a new version, audited.
+    """Write version `number`'s routing table, overrides and scrub rules back as a new version,
+    audited.
 
     Never a rewind: decisions recorded under the versions in between keep their meaning.
     """
@@ -86,7 +108,12 @@ def restore_policy_version(number: int, actor: Any, note: str = "") -> PolicyVer
             ProviderOverride.objects.update_or_create(
                 provider=provider, match_on=match_on, match_value=value, defaults=fields
             )
+        _restore_scrub_rules(target)
+        _restore_project_policies(target)
+        _restore_prices(target)
         before = PolicyState.current_version()
+        scrubbing.forget()
+        pricing.forget()
         version = PolicyState.bump()
         note = note or f"restored version {number}"
         restored = PolicyVersion.capture(version, actor, note, restored_from=number)
@@ -99,6 +126,76 @@ def restore_policy_version(number: int, actor: Any, note: str = "") -> PolicyVer
             note=note,
         )
     return restored
+
+
+def _restore_project_policies(target: PolicyVersion) -> None:
+    """Projects' overrides as `target` kept them (those of a project deleted since are gone)."""
+    wanted = target.project_policies_by_match()
+    for row in ProjectPolicy.objects.select_related("project"):
+        if (row.project.slug, row.failure_type) not in wanted:
+            row.delete()
+    projects = Project.objects.in_bulk({slug for slug, _ in wanted}, field_name="slug")
+    for (slug, ftype), row in wanted.items():
+        if slug in projects:
+            fields = {k: v for k, v in row.items() if k not in ("project", "failure_type")}
+            ProjectPolicy.objects.update_or_create(
+                project=projects[slug], failure_type=ftype, defaults=fields
+            )
+
+
+def _restore_scrub_rules(target: PolicyVersion) -> None:
+    wanted = target.scrub_rules_by_match()
+    for rule in ScrubRule.objects.all():
+        if (rule.kind, rule.value) not in wanted:
+            rule.delete()
+    for (kind, value), row in wanted.items():
+        fields = {k: row[k] for k in ("note", "enabled")}
+        ScrubRule.objects.update_or_create(kind=kind, value=value, defaults=fields)
+
+
+def _restore_prices(target: PolicyVersion) -> None:
+    """Write back `target`'s price rows; each kind and name whose rows change is priced again
+    from its earliest changed start on."""
+    wanted = target.prices_by_match()
+    have = {(p.kind, p.name, p.effective_from.isoformat()): p for p in Price.objects.all()}
+    changed: dict[tuple[str, str], datetime] = {}
+    for match in have.keys() | wanted.keys():
+        row = wanted.get(match)
+        now = have[match].snapshot() if match in have else None
+        if row == now:
+            continue
+        kind, name, start = match
+        at = datetime.fromisoformat(start)
+        changed[(kind, name)] = min(at, changed.get((kind, name), at))
+        if row is None:
+            have[match].delete()
+            continue
+        fields = {k: row[k] for k in PRICE_VALUES}
+        Price.objects.update_or_create(kind=kind, name=name, effective_from=at, defaults=fields)
+    for (kind, name), since in sorted(changed.items()):
+        _schedule_reprice(pricing.Window(kind, name, since))
+
+
+PRICE_VALUES = Price.VALUE_FIELDS
+
+
+def _schedule_reprice(window: pricing.Window) -> None:
+    """Send the repricing of `window` through the outbox, in the edit's transaction; a window
+    starting in the future holds no run yet (ingest prices them)."""
+    if window.since <= timezone.now():
+        dispatch.enqueue(pricing.REPRICE_TASK, window.as_args())
+
+
+def _reprice_edit(price: Price, before: dict[str, Any] | None, after: datetime | None) -> None:
+    """Price again the runs the edit of `price` (its snapshot `before`) changes."""
+    old = datetime.fromisoformat(before["effective_from"]) if before else None
+    if old is None and after is None:
+        return
+    kinds = {(price.kind, price.name)}
+    if before:
+        kinds.add((before["kind"], before["name"]))
+    for kind, name in sorted(kinds):
+        _schedule_reprice(pricing.window_of_change(kind, name, old, after))
 
 
 def save_override_from_review(

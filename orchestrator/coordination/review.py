@@ -10,6 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import receiver
 
+from orchestrator import scrubbing
 from orchestrator.coordination import clock, dispatch, policy, policy_changes
 from orchestrator.coordination.registry import registry
 from orchestrator.models import CREATED_AFTER_MARGIN, ReviewItem, Run, review_resolved
@@ -128,7 +129,11 @@ def resolve(
     apply_to_group: bool = False,
 ) -> int:
     """Resolve `item`, with `save_override` also saving a provider override from its raw error,
-    in one transaction; return how many items were resolved."""
+    in one transaction; return how many items were resolved. The edited input's and the note's
+    secrets are filtered before they are kept: a credential belongs in the agent's own store,
+    never in a resolution that pages, webhooks and the API show."""
+    edited_input = scrubbing.scrub_data(edited_input)
+    note = scrubbing.scrub_text(note)
     with transaction.atomic():
         resolved = item.resolve(
             user,
@@ -154,9 +159,9 @@ def continue_workflow(sender: Any, item: ReviewItem, **kwargs: Any) -> None:
 def apply_overdue_fallbacks(now: datetime | None = None) -> int:
     """Resolve every pending item past its deadline with its failure type's fallback action."""
     now = now or clock.now()
-    snap = policy.current_snapshot()
     done = 0
     for item in ReviewItem.objects.overdue(now)[:500]:
+        snap = policy.current_snapshot(item.project_id)
         action = snap.rule(item.failure_type or FailureCategory.UNCLASSIFIED).review_fallback
         note = f"No decision before the deadline; the {action} fallback applied."
         with transaction.atomic():

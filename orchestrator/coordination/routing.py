@@ -13,8 +13,9 @@ from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from orchestrator.vocabulary import Action, Breaker, FailureCategory, Jitter
 
 C = FailureCategory
-RETRY, SWITCH_SOURCE, ACCEPT_PARTIAL, ESCALATE, ABORT = (
+RETRY, WAIT, SWITCH_SOURCE, ACCEPT_PARTIAL, ESCALATE, ABORT = (
     Action.RETRY,
+    Action.WAIT,
     Action.SWITCH_SOURCE,
     Action.ACCEPT_PARTIAL,
     Action.ESCALATE,
@@ -76,6 +77,9 @@ class Rule:
     hard_fail: bool = False
     review_deadline: int = 24 * 3600
     review_fallback: str = ACCEPT_PARTIAL
+    # What a failure on a source (or of an agent) past its daily spend limit gets instead of a
+    # call that would spend more (a retry, a wait, a switch): a human's decision, or the end.
+    over_budget_action: str = ESCALATE
 
     @classmethod
     def from_data(cls, row: Mapping[str, Any]) -> Rule:
@@ -110,6 +114,8 @@ class Budget:
     breaker: str = Breaker.CLOSED
     opened_at: datetime | None = None
     cooldown: float = 30.0
+    # A Retry-After the source gave any caller: nobody calls it before then.
+    not_before: datetime | None = None
 
     def cost(self, failure_type: str) -> float:
         return self.timeout_retry_cost if failure_type == C.TIMEOUT else self.retry_cost
@@ -124,6 +130,12 @@ class Budget:
         reopen = self.opened_at + timedelta(seconds=self.cooldown)
         return max(0.0, (reopen - now).total_seconds())
 
+    def hold_wait(self, now: datetime) -> float:
+        """Return the seconds until the source's Retry-After hold ends (0 if none)."""
+        if self.not_before is None:
+            return 0.0
+        return max(0.0, (self.not_before - now).total_seconds())
+
 
 @dataclass(frozen=True)
 class Context:
@@ -135,12 +147,19 @@ class Context:
     refreshed: bool = False
     partial_count: int = 0
     poisoned: bool = False
+    agent: str = ""
+    # Why the source or the agent may spend no more today (its daily spend limit is reached),
+    # else "": `budget.decide` reads it from the spend budgets.
+    over_budget: str = ""
+    # The project of the run being routed: its overrides of the policy apply (None: the global).
+    project_id: int | None = None
 
 
 @dataclass(frozen=True)
 class Decision:
     """What to do, why, and under which policy version; `refresh` marks an auth failure's one
-    retry after refreshing the credentials."""
+    retry after refreshing the credentials. `wait` is a retry whose delay the source set for
+    every caller (its hold or its open breaker), not this failure's own backoff."""
 
     action: str
     delay_seconds: float
@@ -150,6 +169,11 @@ class Decision:
     failure_type: str = UNCLASSIFIED
     refresh: bool = False
     switch_to: str | None = None
+
+    @property
+    def calls_again(self) -> bool:
+        """Whether the same source is called again (after `delay_seconds`): the budget pays."""
+        return self.action in (RETRY, WAIT)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -238,6 +262,29 @@ def decide(
         return say.decision(
             ESCALATE, 0, "the task killed its worker on every delivery, so it was parked"
         )
+    decision = _route(say, facts, rule, attempt, budget, ctx, now, rng)
+    if ctx.over_budget and decision.action in SPENDING:
+        action = rule.over_budget_action if rule.over_budget_action in OVER_BUDGET else ESCALATE
+        then = "a human decides" if action == ESCALATE else "this task stops"
+        return say.decision(action, 0, f"{ctx.over_budget}, so {then}")
+    return decision
+
+
+# The decisions that call a source again (and so spend); past a spend budget they are replaced.
+SPENDING = (RETRY, WAIT, SWITCH_SOURCE)
+OVER_BUDGET = (ESCALATE, ABORT)
+
+
+def _route(
+    say: _Sayer,
+    facts: FailureFacts,
+    rule: Rule,
+    attempt: int,
+    budget: Budget,
+    ctx: Context,
+    now: datetime | None,
+    rng: Callable[[], float],
+) -> Decision:
     if facts.failure_type == C.AUTH_FAILURE:
         return _route_auth(say, ctx)
     if rule.hard_fail:
@@ -288,34 +335,57 @@ def _route_retryable(
             f"delay of {rule.max_delay:.1f} s, so a human decides",
         )
     wait = budget.breaker_wait(now) if now else 0.0
+    held = budget.hold_wait(now) if now else 0.0
     if wait > 0:
-        return _route_open_breaker(say, ctx, rule, wait, attempt, max_attempts)
+        return _route_open_breaker(say, ctx, rule, (wait, held), attempt, max_attempts)
+    if held > rule.max_delay:
+        return _route_long_hold(say, ctx, held)
     if not budget.can_afford(facts.failure_type):
         return _route_empty_budget(say, ctx, budget)
     delay = backoff(rule, attempt, rng)
+    of = f" (attempt {attempt + 1} of {max_attempts})"
+    cost = budget.cost(facts.failure_type)
+    if held > max(delay, ra or 0.0):
+        why = f"{ctx.source} holds every caller back for {held:.1f} s more (a Retry-After it sent)"
+        return say.decision(WAIT, held, f"{why}, so waiting for it{of}", cost=cost)
     if ra is not None and delay < ra:
         delay = ra
         why = f"retrying after the provider's Retry-After of {ra:.1f} s"
     else:
         spread = _JITTER_PHRASES.get(rule.jitter, _JITTER_PHRASES[Jitter.FULL])
         why = f"retrying in {delay:.1f} s, {spread}"
-    why += f" (attempt {attempt + 1} of {max_attempts})"
-    return say.decision(RETRY, delay, why, cost=budget.cost(facts.failure_type))
+    return say.decision(RETRY, delay, why + of, cost=cost)
 
 
 def _route_open_breaker(
-    say: _Sayer, ctx: Context, rule: Rule, wait: float, attempt: int, max_attempts: int
+    say: _Sayer,
+    ctx: Context,
+    rule: Rule,
+    waits: tuple[float, float],
+    attempt: int,
+    max_attempts: int,
 ) -> Decision:
+    """`waits`: until the breaker lets a probe through, and until the source's hold ends."""
     if ctx.has_alternative:
         return say.switch("its circuit breaker is open, so")
+    wait = max(waits)
     if wait <= rule.max_delay:
         return say.decision(
-            RETRY,
+            WAIT,
             wait,
             f"its circuit breaker is open and no other source exists, so waiting {wait:.1f} s "
             f"for the probe (attempt {attempt + 1} of {max_attempts})",
         )
+    if waits[1] > waits[0]:
+        return _route_long_hold(say, ctx, waits[1])
     return _exhausted(say, ctx, f"its circuit breaker stays open for {wait:.0f} s more")
+
+
+def _route_long_hold(say: _Sayer, ctx: Context, held: float) -> Decision:
+    why = f"{ctx.source} holds every caller back for {held:.0f} s more (a Retry-After it sent)"
+    if ctx.has_alternative:
+        return say.switch(f"{why}, longer than the policy's maximum delay, so")
+    return _exhausted(say, ctx, why)
 
 
 def _route_empty_budget(say: _Sayer, ctx: Context, budget: Budget) -> Decision:

@@ -6,7 +6,6 @@ guards), and the workflow row is locked for the step's duration so two steps nev
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +15,14 @@ from django.db import IntegrityError, transaction
 from orchestrator.coordination import budget, clock, coverage, dispatch, efficacy, policy, routing
 from orchestrator.coordination.escalation import escalate
 from orchestrator.coordination.registry import registry
-from orchestrator.models import AuditEntry, ReviewItem, Run, Workflow, actor_label
+from orchestrator.models import (
+    DEFAULT_PROJECT_ID,
+    AuditEntry,
+    ReviewItem,
+    Run,
+    Workflow,
+    actor_label,
+)
 from orchestrator.vocabulary import Action, Coordinator, FailureCategory
 
 
@@ -71,6 +77,8 @@ def start_workflow_once(
         breadth=max(1, breadth),
         input=input or {},
         token=token,
+        # A token's workflows are its project's; an operator's or the demo's, the default one's.
+        project_id=token.project_id if token is not None else DEFAULT_PROJECT_ID,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
         coordinator=coordinator,
@@ -151,6 +159,7 @@ def first_attempt(
     run = Run(
         switched_from=switched_from,
         workflow=wf,
+        project_id=wf.project_id,
         topic=topic,
         capability=wf.capability,
         agent=f"{wf.capability}-agent",
@@ -186,6 +195,7 @@ def retry(run: Run, delay: float, attempted: dict | None = None) -> Run | None:
     last = attempts.order_by("-attempt").values_list("attempt", flat=True).first()
     nxt = Run(
         workflow_id=run.workflow_id,
+        project_id=run.project_id,
         topic=run.topic,
         capability=run.capability,
         agent=run.agent,
@@ -239,23 +249,18 @@ def route_context(wf: Workflow | None, run: Run) -> routing.Context:
         refreshed=refreshed,
         partial_count=run.partial_count,
         poisoned=run.deliveries > settings.RUN_MAX_DELIVERIES,
+        project_id=run.project_id,
+        agent=run.agent,  # its daily spend budget applies too
     )
 
 
 def decide_for(wf: Workflow | None, run: Run) -> routing.Decision:
     """Decide about a failed run with the current policy, paying the retry budget if it retries."""
-    snap = policy.current_snapshot()
-    ctx = route_context(wf, run)
-    state = budget.state(run.source)
-    now = clock.now()
     facts = {"failure_type": run.failure_type, "retry_after": run.retry_after}
     facts |= {"status_code": run.status_code, "retryable": run.retryable}
     if run.retryable is False:
         facts["retryable_by"] = retryable_by(run)
-    decision = routing.decide(facts, run.attempt, snap, state, ctx, now=now)
-    if decision.action == Action.RETRY and not budget.try_spend(run.source, decision.budget_cost):
-        decision = routing.decide(facts, run.attempt, snap, replace(state, tokens=0), ctx, now=now)
-    return decision
+    return budget.decide(facts, run.attempt, route_context(wf, run), now=clock.now())
 
 
 def retryable_by(run: Run) -> str:
@@ -278,13 +283,12 @@ def retryable_by(run: Run) -> str:
 
 def record(run: Run, decision: routing.Decision) -> bool:
     """Store `decision` on the run, once."""
-    retrying = decision.action == Action.RETRY
     return run.record_decision(
         decision.action,
         decision.reason,
         decision.policy_version,
         delay=decision.delay_seconds,
-        budget_spent=decision.budget_cost if retrying else 0.0,
+        budget_spent=decision.budget_cost if decision.calls_again else 0.0,
         switch_to=decision.switch_to,
         now=clock.now(),
     )
@@ -318,7 +322,7 @@ def _route(wf: Workflow, run: Run) -> None:
     decision = decide_for(wf, run)
     if not record(run, decision):
         return
-    if decision.action == Action.RETRY:
+    if decision.calls_again:
         retry(run, decision.delay_seconds)
     elif decision.action == Action.SWITCH_SOURCE:
         switch(wf, run, decision.switch_to)

@@ -2,14 +2,19 @@
 policy edit with its version and audit row) live in `orchestrator.coordination`."""
 
 from orchestrator.models.audit import AuditEntry, actor_label
+from orchestrator.models.beat import BeatTick
 from orchestrator.models.delivery import OutboxMessage, WebhookAttempt, WebhookDelivery
 from orchestrator.models.policies import (
     PolicyState,
     PolicyVersion,
+    ProjectPolicy,
     ProviderOverride,
     RoutingPolicy,
+    ScrubRule,
     SourceHealth,
 )
+from orchestrator.models.prices import Price
+from orchestrator.models.projects import DEFAULT_PROJECT_ID, Project
 from orchestrator.models.review import ReviewItem, review_resolved
 from orchestrator.models.run_keys import RunKey, WorkflowCounter, WorkflowRunDelta
 from orchestrator.models.run_queries import (
@@ -20,20 +25,27 @@ from orchestrator.models.run_queries import (
     RunSets,
 )
 from orchestrator.models.runs import FailureType, Run
+from orchestrator.models.spend import SpendBudget
 from orchestrator.models.tokens import ApiToken
+from orchestrator.models.trace_spans import TraceSpan
 from orchestrator.models.workflows import BUILT_IN_WORKFLOW, Workflow
 
 __all__ = [
     "BUILT_IN_WORKFLOW",
     "CREATED_AFTER_MARGIN",
+    "DEFAULT_PROJECT_ID",
     "ENVELOPE_STATUSES",
     "NAMED_SETS",
     "ApiToken",
     "AuditEntry",
+    "BeatTick",
     "FailureType",
     "OutboxMessage",
     "PolicyState",
     "PolicyVersion",
+    "Price",
+    "Project",
+    "ProjectPolicy",
     "ProviderOverride",
     "ReviewItem",
     "RoutingPolicy",
@@ -41,7 +53,10 @@ __all__ = [
     "RunKey",
     "RunQuerySet",
     "RunSets",
+    "ScrubRule",
     "SourceHealth",
+    "SpendBudget",
+    "TraceSpan",
     "WebhookAttempt",
     "WebhookDelivery",
     "Workflow",

@@ -92,11 +92,14 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
         indexes = [
             # the sweeper's "an attempt died with its worker" safety net
             models.Index(
                 fields=["lease_until"], name="webhook_pending_lease", condition=Q(state="pending")
             ),
+            # /metrics' fold of the last hours' deliveries, and the admin's list, newest first
+            models.Index(fields=["created_at", "id"], name="webhook_created"),
         ]
 
     def __str__(self) -> str:

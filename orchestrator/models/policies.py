@@ -1,5 +1,6 @@
-"""The routing policy: its version and history, the routing table, provider overrides, each source's
-retry budget and circuit breaker. `orchestrator.coordination.policy_changes` changes them."""
+"""The routing policy: its version and history, the routing table, provider overrides, the rules
+that filter secrets out of reports, each source's retry budget and circuit breaker.
+`orchestrator.coordination.policy_changes` changes them."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from django.db import models, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from classifier.scrub import ScrubRules, fold, pattern_error
 from orchestrator.memo import LocalMemo
 from orchestrator.models.audit import actor_label
+from orchestrator.models.prices import Price
 from orchestrator.models.runs import FailureType
 from orchestrator.vocabulary import Action, Breaker, Jitter
 
@@ -55,12 +58,18 @@ class PolicyVersionQuerySet(models.QuerySet):
 
 
 class PolicyVersion(models.Model):
-    """The whole routing table and every provider override as they stood at one policy version,
-    written in the transaction that bumps it; restoring one writes it back as a new version."""
+    """The whole routing table, every provider override and every scrub rule as they stood at one
+    policy version, written in the transaction that bumps it; restoring one writes it back as a new
+    version."""
 
     version = models.PositiveIntegerField(unique=True)
     policies = models.JSONField(default=list, help_text="RoutingPolicy.snapshot() of every row")
     overrides = models.JSONField(default=list, help_text="ProviderOverride.snapshot() of every row")
+    scrub_rules = models.JSONField(default=list, help_text="ScrubRule.snapshot() of every row")
+    prices = models.JSONField(default=list, help_text="Price.snapshot() of every row")
+    project_policies = models.JSONField(
+        default=list, help_text="ProjectPolicy.snapshot() of every row"
+    )
     actor_label = models.CharField(max_length=150, blank=True)
     note = models.TextField(blank=True)
     restored_from = models.PositiveIntegerField(null=True, blank=True)
@@ -82,6 +91,14 @@ class PolicyVersion(models.Model):
             version=version,
             policies=[p.snapshot() for p in RoutingPolicy.objects.order_by("failure_type")],
             overrides=[o.snapshot() for o in ProviderOverride.objects.all()],
+            scrub_rules=[r.snapshot() for r in ScrubRule.objects.all()],
+            prices=[p.snapshot() for p in Price.objects.all()],
+            project_policies=[
+                p.snapshot()
+                for p in ProjectPolicy.objects.select_related("project").order_by(
+                    "project__slug", "failure_type"
+                )
+            ],
             actor_label=actor_label(actor),
             note=note,
             restored_from=restored_from,
@@ -93,8 +110,18 @@ class PolicyVersion(models.Model):
     def overrides_by_match(self) -> dict[tuple[str, str, str], dict[str, Any]]:
         return {(o["provider"], o["match_on"], o["match_value"]): o for o in self.overrides}
 
+    def project_policies_by_match(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(p["project"], p["failure_type"]): p for p in self.project_policies}
+
+    def scrub_rules_by_match(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(r["kind"], r["value"]): r for r in self.scrub_rules}
+
+    def prices_by_match(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        return {(p["kind"], p["name"], p["effective_from"]): p for p in self.prices}
+
     def changes_since(self, older: PolicyVersion | None) -> list[dict[str, Any]]:
-        """What differs from `older` (none for None): per changed routing field, per override."""
+        """What differs from `older` (none for None): per changed routing field, per override, per
+        scrub rule, per price, per project's routing row."""
         if older is None:
             return []
         changes: list[dict[str, Any]] = []
@@ -105,17 +132,35 @@ class PolicyVersion(models.Model):
                 if key != "failure_type" and before.get(key) != after.get(key):
                     old, new = before.get(key), after.get(key)
                     changes.append({"what": f"{ftype}.{key}", "before": old, "after": new})
-        old_o, new_o = older.overrides_by_match(), self.overrides_by_match()
-        for match in sorted(old_o.keys() | new_o.keys()):
-            if old_o.get(match) != new_o.get(match):
-                what = "override " + ":".join(part or "*" for part in match)
-                old, new = old_o.get(match), new_o.get(match)
-                changes.append({"what": what, "before": old, "after": new})
+        keyed = (
+            (
+                lambda m: "override " + ":".join(part or "*" for part in m),
+                older.overrides_by_match(),
+                self.overrides_by_match(),
+            ),
+            (
+                lambda m: "scrub rule " + ":".join(m),
+                older.scrub_rules_by_match(),
+                self.scrub_rules_by_match(),
+            ),
+            (lambda m: "price " + ":".join(m), older.prices_by_match(), self.prices_by_match()),
+            (
+                lambda m: "project {} {}".format(*m),
+                older.project_policies_by_match(),
+                self.project_policies_by_match(),
+            ),
+        )
+        for name, old_rows, new_rows in keyed:
+            for match in sorted(old_rows.keys() | new_rows.keys()):
+                old, new = old_rows.get(match), new_rows.get(match)
+                if old != new:
+                    changes.append({"what": name(match), "before": old, "after": new})
         return changes
 
 
-class RoutingPolicy(models.Model):
-    """How the coordinator routes one failure type: backoff, attempts, and what to do after."""
+class RoutingFields(models.Model):
+    """How the coordinator routes one failure type: backoff, attempts, and what to do after.
+    The global table (`RoutingPolicy`) and a project's overrides (`ProjectPolicy`) share it."""
 
     Jitter = Jitter
 
@@ -124,8 +169,8 @@ class RoutingPolicy(models.Model):
         for a in (Action.ESCALATE, Action.SWITCH_SOURCE, Action.ACCEPT_PARTIAL, Action.ABORT)
     ]
     REVIEW_FALLBACKS = [(a.value, a.label) for a in (Action.ACCEPT_PARTIAL, Action.ABORT)]
+    OVER_BUDGET_ACTIONS = [(a.value, a.label) for a in (Action.ESCALATE, Action.ABORT)]
 
-    failure_type = models.CharField(max_length=20, choices=FailureType.choices, unique=True)
     max_attempts = models.PositiveSmallIntegerField(
         validators=[MinValueValidator(1), MaxValueValidator(20)],
         help_text="Attempts in all, the first included (1 means never retry)",
@@ -144,15 +189,17 @@ class RoutingPolicy(models.Model):
     review_fallback = models.CharField(
         max_length=20, choices=REVIEW_FALLBACKS, default=Action.ACCEPT_PARTIAL
     )
+    over_budget_action = models.CharField(
+        max_length=20,
+        choices=OVER_BUDGET_ACTIONS,
+        default=Action.ESCALATE,
+        help_text="What a failure gets instead of a retry, a wait or a switch once its source or "
+        "its agent is past its daily spend budget",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["id"]
-        verbose_name_plural = "routing policies"
-        permissions = [("edit_policies", "Can edit routing policies and provider overrides")]
-
-    def __str__(self) -> str:
-        return f"policy for {self.failure_type}"
+        abstract = True
 
     def clean(self) -> None:
         both = self.max_delay is not None and self.base_delay is not None
@@ -175,7 +222,48 @@ class RoutingPolicy(models.Model):
             "hard_fail": self.hard_fail,
             "review_deadline": self.review_deadline,
             "review_fallback": self.review_fallback,
+            "over_budget_action": self.over_budget_action,
         }
+
+
+class RoutingPolicy(RoutingFields):
+    """How the coordinator routes one failure type in every project that does not override it."""
+
+    failure_type = models.CharField(max_length=20, choices=FailureType.choices, unique=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "routing policies"
+        permissions = [("edit_policies", "Can edit routing policies and provider overrides")]
+
+    def __str__(self) -> str:
+        return f"policy for {self.failure_type}"
+
+
+class ProjectPolicy(RoutingFields):
+    """One project's routing of one failure type, in place of the global `RoutingPolicy` for
+    that project's runs. Part of the policy: versioned and audited with it."""
+
+    project = models.ForeignKey(
+        "Project", on_delete=models.CASCADE, related_name="policies", db_constraint=True
+    )
+    failure_type = models.CharField(max_length=20, choices=FailureType.choices)
+
+    class Meta:
+        ordering = ["project", "failure_type"]
+        verbose_name = "project routing policy"
+        verbose_name_plural = "project routing policies"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "failure_type"], name="projectpolicy_unique_type"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"policy for {self.failure_type} in {self.project.slug}"
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"project": self.project.slug, **super().snapshot()}
 
 
 class ProviderOverride(models.Model):
@@ -246,6 +334,58 @@ class ProviderOverride(models.Model):
         }
 
 
+class ScrubRule(models.Model):
+    """An operator's rule on top of the built-in secret filters (`classifier.scrub`): a key name
+    whose values are secrets, a pattern whose matches are, or a safe field left as it is. Part
+    of the policy: versioned, audited and fetched by agents with it."""
+
+    class Kind(models.TextChoices):
+        KEY = "key", "key name (its values are secrets)"
+        PATTERN = "pattern", "pattern (a regular expression; its matches are secrets)"
+        SAFE_FIELD = "safe_field", "safe field (its values are never filtered)"
+
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    value = models.CharField(
+        max_length=300,
+        help_text="A key name (matched whatever its case and separators, also at the end of a "
+        "longer key: ssn matches Customer-SSN), a regular expression (only its group named "
+        "'secret' is filtered, if it has one), or a safe field's key name",
+    )
+    note = models.CharField(max_length=300, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["kind", "value"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "value"], name="scrubrule_unique_value")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.value}"
+
+    def clean(self) -> None:
+        if self.kind == self.Kind.PATTERN:
+            error = pattern_error(self.value or "")
+            if error:
+                raise ValidationError({"value": f"This pattern is {error}."})
+        elif not fold(self.value or ""):
+            raise ValidationError({"value": "A key name needs a letter or a digit."})
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value, "note": self.note, "enabled": self.enabled}
+
+    @classmethod
+    def rules(cls, rows: list[dict[str, Any]] | None = None) -> ScrubRules:
+        """The enabled rules of `rows` (snapshots), or of the table as it is now."""
+        if rows is None:
+            rows = [rule.snapshot() for rule in cls.objects.filter(enabled=True)]
+        return ScrubRules.from_data(rows)
+
+
 class SourceHealth(models.Model):
     """Per source: the retry budget (a token bucket) and the circuit breaker, with settings."""
 
@@ -268,6 +408,8 @@ class SourceHealth(models.Model):
     opened_at = models.DateTimeField(null=True, blank=True)
     # The provider asked everyone to wait (Retry-After): no call to this source before then.
     not_before = models.DateTimeField(null=True, blank=True)
+    # When the hold ending at `not_before` began: a call started in between is an early one.
+    hold_from = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -3,7 +3,7 @@ coordinator (`orchestrator.coordination.review`)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from orchestrator import notify
 from orchestrator.models.audit import AuditEntry
+from orchestrator.models.projects import DEFAULT_PROJECT_ID
 from orchestrator.models.runs import FailureType, Run
 from orchestrator.models.tokens import ApiToken
 from orchestrator.vocabulary import Delivery, FailureCategory, Origin
@@ -64,6 +65,11 @@ class ReviewItemQuerySet(models.QuerySet):
         return self.filter(state=ReviewItem.State.RESOLVED, delivered_at__isnull=True).order_by(
             "resolved_at", "id"
         )
+
+    def pickup_overdue(self, now: datetime) -> ReviewItemQuerySet:
+        """Agents' resolutions no agent picked up within RESOLUTION_PICKUP_TIMEOUT (the overview's
+        "not picked up" tile and the list it opens): the agent may be gone."""
+        return self.filter(ReviewItem.pickup_overdue_condition(now))
 
     def mark_continued(self, item_id: int, now: datetime) -> bool:
         """Mark a resolved item applied; True for the one caller that wins (the step's guard)."""
@@ -147,6 +153,13 @@ class ReviewItem(models.Model):
         null=True, blank=True, help_text="When the agent picked the resolution up (once)"
     )
     delivered_via = models.CharField(max_length=10, choices=Delivery.choices(), blank=True)
+    # The run's project, copied when the item opens.
+    project = models.ForeignKey(
+        "Project",
+        default=DEFAULT_PROJECT_ID,
+        on_delete=models.PROTECT,
+        related_name="review_items",
+    )
 
     objects = ReviewItemQuerySet.as_manager()
 
@@ -160,6 +173,8 @@ class ReviewItem(models.Model):
                 name="review_pending_created",
                 condition=Q(state__in=["open", "claimed"]),
             ),
+            # the top bar's search: every item, newest first, in keyset pages
+            models.Index(fields=["created_at", "id"], name="review_created"),
             # the queue's "resolved" tab: keyset pages, the latest decision first
             models.Index(
                 fields=["resolved_at", "id"],
@@ -173,6 +188,12 @@ class ReviewItem(models.Model):
                 fields=["token", "resolved_at", "id"],
                 name="review_undelivered",
                 condition=Q(state="resolved", delivered_at__isnull=True),
+            ),
+            # the overview's "resolutions not picked up" tile and the list it opens
+            models.Index(
+                fields=["resolved_at", "id"],
+                name="review_agent_unpicked",
+                condition=Q(state="resolved", delivered_at__isnull=True, origin="agent"),
             ),
             # GET /api/v1/reviews' other lists (a token's items by id) and deleting a token
             models.Index(fields=["token", "id"], name="review_token_id"),
@@ -205,6 +226,30 @@ class ReviewItem(models.Model):
     @property
     def is_delivered(self) -> bool:
         return self.delivered_at is not None
+
+    @staticmethod
+    def pickup_timeout() -> timedelta:
+        return timedelta(seconds=settings.RESOLUTION_PICKUP_TIMEOUT)
+
+    @classmethod
+    def pickup_overdue_condition(cls, now: datetime) -> Q:
+        return Q(
+            state=cls.State.RESOLVED,
+            delivered_at__isnull=True,
+            origin=Origin.AGENT,
+            resolved_at__lte=now - cls.pickup_timeout(),
+        )
+
+    @property
+    def is_pickup_overdue(self) -> bool:
+        """Resolved for an agent's coordinator, and not picked up within the pickup timeout."""
+        return (
+            self.state == self.State.RESOLVED
+            and not self.is_built_in
+            and self.delivered_at is None
+            and self.resolved_at is not None
+            and self.resolved_at <= timezone.now() - self.pickup_timeout()
+        )
 
     @property
     def webhook_or_none(self) -> WebhookDelivery | None:
@@ -239,10 +284,19 @@ class ReviewItem(models.Model):
     def claim(self, user: Any, now: datetime | None = None) -> bool:
         """Claim an open item for `user`; True if they hold it now (a second claim by them too)."""
         now = now or timezone.now()
-        changed = ReviewItem.objects.filter(pk=self.pk, state=self.State.OPEN).update(
-            state=self.State.CLAIMED, assignee=user, claimed_at=now
-        )
-        self.refresh_from_db(fields=["state", "assignee", "claimed_at"])
+        with transaction.atomic():
+            changed = ReviewItem.objects.filter(pk=self.pk, state=self.State.OPEN).update(
+                state=self.State.CLAIMED, assignee=user, claimed_at=now
+            )
+            self.refresh_from_db(fields=["state", "assignee", "claimed_at"])
+            if changed:
+                AuditEntry.record(
+                    actor=user,
+                    action="review.claim",
+                    obj=self,
+                    before={"state": self.State.OPEN, "assignee": None},
+                    after={"state": self.state, "assignee": self.assignee_id},
+                )
         return bool(changed) or (
             self.state == self.State.CLAIMED and self.assignee_id == getattr(user, "pk", None)
         )
@@ -268,8 +322,13 @@ class ReviewItem(models.Model):
         with transaction.atomic():
             items = [self]
             if apply_to_group and self.signature:
-                # Items another operator holds stay theirs: the group takes the rest.
-                group = ReviewItem.objects.with_signature(self.signature).resolvable_by(user)
+                # Items another operator holds stay theirs: the group takes the rest, in this
+                # item's project only (an operator may see no other).
+                group = (
+                    ReviewItem.objects.with_signature(self.signature)
+                    .resolvable_by(user)
+                    .filter(project_id=self.project_id)
+                )
                 items += list(group.exclude(pk=self.pk))
             changes = dict(
                 resolution=resolution, note=note, edited_input=edited_input, resolved_by=user

@@ -3,13 +3,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import (
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce
 
 from orchestrator import keyset
+from orchestrator.models.tokens import ApiToken
 from orchestrator.vocabulary import Action, FailureCategory
 
 if TYPE_CHECKING:
@@ -45,7 +58,9 @@ class RunSets:
     PARTIAL = FAILURES & Q(partial_count__gt=0)
     RETRIES = Q(retry_of__isnull=False)
     WASTED_RETRIES = RETRIES & FAILURES
-    EARLY_RETRIES = RETRIES & Q(started_at__lt=F("due_at"))
+    # Started before it was due: a retry before its own due time, or an agent's call (whatever
+    # its query) inside its source's Retry-After hold, whose end its report got as `due_at`.
+    EARLY_RETRIES = Q(started_at__lt=F("due_at")) & (RETRIES | Q(token__isnull=False))
     SWITCHED = Q(switched_from__isnull=False)
     AVOIDING_DECISIONS = (
         Action.SWITCH_SOURCE,
@@ -161,6 +176,19 @@ class RunQuerySet(models.QuerySet):
         """The coordinator's started runs whose lease ran out: their worker died mid-call."""
         return self.coordinated().filter(status=RunStatus.RUNNING, lease_until__lt=now)
 
+    def past_running_deadline(self, now: datetime) -> RunQuerySet:
+        """Agents' runs reported `running` longer ago than their token's running timeout (or
+        RUN_RUNNING_TIMEOUT): no finish came, the sweeper finishes them as timeouts."""
+        own = ApiToken.objects.filter(pk=OuterRef("token_id")).order_by()
+        default = timedelta(seconds=settings.RUN_RUNNING_TIMEOUT)
+        timeout = Coalesce(Subquery(own.values("running_timeout")), Value(default))
+        cutoff = ExpressionWrapper(Value(now) - timeout, output_field=DateTimeField())
+        # No run is due before the shortest timeout: the (status, created_at) index stops there.
+        overrides = ApiToken.objects.aggregate(shortest=Min("running_timeout"))["shortest"]
+        shortest = min(default, overrides or default)
+        running = self.reported().filter(status=RunStatus.RUNNING, created_at__lt=now - shortest)
+        return running.filter(created_at__lt=cutoff)
+
     def take_back(self, now: datetime) -> int:
         """Free the expired leases among these for a new delivery at `now`; return how many."""
         return self.lease_expired(now).update(lease_until=None, lease_owner="", dispatched_at=now)
@@ -182,6 +210,24 @@ class RunQuerySet(models.QuerySet):
         """Every attempt of the same task as `run`, first to last."""
         root = run.retry_of_id or run.pk
         return self.filter(Q(pk=root) | Q(retry_of_id=root)).order_by("attempt", "id")
+
+    def settled_tasks(self, roots: set[int]) -> set[int]:
+        """The tasks among `roots` (first attempts' ids) that a retry by hand cannot help: one of
+        their attempts, or a run a switch started in place of one, succeeded or is pending."""
+        if not roots:
+            return set()
+        live = (RunStatus.SUCCEEDED, *PENDING)
+        rows = self.filter(Q(pk__in=roots) | Q(retry_of_id__in=roots)).values_list(
+            "pk", "retry_of_id", "status"
+        )
+        root_of = {pk: first or pk for pk, first, _ in rows}
+        settled = {root_of[pk] for pk, _, status in rows if status in live}
+        replaced = self.filter(switched_from_id__in=list(root_of), status__in=live)
+        return settled | {root_of[pk] for pk in replaced.values_list("switched_from_id", flat=True)}
+
+    def replacement_of(self, run: Run) -> Run | None:
+        """The run a switch started in place of `run`, if any."""
+        return self.filter(switched_from_id=run.pk).order_by("created_at", "id").first()
 
     def filtered(
         self,
@@ -237,11 +283,24 @@ class RunQuerySet(models.QuerySet):
     ) -> tuple[list[Run], tuple[datetime, int] | None]:
         """Return up to `limit` runs newest first after the key `after`, and the next page's key
         (the id breaks ties, so equal timestamps neither repeat nor skip a run)."""
-        qs = self.newest_first()
+        return keyset_page_of([self], limit, after)
+
+
+def run_key(run: Run) -> tuple[datetime, int]:
+    return run.created_at, run.pk
+
+
+def keyset_page_of(
+    parts: Sequence[RunQuerySet], limit: int, after: tuple[datetime, int] | None = None
+) -> tuple[list[Run], tuple[datetime, int] | None]:
+    """`keyset_page` of the union of `parts` (`scopes.visible_parts`): a page of each, merged."""
+    pages = []
+    for part in parts:
+        qs = part.newest_first()
         if after is not None:
             qs = qs.older_than(*after)
-        rows = list(qs[: limit + 1])
-        if len(rows) <= limit:
-            return rows, None
-        last = rows[limit - 1]
-        return rows[:limit], (last.created_at, last.pk)
+        pages.append(list(qs[: limit + 1]))
+    rows = pages[0] if len(pages) == 1 else keyset.merged(pages, limit + 1, run_key)
+    if len(rows) <= limit:
+        return rows, None
+    return rows[:limit], run_key(rows[limit - 1])

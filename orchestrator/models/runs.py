@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
@@ -14,8 +15,10 @@ from django.utils import timezone
 
 from orchestrator.fingerprint import signature as failure_signature
 from orchestrator.models import run_queries
+from orchestrator.models.prices import CURRENCY, money_field
+from orchestrator.models.projects import DEFAULT_PROJECT_ID
 from orchestrator.models.run_queries import RunQuerySet
-from orchestrator.models.tokens import ApiToken
+from orchestrator.models.tokens import ApiToken, default_running_timeout
 from orchestrator.vocabulary import Action, FailureCategory
 
 # The taxonomy as Django choices (labels for forms and the admin); the values are the classifier's.
@@ -28,6 +31,13 @@ TIME_MIN = datetime.min.replace(tzinfo=UTC)
 TIME_MAX = datetime.max.replace(tzinfo=UTC)
 
 
+class CostSource(models.TextChoices):
+    """Where a run's cost came from; blank: it has none."""
+
+    REPORTED = "reported", "reported by the agent"
+    PRICED = "priced", "priced from the price table"
+
+
 class Run(models.Model):
     """One attempt of one subagent on one source, with its structured outcome (the envelope).
 
@@ -36,11 +46,14 @@ class Run(models.Model):
     the unique claims below live in `RunKey`, written by a trigger in the insert's statement."""
 
     Status = run_queries.RunStatus
+    CostSource = CostSource
 
     FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED, Status.ESCALATED, Status.CANCELLED)
     PENDING = run_queries.PENDING
     FAILURE = run_queries.FAILURE
     RETRYABLE_BY_OPERATOR = run_queries.RETRYABLE_BY_OPERATOR
+    # The exception type of an agent's run the running deadline finished (no finish came).
+    NO_FINISH_REPORTED = "NoFinishReported"
 
     # No foreign key is a database constraint: a partitioned table has no unique `id` to point at.
     # The API checks references before inserting (`api.ingest.reference_errors`).
@@ -80,6 +93,9 @@ class Run(models.Model):
     )
     # The failure type as the agent wrote it, when that was an alias ("auth_error").
     reported_failure_type = models.CharField(max_length=50, null=True, blank=True)
+    # The policy version whose provider overrides classified the failure: the agent's, or the
+    # server's when it classified the report again (`api.reclassify`).
+    classified_policy_version = models.PositiveIntegerField(null=True, blank=True)
     # Which evidence decided the category (classifier.Signal: status, provider_code, type, …).
     signal = models.CharField(max_length=20, blank=True)
     retryable = models.BooleanField(null=True, blank=True)
@@ -150,6 +166,40 @@ class Run(models.Model):
     # The OpenTelemetry span this run is or was reported from (lowercase hex), if any.
     trace_id = models.CharField(max_length=32, blank=True)
     span_id = models.CharField(max_length=16, blank=True)
+    # How many values the secret filters replaced with [Filtered] in what was reported.
+    scrubbed_fields = models.PositiveIntegerField(default=0)
+    # The project of the token that reported it (of its workflow for the coordinator's runs).
+    # No constraint or plain index, as for `token`: a partial index serves the other projects.
+    project = models.ForeignKey(
+        "Project",
+        default=DEFAULT_PROJECT_ID,
+        on_delete=models.DO_NOTHING,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+    )
+
+    # What the run consumed, as its agent or its OpenTelemetry span said (`usage`): tokens (the
+    # input count includes the cached ones) and the model that answered.
+    input_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    # What it cost: as reported, or priced from the price table (`orchestrator.pricing`); NULL
+    # when neither said. Sums are per currency.
+    cost = money_field(null=True, blank=True)
+    cost_currency = models.CharField(max_length=3, default="USD", validators=[CURRENCY])
+    cost_source = models.CharField(max_length=10, choices=CostSource.choices, blank=True)
+    # The columns above, in the order the ingest path, the export and pricing write them.
+    USAGE_FIELDS = (
+        "input_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "model",
+        "cost",
+        "cost_currency",
+        "cost_source",
+    )
 
     objects = RunQuerySet.as_manager()
 
@@ -241,10 +291,36 @@ class Run(models.Model):
                 name="run_switched_from",
                 condition=Q(switched_from__isnull=False),
             ),
+            # the total of values filtered as secrets (/metrics): the few runs that held any
+            models.Index(
+                fields=["created_at"],
+                include=["scrubbed_fields"],
+                name="run_scrubbed",
+                condition=Q(scrubbed_fields__gt=0),
+            ),
+            # a project's runs, newest first: partial, so the default project's inserts (most
+            # runs of most deployments) never write it; its lists read run_created_id
+            models.Index(
+                fields=["project", "created_at", "id"],
+                name="run_project_created",
+                condition=~Q(project=DEFAULT_PROJECT_ID),
+            ),
+            # a token's own runs, newest first (its runs list and export without read:all:
+            # scopes.visible_parts); the built-in coordinator's runs have no token
+            models.Index(
+                fields=["token", "created_at", "id"],
+                name="run_token_created",
+                condition=Q(token__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
         return f"run {self.pk} {self.agent}@{self.source} {self.status}"
+
+    @property
+    def priced_at(self) -> datetime:
+        """The time whose prices apply to this run: its start, else its creation."""
+        return self.started_at or self.created_at
 
     @property
     def is_valid_empty(self) -> bool:
@@ -253,10 +329,6 @@ class Run(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status in self.PENDING
-
-    @property
-    def signal_label(self) -> str:
-        return self.signal.replace("_", " ")
 
     @property
     def is_failure(self) -> bool:
@@ -376,9 +448,12 @@ class Run(models.Model):
         finished_at: datetime,
         calls: int,
         delivery: int | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> bool:
-        """Store a subagent's envelope on this running run once; False if recorded or taken over."""
-        fields = self.outcome_fields(envelope | {"calls": calls}, finished_at)
+        """Store a subagent's envelope on this running run once, with `usage`'s columns (what it
+        used and what its calls cost, as `orchestrator.pricing.usage_fields` prices them); False
+        if recorded or taken over."""
+        fields = self.outcome_fields(envelope | {"calls": calls}, finished_at) | (usage or {})
         return self.transition_fenced(delivery, fields.pop("status"), **fields)
 
     def record_decision(
@@ -437,6 +512,42 @@ class Run(models.Model):
         fields = self.outcome_fields(envelope, finished_at) | extra
         fields.pop("calls")
         return self.transition(self.Status.RUNNING, fields.pop("status"), **fields)
+
+    def running_timeout(self) -> timedelta:
+        """How long this agent's run may stay `running`: its token's timeout, or the default."""
+        try:
+            token = self.token  # loaded with the run where many are shown (select_related)
+        except ObjectDoesNotExist:
+            token = None
+        return token.effective_running_timeout if token else default_running_timeout()
+
+    @property
+    def running_deadline(self) -> datetime | None:
+        """When the sweeper finishes this agent's running run as a timeout (None: not one)."""
+        if self.status != self.Status.RUNNING or not self.is_reported:
+            return None
+        return self.created_at + self.running_timeout()
+
+    def finish_by_deadline(self, now: datetime) -> bool:
+        """Finish this agent's running run as a timeout, through the same finish as its agent's
+        PATCH; False if a finish came first (or another sweeper did it)."""
+        timeout = self.running_timeout()
+        minutes = timeout.total_seconds() / 60
+        span = f"{minutes:g} min" if minutes >= 1 else f"{timeout.total_seconds():g} s"
+        envelope = {
+            "status": "error",
+            "failure_type": FailureCategory.TIMEOUT,
+            "exception_type": self.NO_FINISH_REPORTED,
+            "detail": f"Timed out: no finish reported within {span} of being reported running "
+            "(the running deadline); the sweeper finished it. Its agent may be gone.",
+        }
+        started = self.started_at or self.created_at
+        duration = max(0.0, (now - started).total_seconds() * 1000)
+        return self.finish_reported(envelope, now, duration_ms=duration)
+
+    @property
+    def finished_by_deadline(self) -> bool:
+        return self.status == self.Status.FAILED and self.exception_type == self.NO_FINISH_REPORTED
 
     def same_outcome(self, envelope: dict[str, Any]) -> bool:
         fields = self.outcome_fields(envelope, self.finished_at or timezone.now())

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from orchestrator.models.projects import DEFAULT_PROJECT_ID
 from orchestrator.models.review import ReviewItem
 from orchestrator.models.run_queries import CREATED_AFTER_MARGIN
 from orchestrator.models.runs import Run
@@ -78,6 +79,10 @@ class Workflow(models.Model):
     idempotency_key = models.CharField(max_length=255, blank=True)
     request_hash = models.CharField(
         max_length=64, blank=True, help_text="Hash of the request body, to refuse a reused key"
+    )
+    # The project of the token that started it; its runs belong to it too.
+    project = models.ForeignKey(
+        "Project", default=DEFAULT_PROJECT_ID, on_delete=models.PROTECT, related_name="workflows"
     )
 
     objects = WorkflowQuerySet.as_manager()

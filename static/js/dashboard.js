@@ -1,6 +1,7 @@
 // The dashboard's only script besides htmx (CSP allows scripts from 'self' only, none inline).
 // Everything works without it; it adds "select all", the bulk buttons that fit the selection, and
-// the review queue's keyboard (j/k move, c claim, r resolve, o open the item's page).
+// the review queue's keyboard (j/k move, c claim, r resolve, o open the item's page), and opens
+// a resolution's edited input when "retry with edited input" is chosen.
 
 // ---------------------------------------------------------------------------------------------
 // Runs list: selection and the bulk actions that apply to it
@@ -138,4 +139,26 @@ document.addEventListener("keydown", (event) => {
   else if (event.key === "c") claim(row);
   else if (event.key === "r") resolve(row);
   else if (event.key === "o") window.location.assign(row.dataset.itemUrl);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Review resolution: choosing "retry with edited input" opens the edited input (focus stays on
+// the choice, so the arrow keys keep moving between resolutions)
+
+document.addEventListener("change", (event) => {
+  const choice = event.target;
+  if (!(choice instanceof HTMLInputElement) || choice.name !== "resolution") return;
+  const edited = choice.form && choice.form.querySelector("details[data-opens-with]");
+  if (!edited || choice.value !== edited.dataset.opensWith) return;
+  edited.open = true;
+});
+
+// ---------------------------------------------------------------------------------------------
+// The project switcher shows the chosen project at once (its button stays for keyboards and
+// pages without script)
+
+document.addEventListener("change", (event) => {
+  const select = event.target;
+  if (!(select instanceof HTMLSelectElement) || !select.form?.matches("[data-autosubmit]")) return;
+  select.form.requestSubmit();
 });

@@ -26,6 +26,15 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 SERVICE = "research-service"
 AGENT = "researcher"
+TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "web_search"}
+# The HTTP client span under it: the provider's 429 with its Retry-After.
+HTTP_429 = {
+    "http.request.method": "GET",
+    "server.address": "search.example",
+    "http.response.status_code": 429,
+    "http.response.header.retry-after": ("7",),
+    "error.type": "429",
+}
 
 
 def tracer_provider(*processors: Any) -> TracerProvider:
@@ -58,18 +67,10 @@ def run_agent(provider: TracerProvider) -> None:
     tracer = provider.get_tracer("research-agent")
     invoke = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT}
     with tracer.start_as_current_span(f"invoke_agent {AGENT}", attributes=invoke):
-        tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "web_search"}
         try:
-            with tracer.start_as_current_span("execute_tool web_search", attributes=tool):
-                http = {
-                    "http.request.method": "GET",
-                    "server.address": "search.example",
-                    "http.response.status_code": 429,
-                    "http.response.header.retry-after": ("7",),
-                    "error.type": "429",
-                }
+            with tracer.start_as_current_span("execute_tool web_search", attributes=TOOL):
                 with tracer.start_as_current_span(
-                    "GET", kind=SpanKind.CLIENT, attributes=http
+                    "GET", kind=SpanKind.CLIENT, attributes=HTTP_429
                 ) as s:
                     s.set_status(Status(StatusCode.ERROR))
                 _rate_limited_search()

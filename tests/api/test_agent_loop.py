@@ -118,8 +118,11 @@ def test_a_finish_is_validated_like_a_report(client, auth_headers):
     )
 
 
-def test_the_coordinators_own_runs_are_not_finished_by_an_agent(client, auth_headers):
+def test_the_coordinators_own_runs_are_not_finished_by_an_agent(client, auth_headers, api_token):
     run = Run.objects.create(agent="a", source="s", status=Run.Status.RUNNING)
+    response = patch(client, f"/runs/{run.pk}", {"status": "ok"}, auth_headers)
+    assert_envelope(response, 404, "resource_missing")  # not the token's run: as if unknown
+    api_token[0].set_scopes(["act:all"])
     response = patch(client, f"/runs/{run.pk}", {"status": "ok"}, auth_headers)
     assert_envelope(response, 409, "invalid_input")
     assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
@@ -291,7 +294,7 @@ def test_the_unacknowledged_feed_lists_this_tokens_resolutions_until_acked(
     listed = client.get(feed.replace("limit=2", "limit=50"), **auth_headers).json()["items"]
     assert [i["id"] for i in listed] == ids[1:]
     refused = post_json(client, f"/reviews/{ids[1]}/ack", {}, **other)
-    assert_envelope(refused, 403, "auth_failure")
+    assert_envelope(refused, 404, "resource_missing")  # another token's item: as if unknown
     assert ReviewItem.objects.get(pk=ids[0]).delivered_via == "ack"
 
 
@@ -353,13 +356,16 @@ def test_finishing_an_external_workflow_computes_its_coverage(client, auth_heade
 
 
 def test_a_workflow_with_runs_in_flight_or_built_in_is_not_finished_by_an_agent(
-    client, auth_headers
+    client, auth_headers, api_token
 ):
     wf = external_workflow(client, auth_headers)
     started(client, auth_headers, workflow=wf["id"], topic="film")
     response = post_json(client, f"/workflows/{wf['id']}/finish", {}, **auth_headers)
     assert "still running" in assert_envelope(response, 409, "invalid_input")["detail"]
     built_in = Workflow.objects.create(name="b", capability="search", topics=["t"])
+    response = post_json(client, f"/workflows/{built_in.pk}/finish", {}, **auth_headers)
+    assert_envelope(response, 404, "resource_missing")  # not the token's workflow: as if unknown
+    api_token[0].set_scopes(["act:all"])
     response = post_json(client, f"/workflows/{built_in.pk}/finish", {}, **auth_headers)
     assert_envelope(response, 409, "invalid_input")
     assert Workflow.objects.get(pk=built_in.pk).status == Workflow.Status.RUNNING

@@ -179,5 +179,7 @@ def test_a_remembered_token_costs_no_lookup(client, api_token):
     statements = [q["sql"].split() for q in queries.captured_queries]
     writes = [" ".join(words[:3]) for words in statements if words[0] not in TRANSACTION_CONTROL]
     insert = [] if connection.vendor == "postgresql" else ['INSERT INTO "orchestrator_run"']
-    assert writes == insert, read
+    # ...and what it tells its source: one conditional update, which writes nothing while the
+    # source is healthy (every report feeds the breaker, a success resets it).
+    assert writes == [*insert, 'UPDATE "orchestrator_sourcehealth" SET'], read
     assert Run.objects.filter(pk=response.json()["id"]).exists()

@@ -108,8 +108,8 @@ def test_a_single_report_and_a_batch_item_share_the_key_space(client, auth_heade
     assert response.json()["results"][0]["id"] == single.json()["id"]
 
 
-def test_a_retry_attempt_already_recorded_is_rejected_alone(client, auth_headers):
-    workflow = Workflow.objects.create(name="research")
+def test_a_retry_attempt_already_recorded_is_rejected_alone(client, auth_headers, api_token):
+    workflow = Workflow.objects.create(name="research", token=api_token[0])
     first = post_batch(
         client, auth_headers, [failed_run(workflow=workflow.pk, idempotency_key="a1")]
     )
@@ -171,3 +171,24 @@ def test_each_failure_is_stored_with_its_group_signature(client, auth_headers):
     same = signature("news_api", "timeout", "ReadTimeout after 1 s (request 'x9')")
     assert stored["f1"] == stored["f2"] == same
     assert stored["f3"] not in ("", stored["f1"]) and stored["ok"] == ""
+
+
+def test_an_astronomic_retry_after_is_capped_at_a_day_not_a_server_error(client, auth_headers):
+    """A finite wait of 10**184 s would overflow the hold it opens on the source (found by
+    schemathesis); it is capped at a day, as the classifier caps a Retry-After header."""
+    run = failed_run(failure_type="rate_limited", retry_after=4.7e184, idempotency_key="far")
+    response = post_batch(client, auth_headers, [run])
+    assert statuses(response) == ["created"]
+    stored = Run.objects.get(pk=response.json()["results"][0]["id"])
+    assert stored.retry_after == 86_400
+    single = post_json(client, "/runs", failed_run(failure_type="rate_limited", retry_after=1e300),
+                       **auth_headers)  # fmt: skip
+    assert single.status_code == 201, single.content
+    decision = post_json(
+        client,
+        "/decisions",
+        {"failure": {"failure_type": "rate_limited", "retry_after": 1e300}, "source": "s"},
+        **auth_headers,
+    )
+    assert decision.status_code == 200, decision.content
+    assert decision.json()["delay_seconds"] <= 86_400

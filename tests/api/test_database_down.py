@@ -27,7 +27,8 @@ from tests.services import (
     wait_until,
 )
 
-pytestmark = pytest.mark.slow
+# Serial: answers are due before a client's timeout, and stored again within 10 s of the restart.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # A client's timeout: a request held until the database answers (or the operating system gives
 # up on it) would run past it; the server's own limits answer within a few seconds.

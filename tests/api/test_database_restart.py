@@ -22,7 +22,8 @@ from tests.api.helpers import ok_run
 from tests.conftest import require_service
 from tests.services import PrivatePostgres, app_env, available, manage, start_web, wait_until
 
-pytestmark = pytest.mark.slow
+# Serial: a restart under 140 reports with a client's 30 s timeout, none of which may fail.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 @dataclass

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
+from django.templatetags.static import static
+from ninja import NinjaAPI
+
+from orchestrator.api import api
 
 # Every answer under /api/v1 carries X-Policy-Version, read from the database.
 pytestmark = pytest.mark.django_db
@@ -26,13 +31,27 @@ def test_the_openapi_document_loads_with_every_operation(client):
         assert name in json.dumps(schema)
 
 
-def test_the_docs_page_loads_its_scripts_from_us_not_a_cdn(client):
+def test_the_docs_page_loads_its_scripts_from_our_static_files_not_a_cdn(client):
     response = client.get("/api/v1/docs")
     assert response.status_code == 200
     html = response.content.decode()
     sources = re.findall(r'(?:src|href)="([^"]+)"', html)
-    assert sources and all(src.startswith("/api/v1/docs/assets/") for src in sources)
-    assert "<script>" not in html  # no inline script: the CSP allows none
+    # Swagger UI's files are ninja's, its settings are applied by our script, and the document
+    # is preloaded from our API: nothing comes from elsewhere.
+    ours = (static("ninja/"), static("js/api-docs.js"), "/api/v1/openapi.json")
+    assert sources and all(src.startswith(ours) for src in sources), sources
+    assert static("ninja/swagger-ui-bundle.js") in sources
+    assert static("js/api-docs.js") in sources
+    # No inline script (the CSP allows none): the settings ride in a JSON block.
+    scripts = re.findall(r"<script([^>]*)>", html)
+    assert scripts and all("src=" in s or 'type="application/json"' in s for s in scripts)
+    settings_block = re.search(r'id="swagger-settings">(.*?)</script>', html, re.S).group(1)
+    assert json.loads(settings_block) == {
+        "layout": "BaseLayout",
+        "deepLinking": True,
+        "validatorUrl": None,  # no badge fetched from the public validator
+        "url": "/api/v1/openapi.json",
+    }
     csp = response["Content-Security-Policy"]
     assert "script-src 'self'" in csp
     assert "cdn" not in csp
@@ -41,19 +60,48 @@ def test_the_docs_page_loads_its_scripts_from_us_not_a_cdn(client):
 @pytest.mark.parametrize(
     ("name", "content_type"),
     [
-        ("swagger-ui-bundle.js", "javascript"),
-        ("swagger-ui-init.js", "javascript"),
-        ("swagger-ui.css", "text/css"),
+        ("ninja/swagger-ui-bundle.js", "javascript"),
+        ("js/api-docs.js", "javascript"),
+        ("ninja/swagger-ui.css", "text/css"),
     ],
 )
-def test_the_docs_assets_are_served(client, name, content_type):
-    response = client.get(f"/api/v1/docs/assets/{name}")
+def test_the_swagger_ui_files_are_static_files(client, name, content_type):
+    response = client.get(static(name))
     assert response.status_code == 200
     assert content_type in response["Content-Type"]
+    assert response["ETag"]  # a browser revalidates instead of fetching 1.5 MB again
     assert b"".join(response.streaming_content)
+    again = client.get(static(name), HTTP_IF_NONE_MATCH=response["ETag"])
+    assert again.status_code == 304
 
 
-def test_only_the_docs_assets_are_served(client):
-    response = client.get("/api/v1/docs/assets/..%2F..%2Fmain.py")
-    assert response.status_code == 404
-    assert response["Content-Type"].startswith("application/json")
+def test_the_docs_page_preloads_the_document_its_script_will_fetch(client):
+    html = client.get("/api/v1/docs").content.decode()
+    preload = re.search(r"<link ([^>]*rel=\"preload\"[^>]*)>", html)
+    assert preload, html
+    # as="fetch" with crossorigin: the same request mode and credentials as Swagger UI's fetch,
+    # or the browser would fetch the document a second time.
+    assert 'href="/api/v1/openapi.json"' in preload.group(1)
+    assert 'as="fetch"' in preload.group(1) and "crossorigin" in preload.group(1)
+    settings_block = re.search(r'id="swagger-settings">(.*?)</script>', html, re.S).group(1)
+    assert json.loads(settings_block)["url"] == "/api/v1/openapi.json"
+
+
+def test_the_openapi_document_is_built_once_and_the_docs_page_starts_it(client, monkeypatch):
+    builds = []
+    build = NinjaAPI.get_openapi_schema
+
+    def counted(self, **kwargs):
+        builds.append(kwargs)
+        return build(self, **kwargs)
+
+    monkeypatch.setattr(NinjaAPI, "get_openapi_schema", counted)
+    monkeypatch.setattr(api, "openapi_built", {})
+    assert client.get("/api/v1/docs").status_code == 200
+    deadline = time.monotonic() + 10
+    while "/api/v1/" not in api.openapi_built and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert "/api/v1/" in api.openapi_built  # built while the browser loads the UI's script
+    first = client.get("/api/v1/openapi.json")
+    second = client.get("/api/v1/openapi.json")
+    assert first.content == second.content and len(builds) == 1

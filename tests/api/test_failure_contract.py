@@ -1,19 +1,28 @@
 """One failure contract end to end: our own envelopes round-trip through POST /runs, envelopes in
 other conventions are read under our names, failure types from other vocabularies are stored
-canonically (and refused alike everywhere when unknown), and /decisions honours what a failure
-says about retrying."""
+canonically (and refused alike everywhere when unknown), /decisions honours what a failure
+says about retrying, and every reported failure reaches its source's breaker and Retry-After
+hold, which every caller then honours (a call inside it is early, whatever its query)."""
 
 from __future__ import annotations
 
+import json
+import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
+import time_machine
+from django.utils import timezone
 
 from classifier.envelope import error_envelope, success_envelope
+from dashboard.tiles import overview_tiles
+from insights.stats import WINDOWS
 from orchestrator.coordination import workflow
-from orchestrator.models import Run
+from orchestrator.models import Run, SourceHealth
 from tests.api.helpers import assert_envelope, error_paths, post_json
+from tests.dashboard.conftest import signed_in
 
 ATTEMPTED = {"operation": "web_search", "query": "AI impact on film production 2024"}
 PARTIAL = [{"url": "https://a.test/1", "excerpt": "…"}, {"url": "https://a.test/2"}]
@@ -369,8 +378,9 @@ def test_an_idempotent_replay_says_so(client, auth_headers):
     assert first.json() == again.json() and Run.objects.count() == 1
 
 
-def test_futile_retries_are_a_named_set_of_the_runs_api(client, auth_headers):
+def test_futile_retries_are_a_named_set_of_the_runs_api(client, auth_headers, api_token):
     futile = Run.objects.create(
+        token=api_token[0],
         agent="a",
         source="s",
         status=Run.Status.FAILED,
@@ -379,6 +389,7 @@ def test_futile_retries_are_a_named_set_of_the_runs_api(client, auth_headers):
         decision="retry",
     )
     Run.objects.create(
+        token=api_token[0],
         agent="a",
         source="s",
         status=Run.Status.FAILED,
@@ -388,3 +399,110 @@ def test_futile_retries_are_a_named_set_of_the_runs_api(client, auth_headers):
     )
     listed = client.get("/api/v1/runs", {"set": "futile_retries"}, **auth_headers).json()
     assert [r["id"] for r in listed["items"]] == [futile.pk]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every reported failure feeds its source: breaker, budget, Retry-After hold; early calls
+
+
+def health(source: str) -> SourceHealth:
+    return SourceHealth.objects.get(source=source)
+
+
+def answered(source: str, at: datetime, **fields: Any) -> dict[str, Any]:
+    """A failed call of `source` answered at `at`: a 503 unless `fields` say otherwise."""
+    run = {"status": "error", "failure_type": "server_fault", "status_code": 503, "agent": "a"}
+    run |= {"source": source, "attempted": {"query": f"q-{uuid.uuid4().hex[:6]}"}}
+    return run | {"finished_at": at.isoformat()} | fields
+
+
+def ok(source: str, **fields: Any) -> dict[str, Any]:
+    return {"status": "ok", "agent": "a", "source": source, "results": []} | fields
+
+
+def test_every_report_path_feeds_its_sources_breaker_budget_and_hold(client, auth_headers):
+    now = timezone.now()
+    # One report, repeated under its key: counted once.
+    for _ in range(2):
+        report(client, auth_headers, answered("single", now), HTTP_IDEMPOTENCY_KEY="k-503")
+    assert (health("single").consecutive_failures, health("single").breaker_state) == (1, "closed")
+    # A batch: in the order the calls were answered, a success closes and refunds, the failures
+    # after it count; five in a row open the breaker.
+    times = [now - timedelta(seconds=s) for s in (5, 4, 3, 2, 1)]
+    mixed = [answered("batch", t) for t in times]
+    mixed[2] = ok("batch", finished_at=times[2].isoformat())
+    SourceHealth.objects.create(source="batch", consecutive_failures=3, budget_tokens=100)
+    post_json(client, "/runs/batch", {"runs": mixed[::-1]}, **auth_headers)
+    assert (health("batch").consecutive_failures, health("batch").budget_tokens) == (2, 101)
+    tripped = [answered("tripped", t) for t in times]
+    post_json(client, "/runs/batch", {"runs": tripped}, **auth_headers)
+    assert (health("tripped").breaker_state, health("tripped").consecutive_failures) == ("open", 5)
+    # A finish of a run reported as running, with a Retry-After.
+    started = report(client, auth_headers, {"status": "running", "agent": "a", "source": "patched"})
+    finish = {"status": "error", "failure_type": "rate_limited", "retry_after": 20}
+    path = f"/api/v1/runs/{started.json()['id']}"
+    client.patch(path, json.dumps(finish), content_type="application/json", **auth_headers)
+    held = health("patched")
+    assert held.consecutive_failures == 1 and held.hold_from <= timezone.now()
+    assert timedelta(seconds=19) < held.not_before - now <= timedelta(seconds=21)
+    # A success closes the breaker again; a 404 says nothing about the provider's health.
+    report(client, auth_headers, ok("tripped"))
+    report(client, auth_headers, answered("tripped", now, failure_type="resource_missing"))
+    assert (health("tripped").breaker_state, health("tripped").consecutive_failures) == (
+        "closed",
+        0,
+    )
+
+
+def test_an_otlp_span_feeds_its_source_too(client, auth_headers):
+    from tests.orchestrator.test_one_route import SOURCE, State, otlp_action
+
+    otlp_action(client, auth_headers, 503, 30, None, State())
+    fed = health(SOURCE)
+    assert fed.consecutive_failures == 1 and fed.not_before > timezone.now() + timedelta(seconds=25)
+
+
+def test_a_decision_on_a_source_in_hold_is_wait_until_the_hold_ends_whatever_the_query(
+    client, auth_headers
+):
+    now = timezone.now()
+    report(
+        client, auth_headers, answered("held_api", now, failure_type="rate_limited", retry_after=30)
+    )
+    other = report(client, auth_headers, answered("held_api", now))  # another query, no Retry-After
+    decided = post_json(client, "/decisions", {"run": other.json()["id"]}, **auth_headers).json()
+    assert decided["action"] == "wait" and 28 < decided["delay_seconds"] <= 30, decided
+    assert "held_api holds every caller back" in decided["reason"]
+    assert decided["budget_spent"] == 5
+    ask = {"failure": {"failure_type": "transient"}, "attempt": 1, "source": "held_api"}
+    assert post_json(client, "/decisions", ask, **auth_headers).json()["action"] == "wait"
+    with time_machine.travel(now + timedelta(seconds=31)):
+        after = post_json(client, "/decisions", ask, **auth_headers).json()
+    assert after["action"] == "retry" and after["delay_seconds"] <= 1
+
+
+def test_a_call_started_inside_a_hold_is_early_on_the_overview_whatever_its_query(
+    client, auth_headers, operator
+):
+    t0 = timezone.now() - timedelta(seconds=20)
+    limited = answered("early_api", t0, failure_type="rate_limited", retry_after=60)
+    report(client, auth_headers, limited)
+    inside = ok("early_api", started_at=(t0 + timedelta(seconds=5)).isoformat())
+    early = report(client, auth_headers, inside).json()["id"]
+    in_flight = ok("early_api", started_at=(t0 - timedelta(seconds=10)).isoformat())
+    report(client, auth_headers, in_flight)  # started before the hold began: not early
+    # Within one batch: a 429 and a later call of another query.
+    t1 = timezone.now() - timedelta(seconds=5)
+    pair = [
+        answered("batch_api", t1, failure_type="rate_limited", retry_after=10),
+        ok("batch_api", started_at=(t1 + timedelta(seconds=2)).isoformat()),
+        ok("batch_api", started_at=(t1 + timedelta(seconds=12)).isoformat()),  # after it
+    ]
+    batch = post_json(client, "/runs/batch", {"runs": pair}, **auth_headers).json()
+    expected = {early, batch["results"][1]["id"]}
+    listed = client.get("/api/v1/runs", {"set": "early_retries"}, **auth_headers).json()
+    assert {r["id"] for r in listed["items"]} == expected
+    tile = next(t for t in overview_tiles(WINDOWS["1h"])["recovery"] if t.key == "early")
+    assert tile.value == "2 early" and tile.tone == "bad"
+    page = signed_in(operator).get(tile.href)  # the tile's own list
+    assert {r.pk for r in page.context["runs"]} == expected

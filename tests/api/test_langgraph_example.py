@@ -1,6 +1,7 @@
 """docs/langgraph.md's example, run as it is written: a real LangGraph graph in its own process
 calls a CRM stand-in (a real HTTP server answering 401 to the old key), reports its runs to a
-live server, is interrupted by the escalation, and resumes with the operator's resolution."""
+live server, is interrupted by the escalation, and resumes with the operator's resolution once
+the key was rotated in the agent's secret store; neither key is stored anywhere."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from orchestrator.models import ApiToken, ReviewItem, Run
+from orchestrator.coordination import review
+from orchestrator.models import ApiToken, AuditEntry, ReviewItem, Run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
-ROTATED = {"account": "ACME", "api_key": "rotated-key"}
+OLD_KEY, ROTATED_KEY = "old-key-5c1d", "rotated-key-8e2f"
 
 
 def example_code() -> str:
@@ -37,7 +39,7 @@ class Crm(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         key = parse_qs(urlparse(self.path).query).get("api_key", [""])[0]
-        ok = key == ROTATED["api_key"]
+        ok = key == ROTATED_KEY
         body = json.dumps({"rows": [{"account": "ACME", "tier": "gold"}]} if ok else {})
         self.send_response(200 if ok else 401)
         self.send_header("Content-Type", "application/json")
@@ -57,10 +59,13 @@ def test_the_langgraph_example_interrupts_and_resumes_with_the_resolution(
     _, secret = ApiToken.issue("crm-agent")
     script = tmp_path / "langgraph_example.py"
     script.write_text(example_code())
+    key_file = tmp_path / "crm-key"
+    key_file.write_text(OLD_KEY)
     env = os.environ | {
         "FAILSIGHT_URL": live_server.url,
         "FAILSIGHT_TOKEN": secret,
         "CRM_URL": f"http://127.0.0.1:{crm.server_address[1]}/api/accounts",
+        "CRM_KEY_FILE": str(key_file),
         "PYTHONPATH": str(ROOT),
         "XDG_CACHE_HOME": str(tmp_path),
     }
@@ -75,7 +80,8 @@ def test_the_langgraph_example_interrupts_and_resumes_with_the_resolution(
             time.sleep(0.2)
         item = ReviewItem.objects.get()
         time.sleep(0.5)  # the graph is waiting on it now
-        item.resolve(operator, "retry_edited", note="rotated the key", edited_input=ROTATED)
+        key_file.write_text(ROTATED_KEY)  # the operator rotates the key in the store
+        review.resolve(item, operator, "retry", note="rotated the CRM key in the vault")
         output, _ = agent.communicate(timeout=60)
     finally:
         if agent.poll() is None:
@@ -91,6 +97,10 @@ def test_the_langgraph_example_interrupts_and_resumes_with_the_resolution(
         "auth_failure",
         "escalate",
     )
-    assert (second.status, second.attempted) == ("succeeded", ROTATED)
+    assert (second.status, second.attempted) == ("succeeded", {"account": "ACME"})
+    assert "api_key=[Filtered]" in first.detail
     item.refresh_from_db()
     assert item.delivered_via == "ack" and item.delivered_at is not None
+    kept = repr([list(Run.objects.values()), list(ReviewItem.objects.values())])
+    kept += repr(list(AuditEntry.objects.values()))
+    assert OLD_KEY not in kept and ROTATED_KEY not in kept

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db.models import Q
 
 from orchestrator.keyset import encode_cursor
 from orchestrator.models import Run, Workflow
@@ -22,6 +24,13 @@ def listed(client, auth_headers, **params) -> list[int]:
     response = client.get("/api/v1/runs", params, **auth_headers)
     assert response.status_code == 200, response.content
     return [item["id"] for item in response.json()["items"]]
+
+
+@pytest.fixture
+def auth_headers(api_token) -> dict[str, str]:
+    """These runs are the built-in coordinator's (no token): listing them takes read:all."""
+    api_token[0].set_scopes(["read:all"])
+    return {"HTTP_AUTHORIZATION": f"Bearer {api_token[1]}"}
 
 
 @pytest.fixture
@@ -213,3 +222,45 @@ def test_an_unknown_set_is_refused_with_the_valid_names(client, auth_headers, db
     body = assert_envelope(response, 422, "invalid_input")
     assert "set" in error_paths(body)
     assert "wasted_retries" in response.content.decode()
+
+
+def test_a_tokens_own_list_merges_its_runs_and_its_workflows_runs_once_each(
+    client, db, monkeypatch
+):
+    """Without read:all the list reads its runs and its workflows' runs apart (each in its own
+    index order) and merges them: every own run once, newest first, across equal timestamps and
+    pages, the runs it reported into its own workflow included once, nobody else's."""
+    from orchestrator.analytics import export
+    from orchestrator.models import ApiToken
+
+    me, secret = ApiToken.issue("me")
+    them, _ = ApiToken.issue("them")
+    mine = Workflow.objects.create(name="mine", token=me)
+    theirs = Workflow.objects.create(name="theirs", token=them)
+    runs = []
+    for i in range(24):
+        # Bursts of equal timestamps across both ways a run is mine, and other runs between.
+        when = T0 + timedelta(seconds=i // 4)
+        token, workflow = [(me, None), (me, mine), (them, mine), (them, theirs), (them, None)][
+            i % 5
+        ]
+        status = Run.Status.FAILED if i % 3 == 0 else Run.Status.SUCCEEDED
+        fields = {"token": token, "workflow": workflow, "created_at": when, "status": status}
+        runs.append(Run(agent="a", source="s", **fields))
+    Run.objects.bulk_create(runs)
+    own = Run.objects.filter(Q(token=me) | Q(workflow=mine)).order_by("-created_at", "-id")
+    expected = list(own.values_list("pk", flat=True))
+    assert len(expected) == 15
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    for limit in (1, 4, 7, 15, 50):
+        pages = walk(client, headers, limit=limit)
+        assert [pk for page in pages for pk in page] == expected, limit
+    failed = list(own.filter(status=Run.Status.FAILED).values_list("pk", flat=True))
+    assert 0 < len(failed) < len(expected)
+    pages = walk(client, headers, limit=2, status="failed")
+    assert [pk for page in pages for pk in page] == failed
+    for batch in (1, 2, 3, 100):
+        monkeypatch.setattr(export, "EXPORT_BATCH", batch)
+        response = client.get("/api/v1/runs/export?format=jsonl", **headers)
+        lines = b"".join(response.streaming_content)
+        assert [json.loads(line)["id"] for line in lines.splitlines()] == expected, batch

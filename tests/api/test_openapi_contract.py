@@ -27,9 +27,11 @@ def schema(django_db_setup, django_db_blocker) -> dict[str, Any]:
 
 
 @pytest.fixture
-def ids(db) -> dict[str, int]:
-    run = Run.objects.create(agent="a", source="s", status=Run.Status.SUCCEEDED)
-    wf = Workflow.objects.create(name="w", topics=["film"], capability="news")
+def ids(db, api_token) -> dict[str, int]:
+    """A run and a workflow of the test's token (another token's are a 404: test_permissions)."""
+    token = api_token[0]
+    run = Run.objects.create(agent="a", source="s", status=Run.Status.SUCCEEDED, token=token)
+    wf = Workflow.objects.create(name="w", topics=["film"], capability="news", token=token)
     return {"run": run.pk, "workflow": wf.pk}
 
 
@@ -173,7 +175,10 @@ def test_the_failure_type_fields_document_the_aliases(schema):
 # X-Policy-Version
 
 
-def test_every_answer_carries_the_policy_version(client, auth_headers, ids):
+def test_every_answer_carries_the_policy_version(client, auth_headers, ids, settings):
+    # Each process remembers the version a few seconds: an earlier test's rolled-back edit would
+    # still be announced here.
+    settings.POLICY_VERSION_CACHE_SECONDS = 0
     version = str(PolicyState.current_version())
     answers = [
         call(client, auth_headers, "get", "/policies"),  # 200
@@ -201,3 +206,21 @@ def test_the_header_moves_when_an_operator_edits_a_policy(client, auth_headers, 
     assert int(after["X-Policy-Version"]) == before + 1
     policies = call(client, auth_headers, "get", "/policies").json()
     assert policies["version"] == before + 1
+
+
+def test_a_run_says_which_run_a_switch_started_it_in_place_of(
+    client, auth_headers, api_token, schema
+):
+    field = schema["components"]["schemas"]["RunOut"]["properties"]["switched_from"]
+    assert {"type": "integer"} in field["anyOf"] and "switch of source" in field["description"]
+    api_token[0].set_scopes(["read:all"])  # the built-in coordinator's runs (no token)
+    failed = Run.objects.create(
+        agent="a", source="web_search", status=Run.Status.FAILED, failure_type="resource_missing"
+    )
+    replacement = Run.objects.create(agent="a", source="news_api", switched_from=failed)
+    assert call(client, auth_headers, "get", f"/runs/{replacement.pk}").json()["switched_from"] == (
+        failed.pk
+    )
+    assert call(client, auth_headers, "get", f"/runs/{failed.pk}").json()["switched_from"] is None
+    listed = call(client, auth_headers, "get", "/runs", {"source": "news_api"}).json()
+    assert [r["switched_from"] for r in listed["items"]] == [failed.pk]

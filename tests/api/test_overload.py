@@ -124,6 +124,7 @@ class RawConnection:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # pg_locks is read cluster-wide; WEB_QUEUE_MS is a timing
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_request_finding_no_slot_gets_a_503_and_is_not_processed(postgres, tmp_path):
     """While the only slot is held, the next report is refused (503 in the envelope, Retry-After)
@@ -153,6 +154,7 @@ def test_a_request_finding_no_slot_gets_a_503_and_is_not_processed(postgres, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # pg_locks is read cluster-wide; WEB_QUEUE_MS is a timing
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_refused_client_that_asked_to_close_is_closed(postgres, tmp_path):
     _, secret = ApiToken.issue("closing-agent")
@@ -168,6 +170,7 @@ def test_a_refused_client_that_asked_to_close_is_closed(postgres, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # pg_locks is read cluster-wide; WEB_QUEUE_MS is a timing
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_request_waiting_within_the_bar_is_served_once_the_slot_is_free(postgres, tmp_path):
     _, secret = ApiToken.issue("patient-agent")

@@ -58,8 +58,8 @@ def test_it_derives_the_duration_from_the_timestamps(client, auth_headers):
     assert response.json()["duration_ms"] == 1500.0
 
 
-def test_a_run_can_belong_to_a_workflow_and_retry_an_earlier_run(client, auth_headers):
-    workflow = Workflow.objects.create(name="research")
+def test_a_run_can_belong_to_a_workflow_and_retry_an_earlier_run(client, auth_headers, api_token):
+    workflow = Workflow.objects.create(name="research", token=api_token[0])
     first = post_json(client, "/runs", failed_run(workflow=workflow.pk), **auth_headers).json()
     retry = ok_run(workflow=workflow.pk, retry_of=first["id"], attempt=2)
     response = post_json(client, "/runs", retry, **auth_headers)

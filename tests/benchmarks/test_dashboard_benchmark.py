@@ -8,7 +8,6 @@ the server of DATABASE_URL.
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,8 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from tests.conftest import require_service
-from tests.services import bench_database_url
+from tests.benchmarks.smoke import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,30 +71,13 @@ WHERE e.retries IS DISTINCT FROM s.retries
 @pytest.fixture(scope="module")
 def benchmark_run() -> Iterator[tuple[str, str]]:
     """(database URL, output) of one small benchmark run."""
-    url = bench_database_url("_dash_smoke")
-    require_service(url is not None, "PostgreSQL (DATABASE_URL=postgres://…)")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/dashboard.py",
-            "--runs",
-            "3000",
-            "--current-hour",
-            "300",
-            "--repeat",
-            "2",
-            "--database-url",
-            url,
-            "--keep-database",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    url, out = run_benchmark(
+        "dashboard.py",
+        *("--runs", "3000", "--current-hour", "300", "--repeat", "2", "--keep-database"),
+        suffix="_dash_smoke",
         timeout=300,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr
-    yield url, done.stdout
+    yield url, out
     parts = urlsplit(url)
     with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.strip("/")}" WITH (FORCE)')
@@ -127,6 +108,8 @@ def test_the_dashboard_benchmark_loads_and_times_every_page(benchmark_run):
         "  a group's form (htmx, on opening)",
         "review item (mid-queue)",
         "policies",
+        "search: common word",
+        "search: a run's id",
         "/metrics",
         "GET /api/v1/runs",
     )
@@ -170,3 +153,22 @@ def test_the_sql_replay_goes_on_past_a_count_cancelled_at_its_budget(postgres, m
         "SELECT 1",
     ]
     assert bench.replay_ms(statements) < 1500
+
+
+def test_pages_chosen_by_a_word_of_their_label_keep_their_totals(monkeypatch):
+    path = ROOT / "benchmarks" / "dashboard.py"
+    spec = importlib.util.spec_from_file_location("dashboard_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec.loader.exec_module(bench)
+    pages = [
+        ("runs: all", "/runs/", {}),
+        ("  its total", "/runs/total/", {}),
+        ("review queue (open, facets)", "/review/", {}),
+        ("Failure group detail", "/groups/1/", {}),
+        ("  its total", "/runs/total/?group=1", {}),
+    ]
+    chosen = bench.chosen(pages, ["group DETAIL", "queue"])
+    assert [path for _, path, _ in chosen] == ["/review/", "/groups/1/", "/runs/total/?group=1"]
+    assert bench.chosen(pages, None) == pages

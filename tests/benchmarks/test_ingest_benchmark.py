@@ -8,32 +8,15 @@ drops it at the end.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_service
-from tests.services import bench_database_url
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks.smoke import run_benchmark
 
 
 @pytest.mark.slow
 def test_the_ingest_benchmark_prints_batches_and_both_servers_single_report_table():
-    url = bench_database_url("_bench")
-    require_service(url is not None, "PostgreSQL (DATABASE_URL=postgres://…)")
-    done = subprocess.run(
-        [sys.executable, "benchmarks/ingest.py", "--quick", "--database-url", url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    _, out = run_benchmark("ingest.py", "--quick", suffix="_bench", timeout=600)
     assert re.search(r"^POST /api/v1/runs/batch +[\d,]+ runs/s", out, re.M), out
     assert re.search(r"^COPY orchestrator_run x4 +[\d,]+ rows/s", out, re.M), out
     assert re.search(r"load average [\d.]+, pure-Python loop [\d.]+ ms", out), out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -24,10 +25,16 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
-from tests.classifier import protocol_faults
+from tests.classifier import handshake_faults, protocol_faults
+from tests.classifier.delay_faults import (
+    DELAY_SCENARIOS,
+    RETRY_INFO_REQUEST,
+    quota_status_with_retry_info,
+)
 from tests.classifier.protocol_faults import POLL_S
 
 SLOW_SECONDS = 1.5
+TLS12 = ssl.TLSVersion.TLSv1_2
 JSON = "application/json"
 AMZ_JSON = "application/x-amz-json-1.0"
 XML = "text/xml"
@@ -146,6 +153,37 @@ AWS_SCENARIOS: dict[str, tuple[int, dict[str, HeaderValue], bytes, str]] = {
         XML,
     ),
     "iam-no-such-user": (404, {}, _query_error("NoSuchEntity", "The user cannot be found."), XML),
+    # Access denied beyond IAM and S3: each service's own spelling, mostly on a plain 400.
+    "kms-access-denied": (
+        400,
+        {},
+        _aws_json("com.amazonaws.kms", "AccessDeniedException", "not authorized to kms:Decrypt"),
+        AMZ_JSON,
+    ),
+    "sns-kms-denied": (
+        400,
+        {},
+        _query_error("KMSAccessDenied", "The ciphertext references a key that is not accessible"),
+        XML,
+    ),
+    "sqs-kms-denied": (
+        400,
+        {"x-amzn-query-error": "KMS.AccessDeniedException;Sender"},
+        _aws_json("com.amazonaws.sqs", "KmsAccessDenied", "The caller doesn't have KMS access."),
+        AMZ_JSON,
+    ),
+    "redshift-cluster-denied": (
+        400,
+        {},
+        _query_error("AccessToClusterDenied", "You are not authorized to access the cluster."),
+        XML,
+    ),
+    "rds-sns-no-authorization": (
+        400,
+        {},
+        _query_error("SNSNoAuthorization", "You do not have permission to publish to the topic."),
+        XML,
+    ),
     "ec2-bad-parameter": (
         400,
         {},
@@ -218,6 +256,7 @@ SCENARIOS: dict[str, tuple[int, dict[str, HeaderValue], bytes, str]] = {
         JSON,
     ),
     "retry-after-garbage": (429, {"Retry-After": "soon, maybe"}, b"{}", JSON),
+    **DELAY_SCENARIOS,
     "unavailable-retry-after": (503, {"Retry-After": "4"}, b"{}", JSON),
     # OpenAI shapes (openai-python's _make_status_error reads body["error"])
     "openai-quota": (
@@ -296,6 +335,7 @@ SCENARIOS: dict[str, tuple[int, dict[str, HeaderValue], bytes, str]] = {
             ("ValidationException", 400),
             ("UnrecognizedClientException", 400),
             ("ExpiredTokenException", 400),
+            ("AccessDeniedException", 400),
             ("InternalServerError", 500),
         )
     },
@@ -399,19 +439,46 @@ class FaultEnv:
 
     def tls(self, kind: str) -> str:
         """Return the https:// base URL of the fault server behind TLS: "untrusted" (a
-        self-signed certificate), "other-host" (a certificate for elsewhere.test) or
-        "client-cert" (the server demands a client certificate)."""
+        self-signed certificate), "other-host" (a certificate for elsewhere.test),
+        "client-cert" (the server demands a client certificate) or "client-cert-tls12" (the
+        same, in a TLS 1.2 handshake)."""
         certs = self.certificates()
         cert = certs.other if kind == "other-host" else certs.good
-        client_ca = certs.good[0] if kind == "client-cert" else None
+        client_ca = certs.good[0] if kind.startswith("client-cert") else None
+        version = TLS12 if kind.endswith("tls12") else ssl.TLSVersion.MAXIMUM_SUPPORTED
         return self._service(
-            f"tls-{kind}", lambda: protocol_faults.tls_server(FaultHandler, cert, client_ca)
+            f"tls-{kind}",
+            lambda: protocol_faults.tls_server(FaultHandler, cert, client_ca, version),
         )
+
+    def postgres_tls(self, version: ssl.TLSVersion) -> int:
+        """Return the port of a PostgreSQL-like server demanding a client certificate."""
+        certs = self.certificates()
+        return self._service(
+            f"postgres-tls-{version.name}",
+            lambda: handshake_faults.postgres_tls_server(certs.good, certs.good[0], version),
+        )
+
+    def blackhole(self) -> int:
+        """Return a port where a connect never completes (its accept queue is full)."""
+        return self._service("blackhole", handshake_faults.blackhole_port)
+
+    def ftp(self) -> int:
+        """Return the port of a real FTP server (pyftpdlib) with a read-only user."""
+        return self._service("ftp", handshake_faults.ftp_server)
+
+    def websocket(self) -> str:
+        """Return the ws:// base URL of a real WebSocket server refusing handshakes."""
+        return self._service("websocket", handshake_faults.websocket_server)
 
     def script(self, name: str) -> int:
         """Return the port of the scripted SMTP or FTP server `name`."""
         script = {**protocol_faults.SMTP_SCRIPTS, **protocol_faults.FTP_SCRIPTS}[name]
         return self._service(name, lambda: protocol_faults.script_server(script))
+
+    def cut_short(self) -> int:
+        """Return the port of a server that hangs up in the middle of its HTTP answer."""
+        return self._service("cut-short", protocol_faults.cut_short_server)
 
     def garbage(self) -> int:
         return self._service("garbage", protocol_faults.garbage_server)
@@ -485,6 +552,8 @@ def grpc_server() -> Iterator[str]:
     import grpc
 
     def abort(request: bytes, context: grpc.ServicerContext) -> bytes:
+        if request == RETRY_INFO_REQUEST:
+            context.abort_with_status(quota_status_with_retry_info())
         context.abort(grpc.StatusCode[request.decode()], f"injected {request.decode()}")
 
     def slow(request: bytes, context: grpc.ServicerContext) -> bytes:

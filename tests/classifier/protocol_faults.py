@@ -91,6 +91,21 @@ def certificates() -> Iterator[Certificates]:
         )
 
 
+def server_context(
+    cert: tuple[Path, Path],
+    client_ca: Path | None = None,
+    maximum_version: ssl.TLSVersion = ssl.TLSVersion.MAXIMUM_SUPPORTED,
+) -> ssl.SSLContext:
+    """A server's TLS context with `cert`, demanding a client certificate issued by `client_ca`."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*cert)
+    context.maximum_version = maximum_version
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(client_ca)
+    return context
+
+
 class TLSFaultServer(ThreadingHTTPServer):
     """The HTTP fault server behind TLS; the handshake runs in the request's thread."""
 
@@ -128,16 +143,15 @@ def _drain(sock: socket.socket) -> None:
 
 @contextmanager
 def tls_server(
-    handler: type, cert: tuple[Path, Path], client_ca: Path | None = None
+    handler: type,
+    cert: tuple[Path, Path],
+    client_ca: Path | None = None,
+    maximum_version: ssl.TLSVersion = ssl.TLSVersion.MAXIMUM_SUPPORTED,
 ) -> Iterator[str]:
     """Yield the https:// base URL of `handler` behind TLS with `cert`; with `client_ca`, the
-    server demands a client certificate issued by it."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(*cert)
-    if client_ca is not None:
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(client_ca)
-    server = TLSFaultServer(handler, context)
+    server demands a client certificate issued by it (in the handshake up to TLS 1.2, with an
+    alert after it in TLS 1.3)."""
+    server = TLSFaultServer(handler, server_context(cert, client_ca, maximum_version))
     thread = threading.Thread(target=server.serve_forever, args=(POLL_S,), daemon=True)
     thread.start()
     try:
@@ -271,7 +285,13 @@ class ScriptServer(socketserver.ThreadingTCPServer):
 @contextmanager
 def script_server(script: Script) -> Iterator[int]:
     """Yield the port of a server speaking `script` on 127.0.0.1."""
-    handler = type("Handler", (ScriptHandler,), {"script": script})
+    with serving(type("Handler", (ScriptHandler,), {"script": script})) as port:
+        yield port
+
+
+@contextmanager
+def serving(handler: type[socketserver.BaseRequestHandler]) -> Iterator[int]:
+    """Yield the port of a threaded server on 127.0.0.1 whose connections `handler` answers."""
     server = ScriptServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(POLL_S,), daemon=True)
     thread.start()
@@ -287,6 +307,29 @@ def garbage_server() -> Iterator[int]:
     """Yield the port of a server that answers anything with an HTTP error (a wrong port)."""
     script = Script("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n", {}, hang_up=True)
     with script_server(script) as port:
+        yield port
+
+
+class CutShortHandler(socketserver.StreamRequestHandler):
+    """Reads a whole HTTP request, answers the first lines of a 101 and hangs up mid-headers."""
+
+    def handle(self) -> None:
+        self.request.settimeout(CLIENT_WAIT_S)
+        try:
+            while (line := self.rfile.readline(65536)) and line not in (b"\r\n", b"\n"):
+                pass
+            self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n")
+            self.wfile.flush()
+            _drain(self.request)
+        except OSError:
+            pass
+
+
+@contextmanager
+def cut_short_server() -> Iterator[int]:
+    """Yield the port of a server whose handshake answer ends before its headers do: the
+    request is read first, so the client always meets the hang-up while it reads the answer."""
+    with serving(CutShortHandler) as port:
         yield port
 
 

@@ -28,7 +28,19 @@ def test_field_names_list_the_field_its_aliases_and_their_camel_case():
         "alternativesSuggested",
         "suggestedAlternatives",
     )
-    assert field_names("retryable") == ("retryable", "retry_recommended", "retryRecommended")
+    assert field_names("retryable") == (
+        "retryable",
+        "retry_recommended",
+        "is_retryable",
+        "retryRecommended",
+        "isRetryable",
+    )
+    assert field_names("failure_type") == (
+        "failure_type",
+        "error_category",
+        "failureType",
+        "errorCategory",
+    )
     assert field_names("partial_results") == ("partial_results", "partialResults")
     assert camel_case("taxonomy_version") == "taxonomyVersion"
 

@@ -21,6 +21,8 @@ def test_importing_and_using_the_classifier_loads_no_third_party_module() -> Non
         "classifier.parse_retry_after({'Retry-After': 'Wed, 21 Oct 2015 07:28:00 GMT'})\n"
         "classifier.envelope.error_envelope(ConnectionResetError())\n"
         "classifier.described.classify_description({'status_code': 429})\n"
+        "import classifier.scrub\n"
+        "classifier.scrub.Scrubber().scrub({'api_key': 'k', 'd': 'Authorization: Bearer x'})\n"
         "loaded = {m.split('.')[0] for m in set(sys.modules) - before}\n"
         "foreign = sorted(loaded - set(sys.stdlib_module_names) - {'classifier'})\n"
         "print(','.join(foreign))\n"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from classifier import parse_retry_after
-from classifier.retry_after import MAX_RETRY_AFTER
+from classifier.retry_after import MAX_RETRY_AFTER, delay_from_body, retry_info_delay
 
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 HTTP_DATE_IN_30_S = "Tue, 14 Nov 2023 22:13:50 GMT"
@@ -126,3 +126,86 @@ def test_a_header_map_that_raises_midway_gives_what_it_read() -> None:
             raise RuntimeError("boom")
 
     assert parse_retry_after(Exploding(), now=NOW) == 6.0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('"default";r=0;t=50', 50.0),
+        ("limit=100, remaining=0, reset=50", 50.0),
+        ("limit=100;remaining=0;reset=50", 50.0),
+        ('"daily";r=3;t=3600, "burst";r=0;t=5', 5.0),  # only the exhausted policy's reset
+        ('"daily";r=0;t=3600, "burst";r=0;t=5', 3600.0),  # both spent: the longer wait
+        ('"default";t=9', 9.0),  # nothing said of what remains
+        ('"default";r=7;t=30', None),  # quota left: this policy is not why
+        ('"default";r=0;t=soon', None),
+        ("", None),
+    ],
+)
+def test_it_reads_the_ietf_ratelimit_field(value: str, expected: float | None) -> None:
+    assert parse_retry_after({"RateLimit": value}, now=NOW) == expected
+
+
+def test_ratelimit_reset_beats_the_structured_field() -> None:
+    headers = {"RateLimit": '"default";r=0;t=50', "RateLimit-Reset": "7"}
+    assert parse_retry_after(headers, now=NOW) == 7.0
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"message": "You are being rate limited.", "retry_after": 64.57}, 64.57),
+        ({"retryAfter": "4.5"}, 4.5),
+        ({"error": {"retry_after_ms": 1500}}, 1.5),
+        ({"retry_after_ms": 250, "retry_after": 9}, 0.25),  # milliseconds first, as headers
+        (b'{"error": {"retryAfter": 12}}', 12.0),
+        ('{"retry_after": 3}', 3.0),
+        (
+            {
+                "error": {
+                    "details": [
+                        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}
+                    ]
+                }
+            },
+            1.5,
+        ),
+        (
+            {
+                "error": {
+                    "details": [
+                        {"@type": "x.ErrorInfo"},
+                        {"@type": "google.rpc.RetryInfo", "retryDelay": "30s"},
+                    ]
+                }
+            },
+            30.0,
+        ),
+        ({"retry_after": -1}, None),
+        ({"retry_after": True}, None),
+        ({"retry_after": 10**9}, MAX_RETRY_AFTER),
+        ("not json", None),
+        (b"{" + b" " * 70_000 + b"}", None),  # too large to parse
+        ({"details": [{"@type": "google.rpc.RetryInfo", "retryDelay": "soon"}]}, None),
+        ([1, 2], None),
+    ],
+)
+def test_it_reads_a_delay_from_an_error_body(body: Any, expected: float | None) -> None:
+    assert delay_from_body(body) == expected
+
+
+def test_a_retry_info_delay_is_read_from_protobuf_messages_too() -> None:
+    from datetime import timedelta
+
+    from google.protobuf import duration_pb2
+    from google.rpc import error_details_pb2
+
+    message = error_details_pb2.RetryInfo(
+        retry_delay=duration_pb2.Duration(seconds=2, nanos=500_000_000)
+    )
+    assert retry_info_delay([message]) == 2.5
+
+    class RetryInfo:  # proto-plus hands a Duration over as a timedelta
+        retry_delay = timedelta(seconds=30)
+
+    assert retry_info_delay([RetryInfo()]) == 30.0

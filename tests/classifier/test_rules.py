@@ -75,10 +75,20 @@ def table_walk(code: str) -> Any:
     for prefix, category in rules.PROVIDER_CODE_PREFIXES:
         if code.startswith(prefix):
             return category
+    for infix, category in rules.PROVIDER_CODE_INFIXES:
+        if infix in code:
+            return category
     return None
 
 
-AFFIXES = [affix for affix, _ in (*rules.PROVIDER_CODE_SUFFIXES, *rules.PROVIDER_CODE_PREFIXES)]
+AFFIXES = [
+    affix
+    for affix, _ in (
+        *rules.PROVIDER_CODE_SUFFIXES,
+        *rules.PROVIDER_CODE_PREFIXES,
+        *rules.PROVIDER_CODE_INFIXES,
+    )
+]
 PIECES = [*AFFIXES, *rules.CODE_NAMESPACE_SEPARATORS, "NotFoundException", "QueueDoesNotExist"]
 
 

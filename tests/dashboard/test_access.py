@@ -49,6 +49,8 @@ PAGES = [
     ("dashboard:switch_efficacy", None),
     ("dashboard:retry_audit", None),
     ("dashboard:slos", None),
+    ("dashboard:costs", None),
+    ("dashboard:search", None),
 ]
 EDITOR_PAGES = [
     ("dashboard:policy_edit", "policy"),
@@ -56,6 +58,8 @@ EDITOR_PAGES = [
     ("dashboard:override_new", None),
     ("dashboard:override_edit", "override"),
 ]
+# For staff users only, whatever their groups.
+STAFF_PAGES = [("dashboard:system", None)]
 REVIEW_POSTS = [
     ("dashboard:run_actions", None, {"action": "retry", "run": ["run"]}),
     ("dashboard:review_claim", "item", {}),
@@ -82,8 +86,10 @@ def form(objects, data):
     return {k: [objects[x] for x in v] if isinstance(v, list) else v for k, v in data.items()}
 
 
-ALL_GETS = PAGES + EDITOR_PAGES
-ALL_POSTS = REVIEW_POSTS + EDITOR_POSTS
+ALL_GETS = PAGES + EDITOR_PAGES + STAFF_PAGES
+# Whoever may see runs chooses the project the pages show.
+VIEW_POSTS = [("dashboard:project_switch", None, {"project": ""})]
+ALL_POSTS = REVIEW_POSTS + EDITOR_POSTS + VIEW_POSTS
 
 
 def test_the_permission_tables_cover_every_dashboard_route():
@@ -166,6 +172,15 @@ def test_operators_cannot_change_policies(operator, objects, name, key, data):
     assert ProviderOverride.objects.filter(pk=objects["override"]).exists()
 
 
+@pytest.mark.parametrize(("name", "key"), STAFF_PAGES)
+def test_only_staff_see_staff_pages(operator, policy_editor, objects, name, key):
+    for user in (operator, policy_editor):
+        assert signed_in(user).get(url(objects, name, key)).status_code == 403
+    operator.is_staff = True
+    operator.save(update_fields=["is_staff"])
+    assert signed_in(operator).get(url(objects, name, key)).status_code == 200
+
+
 def test_get_is_refused_on_actions(operator, objects):
     assert signed_in(operator).get(reverse("dashboard:run_actions")).status_code == 405
     claim = reverse("dashboard:review_claim", args=[objects["item"]])
@@ -183,3 +198,67 @@ def test_a_signed_in_user_in_no_group_sees_no_review_count(outsider, operator, o
     # The nav bar's count is computed only for users who may see the queue.
     page = signed_in(operator).get(reverse("dashboard:overview")).content.decode()
     assert 'id="nav-review-count"' in page
+
+
+# The project dimension: every object of a project the operator may not see is unknown.
+PROJECT_OBJECTS = ("run", "workflow", "item")
+
+
+@pytest.fixture
+def elsewhere(objects):
+    """`objects` moved to a project only its own group sees (the operator is not in it)."""
+    from django.contrib.auth.models import Group
+
+    from orchestrator.models import Project, ReviewItem, Run, Workflow
+
+    hidden = Project.objects.create(slug="hidden", name="Hidden")
+    hidden.groups.add(Group.objects.create(name="hidden team"))
+    Run.objects.filter(pk=objects["run"]).update(project=hidden)
+    Workflow.objects.filter(pk=objects["workflow"]).update(project=hidden)
+    ReviewItem.objects.filter(pk=objects["item"]).update(project=hidden)
+    return objects | {"project": hidden.pk}
+
+
+def _of_project(key) -> bool:
+    return (key[0] if isinstance(key, tuple) else key) in PROJECT_OBJECTS
+
+
+@pytest.mark.parametrize(("name", "key"), [(n, k) for n, k in PAGES if _of_project(k)])
+def test_another_projects_objects_are_unknown_on_every_page(operator, elsewhere, name, key):
+    assert signed_in(operator).get(url(elsewhere, name, key)).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "data"), [(n, k, d) for n, k, d in REVIEW_POSTS if _of_project(k)]
+)
+def test_another_projects_objects_are_unknown_to_every_action(operator, elsewhere, name, key, data):
+    from django.contrib.auth.models import Permission
+
+    from orchestrator.models import AuditEntry
+
+    operator.user_permissions.add(Permission.objects.get(codename="review"))
+    response = signed_in(operator).post(url(elsewhere, name, key), form(elsewhere, data))
+    assert response.status_code == 404
+    assert not AuditEntry.objects.exclude(action__startswith="policy").exists()
+
+
+def test_a_run_action_leaves_another_projects_runs_alone(operator, elsewhere):
+    from django.contrib.auth.models import Permission
+
+    from orchestrator.models import Run
+
+    operator.user_permissions.add(Permission.objects.get(codename="review"))
+    before = Run.objects.count()
+    response = signed_in(operator).post(
+        reverse("dashboard:run_actions"), {"action": "retry", "run": [elsewhere["run"]]}
+    )
+    assert response.status_code in (200, 302, 400)
+    assert Run.objects.count() == before
+
+
+def test_the_outsider_of_a_project_cannot_switch_to_it(operator, elsewhere):
+    client = signed_in(operator)
+    response = client.post(reverse("dashboard:project_switch"), {"project": elsewhere["project"]})
+    assert response.status_code == 404
+    page = client.get(reverse("dashboard:runs")).content.decode()
+    assert f"/runs/{elsewhere['run']}/" not in page

@@ -6,9 +6,12 @@ feature (or a stray inline script/style) broke under our policy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,6 +19,9 @@ from orchestrator.models import ApiToken, RoutingPolicy
 
 from ..conftest import require_service
 from .conftest import HOSTILE_IMG, make_failure, make_review, make_run
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 # Playwright's sync API runs an event loop in this thread; Django then refuses ORM calls from it
 # unless told that this (test-only) mix is intended.
@@ -54,47 +60,73 @@ def browser(transactional_db):
     connection handling then differs (asgiref locals), and the serialized-rollback restore of the
     seeded groups between transactional tests silently loads nothing.
     """
+    with chromium() as started:
+        yield started
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    """Debian's Chromium under Playwright; missing, the test skips here and fails in CI."""
     require_service(CHROMIUM.exists(), "Debian's chromium (/usr/bin/chromium)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield chromium
-        chromium.close()
+        started = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield started
+        finally:
+            started.close()
 
 
 class Watcher:
     def __init__(self, page):
         self.page = page
         self.console: list[str] = []
+        self.console_errors: list[str] = []
         self.dialogs: list[str] = []
         self.errors: list[str] = []
-        page.on("console", lambda m: self.console.append(m.text))
+        page.on("console", self._console)
         page.on("pageerror", lambda e: self.errors.append(str(e)))
         page.on("dialog", self._dialog)
+
+    def _console(self, message):
+        self.console.append(message.text)
+        if message.type == "error":
+            self.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
 
     def _dialog(self, dialog):
         self.dialogs.append(dialog.message)
         dialog.dismiss()
 
-    def assert_clean(self):
+    def assert_clean(self, no_console_error: bool = False):
         # "Refused to …" is Chrome's wording for a blocked script, style, frame or connection.
         violations = [m for m in self.console if m.startswith("Refused to")]
         violations += self.page.evaluate("window.__csp || []")
         assert violations == [], violations
         assert self.dialogs == [], self.dialogs
         assert self.errors == [], self.errors
+        if no_console_error:  # a failed load, an htmx error, a script's console.error
+            assert self.console_errors == [], self.console_errors
 
 
 @pytest.fixture
 def page(browser, live_server):
-    context = browser.new_context(base_url=live_server.url)
+    with open_tab(browser, live_server.url) as tab:
+        yield tab
+
+
+@contextlib.contextmanager
+def open_tab(browser: Browser, base_url: str, timeout: float = 10) -> Iterator[Page]:
+    """A tab of its own context on `base_url`, its console and CSP watched (`tab.watcher`)."""
+    context = browser.new_context(base_url=base_url)
     context.add_init_script(CSP_PROBE)
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(timeout * 1000)
     tab = context.new_page()
     tab.watcher = Watcher(tab)
-    yield tab
-    context.close()
+    try:
+        yield tab
+    finally:
+        context.close()
 
 
 def login(page, username: str, password: str, then: str = "/") -> None:
@@ -182,8 +214,9 @@ def test_filtering_the_runs_updates_the_table_and_the_url(page, operator):
     expect(rows).to_have_count(1)
     expect(page).to_have_url(re.compile(r"failure_type=server_fault"))
     assert page.evaluate("window.__marker") == "same page"  # an htmx swap, not a reload
-    page.fill("input[name=q]", "nothing matches this")
-    page.press("input[name=q]", "Enter")
+    search = page.locator("form.filters input[name=q]")  # not the top bar's search box
+    search.fill("nothing matches this")
+    search.press("Enter")
     expect(page.locator("text=No runs match these filters")).to_be_visible()
     expect(page).to_have_url(re.compile(r"q=nothing"))  # pushed after the swap settles
     # One history entry per filter change (a typed search must not also fire "change").

@@ -87,9 +87,11 @@ def test_a_workflows_coverage_downloads_as_json_and_markdown(operator_client):
     assert operator_client.get(bad).status_code == 404
 
 
-def test_the_api_streams_the_same_export_with_a_token(client, auth_headers):
-    run = make_failure("timeout", source="news_api")
-    make_run(source="web_search")
+def test_the_api_streams_the_same_export_with_a_token(client, api_token, auth_headers):
+    token = api_token[0]
+    run = make_failure("timeout", source="news_api", token=token)
+    make_run(source="web_search", token=token)
+    make_failure("timeout", source="news_api")  # not this token's work: not in its export
     response = client.get(
         "/api/v1/runs/export", {"format": "jsonl", "source": "news_api"}, **auth_headers
     )

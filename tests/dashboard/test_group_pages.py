@@ -82,8 +82,9 @@ def test_every_tile_reaches_its_groups(db, operator_client):
     review = next(t for t in everything if t.key == "review")
     # Nothing in trouble and no review open: nothing to drill into, so no link at all.
     assert (sources.href, sources.groups, review.groups) == ("", "", "")
-    # Runs in flight have not failed: they belong to no failure group.
-    assert set(linked) == {t.key for t in everything} - {"sources", "review", "in_flight"}
+    # Runs in flight have not failed, resolutions are not failures: no failure group.
+    unlinked = {"sources", "review", "in_flight", "pickup"}
+    assert set(linked) == {t.key for t in everything} - unlinked
     assert linked["ft-timeout"] == GROUPS + "?range=24h&failure_type=timeout"
     listed = operator_client.get(linked["ft-timeout"]).context["rows"]
     assert [r.group.failure_type for r in listed] == ["timeout"]

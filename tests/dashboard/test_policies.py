@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from orchestrator.coordination.policy_changes import save_policy_change
 from orchestrator.models import AuditEntry, PolicyState, ProviderOverride, RoutingPolicy
+
+from .conftest import make_failure
 
 POLICIES = reverse("dashboard:policies")
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -156,3 +159,58 @@ def test_override_validation_errors_show_on_the_page(editor_client):
     )
     assert response.status_code == 200
     assert "A status code is a number." in response.content.decode()
+
+
+def dry_run(editor_client, policy: RoutingPolicy, **changes) -> str:
+    url = reverse("dashboard:policy_dry_run", args=[policy.pk])
+    return editor_client.post(
+        url, form_of(policy, **changes) | {"days": "7"}, **HX
+    ).content.decode()
+
+
+def test_a_dry_run_without_failures_says_there_was_nothing_to_replay(editor_client):
+    fragment = dry_run(editor_client, timeout_policy(), max_attempts=1)
+    assert 'id="dry-run-why"' in fragment
+    assert "No failures in the last 7 days: there is nothing to replay." in fragment
+
+
+def test_a_dry_run_that_changes_nothing_says_why(editor_client):
+    policy = timeout_policy()
+    for _ in range(2):
+        make_failure("rate_limited", decision="retry")
+    fragment = dry_run(editor_client, policy, max_attempts=1)
+    assert "None of the 2 failures of the last 7 days was timeout" in fragment
+    for _ in range(3):
+        make_failure("timeout", decision="retry")
+    same = dry_run(editor_client, policy, note="only the note")
+    version = PolicyState.current_version()
+    assert (
+        f"This policy makes the same decisions as the current one (v{version}) on the last 3 "
+        "timeout failures (7 days), so no figure changes." in same
+    )
+    assert "review deadline" not in same
+    later = dry_run(editor_client, policy, review_deadline=policy.review_deadline + 60)
+    assert "The review deadline and its fallback act after a decision: not replayed." in later
+    changed = dry_run(editor_client, policy, max_attempts=1, action_when_exhausted="escalate")
+    assert 'id="dry-run-why"' not in changed and 'class="up"' in changed
+
+
+def test_a_restore_shows_in_the_change_history(editor_client):
+    policy = timeout_policy()
+    kept = save_policy_change(_with(policy, max_attempts=5), None, "five")
+    save_policy_change(_with(policy, max_attempts=2), None, "two")
+    editor_client.post(reverse("dashboard:policy_restore", args=[kept]), {"note": "back to five"})
+    html = editor_client.get(POLICIES).content.decode()
+    history = html[html.index('id="history"') :]
+    now = PolicyState.current_version()
+    assert f'restore of <a href="#version-{kept}">v{kept}</a>' in history
+    assert f"<del>v{now - 1}</del> → <ins>v{now}</ins>" in history
+    assert "back to five" in history and "paul" in history
+    fragment = editor_client.get(POLICIES + "?part=history", **HX).content.decode()
+    assert "restore of <a" in fragment
+
+
+def _with(policy: RoutingPolicy, **fields) -> RoutingPolicy:
+    for name, value in fields.items():
+        setattr(policy, name, value)
+    return policy

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from orchestrator.models import AuditEntry, ProviderOverride, ReviewItem
+from orchestrator.models import ApiToken, AuditEntry, ProviderOverride, ReviewItem
 
-from .conftest import HOSTILE_SCRIPT, ago, make_failure, make_review, signed_in
+from .conftest import HOSTILE_SCRIPT, ago, make_failure, make_review, make_workflow, signed_in
 
 QUEUE = reverse("dashboard:review_queue")
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -57,6 +57,21 @@ def test_claim_then_resolve_feeds_the_coordinator(operator, operator_client):
     assert AuditEntry.objects.filter(action="review.resolve", object_id=str(item.pk)).exists()
 
 
+def test_a_claim_is_audited_once_with_who_and_when(operator, policy_editor):
+    item = make_review()
+    first, second = signed_in(operator), signed_in(policy_editor)
+    claim(first, item, **HX)
+    claim(first, item, **HX)  # a double click: still theirs, nothing changed
+    taken = claim(second, item, **HX)
+    assert "Already claimed by olga" in taken.content.decode()
+    entry = AuditEntry.objects.get(action="review.claim", object_id=str(item.pk))
+    assert (entry.actor, entry.actor_label, entry.object_type) == (operator, "olga", "reviewitem")
+    assert entry.before == {"state": "open", "assignee": None}
+    assert entry.after == {"state": "claimed", "assignee": operator.pk}
+    item.refresh_from_db()
+    assert entry.created_at >= item.claimed_at
+
+
 def test_a_second_resolution_shows_a_message_not_an_error(operator, policy_editor):
     item = make_review()
     first, second = signed_in(operator), signed_in(policy_editor)
@@ -94,11 +109,43 @@ def test_retry_with_edited_input_needs_valid_json(operator_client):
     item = make_review()
     claim(operator_client, item)
     response = resolve(operator_client, item, resolution="retry_edited", edited_input="{oops")
-    assert "Not valid JSON" in response.content.decode()
+    html = response.content.decode()
+    assert "Not valid JSON" in html
+    # The input to fix stays open (the script opens it when the choice is made).
+    assert '<details class="edited" data-opens-with="retry_edited" open>' in html
     assert ReviewItem.objects.get(pk=item.pk).state == "claimed"
     resolve(operator_client, item, resolution="retry_edited", edited_input='{"query": "narrower"}')
     item.refresh_from_db()
     assert item.edited_input == {"query": "narrower"}
+
+
+def test_the_edited_input_starts_closed_for_the_other_resolutions(operator_client):
+    item = make_review()
+    html = claim(operator_client, item, **HX).content.decode()
+    assert '<details class="edited" data-opens-with="retry_edited" >' in html
+    html = resolve(operator_client, item, resolution="retry", note="").content.decode()
+    assert 'data-opens-with="retry_edited" open' not in html
+
+
+def test_the_banner_says_who_applies_the_resolution(operator_client):
+    built_in = make_review(make_failure("timeout", workflow=make_workflow(capability="news")))
+    claim(operator_client, built_in)
+    html = resolve(operator_client, built_in, resolution="abort").content.decode()
+    assert "Resolved (abort): the coordinator continues." in html
+    agents = make_review(make_failure("timeout"))
+    claim(operator_client, agents)
+    html = resolve(operator_client, agents, resolution="abort").content.decode()
+    assert "the coordinator continues" not in html
+    assert (
+        "Resolved (abort): recorded for the agent&#x27;s own coordinator, which applies it once "
+        f"it picks it up (by GET /api/v1/reviews/{agents.pk})." in html
+    )
+    token, _ = ApiToken.issue("hooked-agent")
+    token.set_callback("https://agent.example/hook")
+    hooked = make_review(make_failure("timeout", token=token))
+    claim(operator_client, hooked)
+    html = resolve(operator_client, hooked, resolution="abort").content.decode()
+    assert f"(by its webhook or GET /api/v1/reviews/{hooked.pk})" in html
 
 
 def test_unclassified_items_can_be_reclassified_and_saved_as_override(operator_client):
@@ -166,3 +213,20 @@ def test_nav_bar_shows_the_open_review_count(db, request, user):
     make_review()
     html = signed_in(request.getfixturevalue(user)).get(QUEUE).content.decode()
     assert 'id="nav-review-count">2<' in html
+
+
+def test_the_queues_facets_and_groups_escape_what_agents_sent(operator_client):
+    """The facets and the signature groups are built as strings in one tag each: an agent's
+    source, agent name and reason reach them escaped, and a facet's link keeps its query."""
+    from .conftest import HOSTILE_IMG
+
+    for _ in range(2):
+        run = make_failure("timeout", source=HOSTILE_SCRIPT, agent=HOSTILE_IMG)
+        make_review(run, reason=HOSTILE_SCRIPT, source=run.source, agent=run.agent, signature="s1")
+    for view in ("", "?view=groups"):
+        html = operator_client.get(QUEUE + view).content.decode()
+        assert "<script>alert" not in html and "<img src=x" not in html, view
+        assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;" in html, view
+        assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html, view
+    assert 'data-facet="source"' in html and "source=%3Cscript%3E" in html
+    assert 'class="card sig-group" data-signature="s1"' in html and "oldest waiting" in html

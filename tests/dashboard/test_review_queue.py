@@ -302,3 +302,22 @@ def test_readers_see_the_queue_but_no_decision(outsider, db):
     assert "Claim</button>" not in client.get(item_url(item)).content.decode()
     assert client.post(reverse("dashboard:review_claim", args=[item.pk])).status_code == 403
     assert Run.objects.count() == 1
+
+
+def test_a_group_with_a_folded_failure_group_links_to_its_page(db, operator_client):
+    from insights.models import FailureGroup
+
+    item = review("timeout", "a_api")
+    now = timezone.now()
+    group = FailureGroup.objects.create(
+        signature=item.signature,
+        source="a_api",
+        failure_type="timeout",
+        pattern="timeout x",
+        first_seen=now,
+        last_seen=now,
+        count=1,
+    )
+    html = operator_client.get(QUEUE + "?view=groups").content.decode()
+    assert f'href="/groups/{group.pk}/">failure group #{group.pk}</a>' in html
+    assert operator_client.get(f"/groups/{group.pk}/").status_code == 200

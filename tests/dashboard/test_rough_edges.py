@@ -1,13 +1,18 @@
-"""The small rough edges a new user found: the favicon, the policy version, the coverage badge."""
+"""The small rough edges a new user found: the favicon, the policy version, the coverage badge,
+the analytics pages missing from the menu, a retry "in 0 minutes"."""
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
+
 from django.urls import reverse
+from django.utils import timezone
 
 from orchestrator.coordination.policy_changes import save_policy_change
-from orchestrator.models import PolicyState, RoutingPolicy
+from orchestrator.models import PolicyState, RoutingPolicy, Run
 
-from .conftest import make_workflow
+from .conftest import make_failure, make_run, make_workflow
 
 
 def test_favicon_ico_is_served(client, db):
@@ -37,3 +42,32 @@ def test_a_coverage_badge_carries_no_coverage_card_class(operator_client):
     # The card's border classes on a rounded badge drew a stray "(" (the browser test measures).
     assert '<span class="badge verdict verdict-thin">thinly supported</span>' in html
     assert 'class="badge cov-badge' not in html
+
+
+def test_switch_efficacy_and_the_retry_audit_are_in_the_menu(operator_client):
+    def menu(url: str) -> str:
+        html = operator_client.get(url).content.decode()
+        return re.search(r'<nav class="mainnav".*?</nav>', html, re.S).group(0)
+
+    efficacy, audit = reverse("dashboard:switch_efficacy"), reverse("dashboard:retry_audit")
+    overview = menu(reverse("dashboard:overview"))
+    assert f'href="{efficacy}"' in overview and f'href="{audit}"' in overview
+    assert "aria-current" not in overview.split(f'href="{efficacy}"')[1].split("</a>")[0]
+    assert f'<a href="{efficacy}" aria-current="page"' in menu(efficacy)
+    on_audit = menu(audit)
+    assert f'<a href="{audit}" aria-current="page"' in on_audit
+    slos = reverse("dashboard:slos")
+    assert f'<a href="{slos}" aria-current' not in on_audit  # one current page, not two
+
+
+def test_still_retrying_says_when_in_seconds_not_minutes(operator_client):
+    first = make_failure("rate_limited")
+    make_run(
+        status=Run.Status.QUEUED,
+        retry_of=first,
+        attempt=2,
+        due_at=timezone.now() + timedelta(seconds=40),
+    )
+    html = operator_client.get(reverse("dashboard:retrying")).content.decode()
+    assert re.search(r'<span class="muted">in (39|40) s</span>', html)
+    assert "minutes" not in html

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
+from datetime import datetime, timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
+from orchestrator.coordination import workflow
 from orchestrator.models import Run
 from orchestrator.vocabulary import Action
 
@@ -59,12 +62,43 @@ def test_the_envelope_is_shown_in_full(operator_client):
 
 
 def test_the_failure_type_as_sent_and_the_deciding_signal_are_shown(operator_client):
-    run = make_failure("auth_failure", reported_failure_type="auth_error", signal="provider_code")
+    run = make_failure(
+        "auth_failure",
+        reported_failure_type="auth_error",
+        signal="provider_code",
+        provider_code="ExpiredToken",
+    )
     html = detail(operator_client, run)
     assert "Failure type sent" in html and "data-reported-failure-type>auth_error<" in html
-    assert "(read as auth_failure)" in html and "provider code" in html
+    assert "(read as auth_failure)" in html
+    assert 'Classified by</dt><dd id="classified-by">the provider&#x27;s error code ' in html
+    assert "<code><bdi>ExpiredToken</bdi></code>" in html
     plain = detail(operator_client, make_failure("timeout"))
-    assert "Failure type sent" not in plain and "Decided by" not in plain
+    assert "Failure type sent" not in plain and "Classified by" not in plain
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"signal": "status", "status_code": 429}, "the HTTP status <code><bdi>429</bdi></code>"),
+        (
+            {"signal": "type", "exception_type": "httpx.ReadTimeout"},
+            "the exception&#x27;s class <code><bdi>ReadTimeout</bdi></code>",
+        ),
+        ({"signal": "message"}, "the wording of the error message"),
+        ({"signal": "none"}, "no recognisable signal (kept as unclassified)"),
+    ],
+)
+def test_what_classified_a_failure_is_said_in_words(operator_client, fields, words):
+    html = detail(operator_client, make_failure("timeout", **fields))
+    assert f'<dd id="classified-by">{words}</dd>' in html
+    assert ">type<" not in html and ">status<" not in html
+
+
+def test_an_agents_report_names_its_evidence_the_same_way(operator_client, api_token):
+    run = make_failure("rate_limited", signal="status", status_code=429, token=api_token[0])
+    html = detail(operator_client, run)
+    assert '<dd id="classified-by">the HTTP status <code><bdi>429</bdi></code></dd>' in html
 
 
 def test_a_hostile_failure_type_as_sent_is_escaped(operator_client):
@@ -256,3 +290,105 @@ def test_a_trace_url_template_that_cannot_link_a_trace_is_refused(monkeypatch, v
         env_trace_url("TRACE_URL_TEMPLATE")
     monkeypatch.setenv("TRACE_URL_TEMPLATE", "http://tempo:3200/trace/{trace_id}")
     assert env_trace_url("TRACE_URL_TEMPLATE") == "http://tempo:3200/trace/{trace_id}"
+
+
+def times(html: str, element_id: str) -> list[datetime]:
+    """The datetimes of the <time> elements inside the element with that id."""
+    part = re.search(rf'id="{element_id}">(.*?)</dd>', html, re.S)
+    assert part, element_id
+    return [datetime.fromisoformat(t) for t in re.findall(r'datetime="([^"]+)"', part.group(1))]
+
+
+def test_the_next_attempt_is_due_after_the_decision_not_when_this_one_was(operator_client):
+    # A run due (queued) at t, failed and decided 3 s later, retried after 40 s: the decision
+    # card shows the next attempt's due time, never the failed run's own earlier one.
+    queued_at = timezone.now() - timedelta(seconds=3)
+    run = make_failure("timeout", created_at=queued_at, due_at=queued_at)
+    run.finished_at = queued_at + timedelta(seconds=3)
+    run.save()
+    run.record_decision(Action.RETRY, "timeout: retry", 2, delay=40.0, now=run.finished_at)
+    nxt = workflow.retry(run, 40.0)
+    html = detail(operator_client, run)
+    (decided,) = times(html, "decided")
+    (due,) = times(html, "next-attempt")
+    assert due >= decided + timedelta(seconds=40)
+    assert f"#{nxt.pk}</a> due" in html and re.search(r"\(in (3\d|40) s\)", html)
+    assert "Retry after</dt><dd>40 s" in html
+    assert 'id="due"' not in html  # a first attempt's own due time is its creation time
+    retried = detail(operator_client, nxt)
+    assert times(retried, "due") == [due] and "Due to start" in retried
+
+
+def test_decided_by_names_the_policy_or_the_operator(operator_client, api_token):
+    policy = make_failure("rate_limited", decision=Action.RETRY, policy_version=3)
+    html = detail(operator_client, policy)
+    says = "the policy for rate limited (v3), applied by the built-in coordinator"
+    assert f'<dd id="decided-by">{says}</dd>' in html
+    reported = make_failure("timeout", decision=Action.ABORT, policy_version=4, token=api_token[0])
+    assert "the policy for timeout (v4), asked for by the agent's own coordinator" in detail(
+        operator_client, reported
+    )
+    escalated = make_failure("timeout", decision=Action.RETRY, policy_version=4)
+    operator_client.post(
+        reverse("dashboard:run_actions"),
+        {"action": "escalate", "run": [escalated.pk], "reason": "looks <b>odd</b>"},
+    )
+    html = detail(operator_client, escalated)
+    assert '<dd id="decided-by">an operator (<bdi>olga</bdi>): “<bdi>looks &lt;b&gt;odd' in html
+
+
+def test_a_switched_run_links_the_run_it_replaced_and_back(operator_client):
+    failed = make_failure("resource_missing", source="web_search", decision=Action.SWITCH_SOURCE)
+    failed.switch_to = "news_api"
+    failed.save()
+    replacement = make_run(source="news_api", switched_from=failed)
+    html = detail(operator_client, replacement)
+    link = reverse("dashboard:run_detail", args=[failed.pk])
+    assert re.search(
+        rf'id="switched-from">Started in place of run <a href="{link}">#{failed.pk}', html
+    )
+    assert "web_search" in html
+    back = detail(operator_client, failed)
+    link = reverse("dashboard:run_detail", args=[replacement.pk])
+    assert re.search(rf'id="replaced-by">Replaced by run <a href="{link}">#{replacement.pk}', back)
+    assert 'id="switched-from"' not in back and 'id="replaced-by"' not in html
+
+
+def test_retry_now_is_offered_only_while_a_retry_can_help_the_task(operator_client):
+    def offered(run: Run) -> bool:
+        return 'value="retry"' in detail(operator_client, run)
+
+    alone = make_failure("timeout")
+    recovered = make_failure("timeout", decision=Action.RETRY)
+    make_run(retry_of=recovered, attempt=2)
+    waiting = make_failure("timeout", decision=Action.RETRY)
+    make_run(retry_of=waiting, attempt=2, status=Run.Status.QUEUED)
+    first = make_failure("timeout", decision=Action.RETRY)
+    second = make_failure("timeout", retry_of=first, attempt=2, decision=Action.SWITCH_SOURCE)
+    make_run(source="news_api", switched_from=second)
+    assert offered(alone)
+    assert not any(offered(run) for run in (recovered, waiting, first, second))
+    html = operator_client.get(reverse("dashboard:runs") + "?status=failed").content.decode()
+    assert f'value="{alone.pk}" data-actions="retry escalate"' in html
+    assert f'value="{recovered.pk}" data-actions="escalate"' in html
+    # Asked anyway (a stale page, a crafted post): the task gets no second attempt.
+    response = operator_client.post(
+        reverse("dashboard:run_actions"),
+        {"action": "retry", "run": [recovered.pk, first.pk], "confirmed": "1"},
+        follow=True,
+    )
+    assert "Retry: 0 runs done, 2 skipped" in response.content.decode()
+    assert Run.objects.attempts_of(recovered).count() == 2
+    assert Run.objects.attempts_of(first).count() == 2
+
+
+def test_one_request_retries_a_task_once_even_when_two_of_its_attempts_are_chosen(
+    operator_client,
+):
+    first = make_failure("timeout", decision=Action.RETRY)
+    second = make_failure("timeout", retry_of=first, attempt=2)
+    operator_client.post(
+        reverse("dashboard:run_actions"),
+        {"action": "retry", "run": [first.pk, second.pk], "confirmed": "1"},
+    )
+    assert Run.objects.attempts_of(first).count() == 3

@@ -443,3 +443,26 @@ def test_above_the_cap_postgresql_gives_the_planners_estimate(
     # rows for each empty one: close to the truth, not exact.
     assert total.estimated and str(total).startswith("about ")
     assert 380 <= total.count <= 440
+
+
+def test_each_row_escapes_what_the_agent_sent(operator_client):
+    """The runs list's rows are built as one string each: the agent, source, attempted call,
+    detail and workflow name an agent sent reach the page escaped, each in its own cell."""
+    from .conftest import HOSTILE_IMG, HOSTILE_SCRIPT
+
+    workflow = make_workflow(name=HOSTILE_IMG)
+    run = make_failure(
+        agent=HOSTILE_SCRIPT,
+        source=HOSTILE_IMG,
+        attempted={"query": HOSTILE_SCRIPT},
+        detail=HOSTILE_IMG,
+        workflow=workflow,
+        partial_count=2,
+    )
+    html = operator_client.get(reverse("dashboard:runs")).content.decode()
+    assert "<script>alert" not in html and "<img src=x" not in html
+    row = html.split(f'<a href="/runs/{run.pk}/">#{run.pk}</a>')[0].rsplit("<tr", 1)[1]
+    row += html.split(f'<a href="/runs/{run.pk}/">#{run.pk}</a>')[1].split("</tr>", 1)[0]
+    assert row.count("&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;") == 2
+    assert row.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;") == 3
+    assert "2 partial" in row and f'href="/workflows/{workflow.pk}/"' in row

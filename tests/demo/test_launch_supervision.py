@@ -1,22 +1,27 @@
-"""`manage.py launch` (what `make run` calls) starts its Celery worker again when it dies.
+"""`manage.py launch` (what `make run` calls) supervises its children and heeds the signals sent
+to `make run`.
 
 The worker is SIGKILLed with its whole process group (main process and pool, as an OOM kill or a
 crash leaves it); the launcher must say so, start a new worker after a short wait, and that
-worker must take work: its embedded beat's sweeps run in it. Runs on the embedded defaults
-(SQLite, kombu's filesystem broker) like the main job's own test, whose helpers it uses.
+worker must take work: its embedded beat's sweeps run in it. A SIGINT sent to make alone (which
+make does not pass on) must stop the launcher promptly. Runs on the embedded defaults (SQLite,
+kombu's filesystem broker) like the main job's own test, whose helpers it uses.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.demo.test_main_job import Launch, assert_no_orphans, finish, launch
+from tests.conftest import require_service
+from tests.demo.test_main_job import Launch, assert_no_orphans, command_line, finish, launch
 
 pytestmark = pytest.mark.slow
 
@@ -71,4 +76,33 @@ def test_a_killed_worker_is_started_again_and_takes_work(tmp_path):
             handle.proc.kill()
     assert "stopped unexpectedly" not in handle.output
     assert "Stopped:" in handle.output
+    assert_no_orphans(handle)
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_sigint_sent_to_make_run_alone_stops_the_launcher_promptly(tmp_path):
+    require_service(shutil.which("make") is not None, "make")
+    # The checkout's Makefile, with this interpreter and no install step.
+    cmd = ["make", "-s", "run", "STAMP=", f"PY={sys.executable}", "ARGS=--every 0"]
+    handle = launch(tmp_path, cmd=cmd)
+    launcher = 0
+    try:
+        handle.wait_for_line(r"Dashboard\s+http://", 120)
+        (launcher,) = [pid for pid in handle.processes() if "manage.py launch" in command_line(pid)]
+        assert parent_of(launcher) == handle.proc.pid, "a shell stands between make and it"
+        handle.proc.send_signal(signal.SIGINT)  # make's pid only, not its process group
+        sent = time.monotonic()
+        finish(handle, 40)
+        took = time.monotonic() - sent
+    finally:
+        if handle.proc.poll() is None:
+            handle.proc.kill()
+        if launcher and launcher in handle.processes():
+            os.kill(launcher, signal.SIGTERM)  # its children follow it
+    assert "make was interrupted: stopping." in handle.output
+    assert "Stopped: agent, web server, worker and provider are down." in handle.output
+    assert took < 30, f"{took:.0f} s"
     assert_no_orphans(handle)

@@ -50,6 +50,7 @@ SERVICE_ENV = (
     "FAILSIGHT_SOURCE_MODULES",
     "FAILSIGHT_DEMO_CALL_LOG",
     "LAUNCH_DURATION",
+    "METRICS_TOKEN",
 )
 
 
@@ -57,6 +58,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@dataclass
+class Banner:
+    password: str
+    token: str
+    metrics: str
 
 
 @dataclass
@@ -84,6 +92,15 @@ class Launch:
                 break
             time.sleep(0.2)
         pytest.fail(f"no line matching {pattern!r}:\n{self.output}\n{self.logs()}")
+
+    def banner(self, timeout: float) -> Banner:
+        """What the banner printed, once it has: the admin's password, the API token, the
+        METRICS_TOKEN (the password only at the first launch on a folder)."""
+        self.wait_for_line(r"Dashboard\s+http://", timeout)
+        metrics = self.wait_for_line(r"Metrics\s+\S+\s+\(Authorization: Bearer (\S+)\)", 5)[1]
+        password = re.search(r"Log in as\s+admin / (\S+)", self.output)
+        token = self.wait_for_line(r"API token\s+(\S+)", 5)[1]
+        return Banner(password[1] if password else "", token, metrics)
 
     def logs(self) -> str:
         parts = []
@@ -113,18 +130,43 @@ class Launch:
         return pids
 
 
-def launch(tmp_path: Path, *args: str) -> Launch:
+def launch_env(tmp_path: Path, port: int, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SERVICE_ENV}
+    return (
+        env
+        | {
+            "FAILSIGHT_VAR_DIR": str(tmp_path),
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+            "LAUNCH_ADDR": f"127.0.0.1:{port}",
+            "PYTHONUNBUFFERED": "1",
+        }
+        | (extra or {})
+    )
+
+
+def signals_as_in_a_terminal() -> None:  # runs in the child between fork and exec
+    """SIGINT and SIGQUIT handled by default, as for a command typed in a terminal. A suite started
+    in the background of a script (`cmd &`, nohup) inherits them ignored, make keeps an ignored
+    SIGINT ignored, and the test of a SIGINT sent to make would fail on the suite's start."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+def launch(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, cmd: list[str] | None = None
+) -> Launch:
+    """Start `manage.py launch ARGS` (or `cmd`) on the embedded defaults in `tmp_path`."""
     port = free_port()
-    env |= {
-        "FAILSIGHT_VAR_DIR": str(tmp_path),
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        "LAUNCH_ADDR": f"127.0.0.1:{port}",
-        "PYTHONUNBUFFERED": "1",
-    }
-    cmd = [sys.executable, "manage.py", "launch", *args]
+    env = launch_env(tmp_path, port, env)
+    cmd = cmd or [sys.executable, "manage.py", "launch", *args]
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=signals_as_in_a_terminal,
     )
     handle = Launch(var=tmp_path, port=port, proc=proc)
 
@@ -161,17 +203,20 @@ def finished_job(tmp_path_factory) -> tuple[Launch, dict]:
     handle = launch(tmp_path_factory.mktemp("main-job"), "--duration", "50", "--seed", "3")
     probes: dict = {}
     try:
-        match = handle.wait_for_line(r"Log in as\s+admin / (\S+)", 120)
-        token = handle.wait_for_line(r"API token\s+(\S+)", 5)[1]
-        handle.wait_for_line(r"Dashboard\s+http://", 5)
-        probes["password"] = match[1]
+        banner = handle.banner(120)
+        token, metrics = banner.token, banner.metrics
+        probes["metrics"] = metrics
+        probes["children"] = {pid: command_line(pid) for pid in handle.processes()}
+        probes["agent_env"] = [
+            environment(pid) for pid, cmd in probes["children"].items() if "demo.agent" in cmd
+        ]
         with httpx.Client(base_url=handle.base, timeout=10) as web:
             web.get("/accounts/login/")
             login = web.post(
                 "/accounts/login/",
                 data={
                     "username": "admin",
-                    "password": match[1],
+                    "password": banner.password,
                     "csrfmiddlewaretoken": web.cookies["csrftoken"],
                 },
                 headers={"Referer": f"{handle.base}/accounts/login/"},
@@ -183,11 +228,27 @@ def finished_job(tmp_path_factory) -> tuple[Launch, dict]:
             f"{handle.base}/api/v1/runs", headers={"Authorization": f"Bearer {token}"}
         ).status_code
         probes["api_without_token"] = httpx.get(f"{handle.base}/api/v1/runs").status_code
+        bearer = {"Authorization": f"Bearer {metrics}"}
+        probes["metrics_with_token"] = httpx.get(f"{handle.base}/metrics", headers=bearer)
+        probes["metrics_without_token"] = httpx.get(f"{handle.base}/metrics").status_code
         probes["rc"] = finish(handle, 120)
     finally:
         if handle.proc.poll() is None:
             handle.proc.kill()
     return handle, probes
+
+
+def command_line(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return ""
+
+
+def environment(pid: int) -> dict[str, str]:
+    with contextlib.suppress(OSError):
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return dict(x.decode().partition("=")[::2] for x in raw if b"=" in x)
+    return {}
 
 
 def resolve_back_office_reviews(handle: Launch, web: httpx.Client) -> dict[str, int]:
@@ -223,6 +284,19 @@ def test_it_prints_credentials_that_work_and_serves_the_dashboard_and_the_api(fi
     assert probes["api_with_token"] == 200
     assert probes["api_without_token"] == 401
     assert re.search(r"runs \d+ \(ok \d+", handle.output), "no live summary line"
+    assert probes["metrics_with_token"].status_code == 200
+    assert "failsight_runs_total" in probes["metrics_with_token"].text
+    assert probes["metrics_without_token"] != 200
+
+
+def test_secrets_reach_the_children_in_their_environment_never_on_a_command_line(finished_job):
+    _, probes = finished_job
+    children = probes["children"]
+    assert len(children) >= 5, children  # launcher, provider, worker (+ pool), web, agent
+    for cmd in children.values():
+        assert "fs_" not in cmd and probes["metrics"] not in cmd and "--token" not in cmd, cmd
+    (agent,) = probes["agent_env"]
+    assert agent["FAILSIGHT_AGENT_TOKEN"].startswith("fs_")
 
 
 def test_it_stops_by_itself_cleanly_after_its_duration(finished_job):
@@ -394,15 +468,32 @@ def test_ctrl_c_stops_everything_and_a_second_launch_reuses_the_database(tmp_pat
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         runs = conn.execute("SELECT count(*) FROM orchestrator_run").fetchone()[0]
 
-    second = launch(tmp_path, "--duration", "3", "--every", "0")
+    port = free_port()
+    second = launch(tmp_path, "--duration", "3", "--every", "0", "--port", str(port))
     assert finish(second, 120) == 0, second.output + second.logs()
     assert "Log in as   admin (password printed at first launch" in second.output
+    assert f"Dashboard   http://127.0.0.1:{port}/" in second.output
+    token = re.compile(r"API token\s+(\S+)")
+    assert token.search(second.output)[1] == token.search(first.output)[1]
+    assert "the same at every launch" in second.output
     with second.db() as conn:
         assert conn.execute("SELECT count(*) FROM orchestrator_run").fetchone()[0] >= runs
         revoked = conn.execute(
             "SELECT count(*) FROM orchestrator_apitoken WHERE revoked_at IS NOT NULL"
         ).fetchone()[0]
-    assert revoked == 2  # the first launch's tokens: the local agents' and the external agent's
+    assert revoked == 0  # both launches' tokens (the local agents', the agent's) are the same
+
+
+def test_a_port_in_use_is_refused_at_once_with_the_option_to_choose_another(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        handle = launch(tmp_path, "--port", str(port))
+        assert finish(handle, 30) != 0
+    assert f"Cannot listen on 127.0.0.1:{port}" in handle.output
+    assert f'make run ARGS="--port {port + 1}"' in handle.output
+    assert handle.processes() == []
 
 
 def test_children_do_not_outlive_a_killed_launcher(tmp_path):

@@ -189,3 +189,38 @@ def test_unknown_routes_and_bad_key_requests_answer_json(provider):
     assert httpx.get(f"{base}/v1/nowhere/search").json()["error"]["type"] == "not_found_error"
     assert httpx.post(f"{base}/v1/keys", json={"source": "x"}).status_code == 422
     assert httpx.get(f"{base}/v1/news_api/search?q=a").status_code == 401  # no key at all
+
+
+def test_answers_are_counted_and_logged_per_caller(provider, tmp_path):
+    call("news_api", "http:503:2")
+    call("news_api", "garbled", topic="music")
+    base = sources.provider_url()
+    key = httpx.post(f"{base}/v1/keys", json={"source": "internal_db"}).json()["api_key"]
+    headers = {"Authorization": f"Bearer {key}", "User-Agent": "crm-agent/1"}
+    httpx.get(f"{base}/v1/internal_db/search?q=acme", headers=headers)
+    stats = provider.stats()
+    assert stats["caller:subagent:http:503"] == 1 and stats["caller:subagent:garbled"] == 1
+    assert stats["caller:crm-agent:ok"] == 1
+    lines = [json.loads(x) for x in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert [line["caller"] for line in lines] == ["subagent", "subagent", "crm-agent"]
+
+
+def test_the_mix_can_be_changed_while_it_serves(provider):
+    base = sources.provider_url()
+    assert httpx.put(f"{base}/v1/mix", json={"mix": "http:500=1"}).status_code == 200
+    exc, _ = call("web_search", topic="games")
+    assert exc.response.status_code == 500
+    refused = httpx.put(f"{base}/v1/mix", json={"mix": "ok=x"})
+    assert refused.status_code == 422 and "mix" in refused.json()["error"]["message"]
+    assert call("web_search", topic="games")[0].response.status_code == 500  # unchanged
+
+
+def test_a_refresher_never_raises_and_the_next_call_carries_the_failure(monkeypatch):
+    monkeypatch.setenv("FAILSIGHT_PROVIDER_URL", "http://127.0.0.1:9")  # nothing listens there
+    sources._keys["news_api"] = "old-key"
+    sources._state.__dict__.clear()
+    sources._refresher("news_api")()  # in the worker's task, outside the classified call
+    exc, _ = call("news_api", "ok:2")
+    assert isinstance(exc, httpx.ConnectError)  # inside the call: classified and routed
+    assert classify(exc).category.value == "transient"
+    sources._state.__dict__.clear()

@@ -94,6 +94,30 @@ def test_what_follows_a_failure_is_found_within_the_clock_margin_and_not_before(
     }
 
 
+def test_a_pages_endings_are_the_folds(story):
+    """A group's page sets each run's ending with probes bounded by its oldest run (so that
+    PostgreSQL plans them over the newest partitions only): the same endings as the fold's."""
+    pending = timeout(9, decision="switch_source")  # its switched run's retry is still queued
+    started = make_failure("server_fault", source="news_wire", switched_from=pending)
+    make_run(source="news_wire", retry_of=started, attempt=2, status=Run.Status.QUEUED)
+    runs = [*story.values(), pending]
+    folded = dict(
+        Run.objects.filter(pk__in=[r.pk for r in runs])
+        .annotate(ending=groups.ending())
+        .values_list("pk", "ending")
+    )
+    paged = {run.pk: run.ending for run in groups.add_endings(list(runs))}
+    assert paged == folded
+    assert paged[pending.pk] == "open" and paged[story["c"].pk] == "recovered_switch"
+    assert groups.add_endings([]) == []
+    # The statement is compiled once per number of runs: two pages of four, the second with
+    # other runs and another oldest run, each get their own endings from it.
+    ordered = sorted(runs, key=lambda run: run.created_at)
+    for page in (ordered[:4], ordered[-4:]):
+        got = {run.pk: run.ending for run in groups.add_endings(list(page))}
+        assert got == {run.pk: folded[run.pk] for run in page}
+
+
 def test_folding_again_recomputes_instead_of_adding(story):
     groups.fold()
     first = FailureGroup.objects.values_list("pk", "count", "ended_open")

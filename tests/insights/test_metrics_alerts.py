@@ -20,6 +20,7 @@ from orchestrator.models import OutboxMessage, SourceHealth
 from tests.orchestrator.test_webhooks import Receiver
 
 from .conftest import ago, make_failure, make_review, make_run
+from .metrics_history import parse
 
 METRICS = reverse("metrics")
 
@@ -41,6 +42,33 @@ def test_metrics_without_a_token_refuse_bearer_guesses(client, db, settings):
     assert client.get(METRICS, HTTP_AUTHORIZATION="Bearer ").status_code == 403
 
 
+def test_a_signed_in_staff_user_reads_metrics_in_the_browser(admin_client, settings):
+    settings.METRICS_TOKEN = "s3cret"
+    settings.METRICS_ALLOWED_IPS = []
+    response = admin_client.get(METRICS)
+    assert response.status_code == 200 and (
+        'failsight_review_open{project="default"} 0' in response.content.decode()
+    )
+    # A wrong token is refused, whoever sends it.
+    assert admin_client.get(METRICS, HTTP_AUTHORIZATION="Bearer nope").status_code == 403
+
+
+def test_a_refusal_says_how_to_get_in_and_shows_no_data(client, operator, settings):
+    settings.METRICS_TOKEN = "s3cret"
+    settings.METRICS_ALLOWED_IPS = []
+    make_review()
+    refused = client.get(METRICS)
+    text = refused.content.decode()
+    assert refused.status_code == 403 and refused["Content-Type"].startswith("text/plain")
+    assert "Authorization: Bearer <METRICS_TOKEN>" in text and "METRICS_ALLOWED_IPS" in text
+    assert "signing in as a staff user: /accounts/login/?next=/metrics" in text
+    assert "failsight_" not in text and "s3cret" not in text
+    client.force_login(operator)
+    assert "You are signed in as olga, who is not staff." in client.get(METRICS).content.decode()
+    guessed = client.get(METRICS, HTTP_AUTHORIZATION="Bearer guess").content.decode()
+    assert "The bearer token sent is not the METRICS_TOKEN." in guessed
+
+
 def test_metrics_report_runs_reviews_and_breakers(client, db, settings):
     settings.METRICS_ALLOWED_IPS = ["127.0.0.1"]
     make_failure("timeout", source="news_api", created_at=ago(hours=3))
@@ -49,14 +77,19 @@ def test_metrics_report_runs_reviews_and_breakers(client, db, settings):
     make_review()
     SourceHealth.objects.create(source="news_api", breaker_state="open")
     body = client.get(METRICS).content.decode()
-    assert (
-        'failsight_runs_total{status="failed",failure_type="timeout",source="news_api"} 1' in body
-    )
     assert 'source="we\\"ird\\nsource"' in body
-    assert "failsight_review_open 1" in body
-    assert 'failsight_futile_retries_total{source="news_api"} 0' in body
-    assert 'failsight_breaker_state{source="news_api",state="open"} 1' in body
-    assert 'failsight_breaker_state{source="news_api",state="closed"} 0' in body
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in parse(body).values()
+        for s in family.samples
+    }
+    runs = {"status": "failed", "failure_type": "timeout", "source": "news_api"}
+    assert samples["failsight_runs_total", tuple(sorted(runs.items()))] == 1
+    assert samples["failsight_review_open", (("project", "default"),)] == 1
+    assert samples["failsight_futile_retries_total", (("source", "news_api"),)] == 0
+    breaker = "failsight_breaker_state"
+    assert samples[breaker, (("source", "news_api"), ("state", "open"))] == 1
+    assert samples[breaker, (("source", "news_api"), ("state", "closed"))] == 0
 
 
 def test_metrics_count_retries_spent_on_failures_that_said_no(client, db, settings):

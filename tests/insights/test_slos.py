@@ -3,12 +3,14 @@ alerts through the webhook alert rules, the page, its CSV and /metrics."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import pytest
 import time_machine
 from django.core.cache import cache
 from django.urls import reverse
+from prometheus_client.parser import text_string_to_metric_families
 
 from insights import slo
 from insights.models import AlertDelivery, AlertRule
@@ -107,6 +109,30 @@ def test_the_page_its_csv_and_metrics(operator_client, client, burst, settings):
         assert "agent,planner,0.99,420,416" in csv_text
         settings.METRICS_TOKEN = "scrape"
         body = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape").content.decode()
-    assert 'failsight_slo_objective{kind="agent",name="planner"} 0.99' in body
-    assert 'failsight_slo_burn_rate{kind="source",name="crm",window="5m"} 20.0' in body
-    assert 'failsight_slo_error_budget_remaining{kind="agent",name="other"} 1.0' in body
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    assert samples[("failsight_slo_objective", (("kind", "agent"), ("name", "planner")))] == 0.99
+    crm_5m = (("kind", "source"), ("name", "crm"), ("window", "5m"))
+    assert samples[("failsight_slo_burn_rate", crm_5m)] == pytest.approx(20.0)
+    other = (("kind", "agent"), ("name", "other"))
+    assert samples[("failsight_slo_error_budget_remaining", other)] == 1.0
+
+
+def test_the_page_shows_shares_as_percentages_and_an_exhausted_budget_in_words(operator_client, db):
+    cache.delete(slo.CACHE_KEY)
+    with time_machine.travel(T, tick=False):
+        _runs(T - timedelta(hours=1), ok=4, failed=11, agent="flaky", source="wiki")
+        _runs(T - timedelta(hours=1), ok=99, failed=1, agent="steady", source="crm")
+        html = operator_client.get(reverse("dashboard:slos")).content.decode()
+    tiles = dict(
+        re.findall(r'<p class="tile-label">agent <bdi>(\w+)</bdi></p>(.*?)</section>', html, re.S)
+    )
+    flaky, steady = tiles["flaky"], tiles["steady"]
+    assert "26.67 % <span" in flaky and "objective 99 %" in flaky
+    assert "Error budget exhausted: 73\u00d7 the failures it allows" in flaky
+    assert "(11 failed, 0.15 allowed)" in flaky and "-7233" not in html and "-72" not in html
+    assert "99 % <span" in steady and "Error budget left: <strong>0 %</strong>" in steady
+    assert "against its objective (99 % unless set otherwise" in html

@@ -14,6 +14,7 @@ from orchestrator.models import (
     ApiToken,
     AuditEntry,
     PolicyState,
+    PolicyVersion,
     ProviderOverride,
     RoutingPolicy,
 )
@@ -51,6 +52,30 @@ def test_an_admin_edit_of_a_policy_bumps_the_version_and_is_audited(admin_client
     assert entry.actor == admin_user and entry.action == "routingpolicy.update"
     assert entry.before["max_attempts"] == 3 and entry.after["max_attempts"] == 5
     assert entry.after["version"] == version + 1
+
+
+def test_the_admin_edit_form_asks_why_and_keeps_it_in_the_audit(admin_client):
+    policy = RoutingPolicy.objects.get(failure_type="timeout")
+    url = reverse("admin:orchestrator_routingpolicy_change", args=[policy.pk])
+    form = admin_client.get(url).content.decode()
+    assert 'name="change_note"' in form and "Why this change" in form
+    change = policy_form(policy, max_attempts=4, change_note="provider asked for fewer")
+    assert admin_client.post(url, change).status_code == 302
+    entry = AuditEntry.objects.filter(object_type="routingpolicy").latest("created_at")
+    assert entry.note == "provider asked for fewer"
+    version = PolicyVersion.objects.newest_first().first()
+    assert version.note == "provider asked for fewer"
+    admin_client.post(url, policy_form(policy, max_attempts=5))  # no note: the default
+    assert AuditEntry.objects.filter(object_type="routingpolicy").latest("created_at").note == (
+        "edited in the admin"
+    )
+    override_url = reverse("admin:orchestrator_provideroverride_add")
+    assert 'name="change_note"' in admin_client.get(override_url).content.decode()
+
+
+def test_the_admin_names_webhook_deliveries_in_english(admin_client):
+    html = admin_client.get(reverse("admin:index")).content.decode()
+    assert "Webhook deliveries" in html and "deliverys" not in html
 
 
 @pytest.mark.parametrize(
@@ -201,3 +226,48 @@ def _window():
 
     now = timezone.now()
     return now, now + timedelta(seconds=30)
+
+
+def test_a_token_is_issued_in_the_project_chosen_in_the_admin(admin_client):
+    from orchestrator.models import DEFAULT_PROJECT_ID, Project
+
+    acme = Project.objects.create(slug="acme", name="Acme")
+    url = reverse("admin:orchestrator_apitoken_add")
+    assert admin_client.post(url, {"name": "acme-agent", "project": acme.pk}).status_code == 302
+    assert admin_client.post(url, {"name": "plain-agent"}).status_code == 302
+    assert ApiToken.objects.get(name="acme-agent").project_id == acme.pk
+    assert ApiToken.objects.get(name="plain-agent").project_id == DEFAULT_PROJECT_ID
+    audit = AuditEntry.objects.get(
+        action="apitoken.create", object_id=str(ApiToken.objects.get(name="acme-agent").pk)
+    )
+    assert audit.after["project"] == "acme"
+
+
+def test_a_project_policy_edited_in_the_admin_is_a_policy_version(admin_client):
+    from orchestrator.models import PolicyState, Project, ProjectPolicy
+
+    acme = Project.objects.create(slug="acme", name="Acme")
+    before = PolicyState.current_version()
+    response = admin_client.post(
+        reverse("admin:orchestrator_projectpolicy_add"),
+        {
+            "project": acme.pk,
+            "failure_type": "timeout",
+            "max_attempts": 1,
+            "base_delay": 0,
+            "max_delay": 0,
+            "multiplier": 1,
+            "jitter": "none",
+            "action_when_exhausted": "abort",
+            "review_deadline": 3600,
+            "review_fallback": "abort",
+            "over_budget_action": "abort",
+            "change_note": "acme gives up at once",
+        },
+    )
+    assert response.status_code == 302, response.content[:2000]
+    assert ProjectPolicy.objects.get(project=acme).max_attempts == 1
+    assert PolicyState.current_version() == before + 1
+    assert AuditEntry.objects.filter(action="projectpolicy.create").exists()
+    for name in ("project", "projectpolicy"):
+        assert admin_client.get(reverse(f"admin:orchestrator_{name}_changelist")).status_code == 200

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -19,8 +20,10 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections
+from kombu import Connection
 
 from config.celery import app
+from orchestrator import workers
 from orchestrator.coordination import dispatch, workflow
 from orchestrator.models import Workflow
 from tests.conftest import TEST_SOURCES, require_service
@@ -119,3 +122,6 @@ def test_the_worker_outlives_ten_broker_outages_and_takes_the_work_sent_after_ea
         assert wf.status == Workflow.Status.SUCCEEDED
     assert worker.proc.poll() is None
     assert "Unrecoverable error" not in worker.text()
+    # Its heartbeats (the System page's) came back with the broker too.
+    with Connection(redis.url(0)) as conn:
+        assert f"worker@{socket.gethostname()}" in workers.listen(conn)

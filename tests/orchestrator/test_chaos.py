@@ -23,7 +23,9 @@ import pytest
 from tests.conftest import require_service
 from tests.services import ROOT, available
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# Serial: each scenario's bound is measured against this run's own fault-free pace, which a
+# test running beside it would change halfway.
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(900)]
 
 SEED = 13
 KILLS = 10

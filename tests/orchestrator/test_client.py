@@ -94,6 +94,36 @@ def test_a_refused_connection_is_retried_with_backoff(db):
     assert err.value.failure.category.value == "transient" and len(sleeps) == 2
 
 
+def test_a_200_whose_body_is_not_json_is_a_client_error(db):
+    """A proxy in front of Failsight answering its own HTML page with a 200: a real server."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Html(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b"<html>maintenance</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = AgentClient(f"http://127.0.0.1:{server.server_port}", "fs_x", strict=True)
+        with pytest.raises(ClientError) as err:
+            client.classify({"status_code": 500})
+    finally:
+        server.shutdown()
+    assert "JSONDecodeError" in err.value.failure.exception_type
+    assert err.value.body == "<html>maintenance</html>"
+
+
 def _status_error(status: int) -> httpx.HTTPStatusError:
     request = httpx.Request("GET", "https://maps.example/v1/query")
     response = httpx.Response(status, json={"error": "token"}, request=request)

@@ -11,7 +11,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.coordination import actions, budget, dispatch, execution, review, workflow
+from orchestrator.coordination import (
+    actions,
+    budget,
+    dispatch,
+    execution,
+    registry,
+    review,
+    workflow,
+)
 from orchestrator.coordination.policy_changes import save_policy_change
 from orchestrator.coordination.simulation import drive, simulated
 from orchestrator.models import (
@@ -85,7 +93,8 @@ def test_a_mixed_workflow_degrades_with_honest_coverage(sim, operator):
     assert cov["music"]["failures"][0]["failure_types"] == ["resource_missing"]
     assert cov["games"]["verdict"] == "gap"
     assert "auth_failure" in cov["games"]["why"] and "resource_missing" in cov["games"]["why"]
-    assert cov["books"]["verdict"] == "well_supported"  # 1 result + 2 partial results kept
+    # 1 result, and 2 partial results of a failed call: one source of support, so thin.
+    assert cov["books"]["verdict"] == "thin"
     assert cov["books"]["partial_results"] == 2
     assert "gaps: games" in wf.coverage_summary
 
@@ -195,9 +204,10 @@ def test_an_override_saying_no_retry_is_honoured_and_named(sim, policy_editor):
 
 
 def test_an_alternative_the_run_suggested_is_used_when_the_capability_has_none_left(
-    sim, client, auth_headers
+    sim, client, auth_headers, api_token
 ):
-    wf = Workflow.objects.create(name="film", topics=["film"], capability="web")
+    # Started by the agent's token (POST /workflows), which reports into it.
+    wf = Workflow.objects.create(name="film", topics=["film"], capability="web", token=api_token[0])
     tried = Run.objects.create(
         workflow=wf,
         topic="film",
@@ -230,8 +240,10 @@ def test_an_alternative_the_run_suggested_is_used_when_the_capability_has_none_l
     assert tried.pk != nxt.pk
 
 
-def test_a_run_an_agent_reported_is_said_to_be_the_agents_word(sim, client, auth_headers):
-    wf = Workflow.objects.create(name="x", topics=["film"], capability="news")
+def test_a_run_an_agent_reported_is_said_to_be_the_agents_word(
+    sim, client, auth_headers, api_token
+):
+    wf = Workflow.objects.create(name="x", topics=["film"], capability="news", token=api_token[0])
     report = {
         "status": "error",
         "failure_type": "server_error",
@@ -421,21 +433,165 @@ def test_an_operator_abort_fails_the_workflow(sim, operator):
     assert workflow.abort_workflow(wf.pk, operator) is False
 
 
-def test_the_breaker_opens_after_consecutive_failures_and_probes_once(db):
+def test_the_breaker_opens_after_consecutive_failures_and_lets_three_probes_through(db):
     now = START
-    SourceHealth.objects.create(source="flaky", breaker_threshold=2, breaker_cooldown=10)
-    budget.record_failure("flaky", "server_fault", now)
-    assert budget.admit("flaky", now) is None
+    SourceHealth.objects.create(source="flaky", breaker_threshold=5, breaker_cooldown=10)
+    for _ in range(4):
+        budget.record_failure("flaky", "server_fault", now)
+        assert budget.admit("flaky", now) is None
     budget.record_failure("flaky", "server_fault", now)
     assert budget.admit("flaky", now) == now + timedelta(seconds=10)
     later = now + timedelta(seconds=11)
-    assert budget.admit("flaky", later) is None  # the probe
-    assert budget.admit("flaky", later) is not None  # everyone else waits for it
-    budget.record_success("flaky")
+    assert budget.admission("flaky", later) == budget.Admission(None, probe=True)
+    budget.record_failure("flaky", "server_fault", later)  # a query that fails on its own
+    assert budget.health("flaky").breaker_state == "half_open"  # two probes are left
+    admitted = [budget.admission("flaky", later) for _ in range(3)]
+    assert admitted[:2] == [budget.Admission(None, probe=True)] * 2
+    assert admitted[2] == (later + timedelta(seconds=budget.PROBE_RECHECK), False)  # waits
+    budget.record_success("flaky", later)  # a probe finds the source answering
     assert budget.admit("flaky", later) is None
     states = {s.source: s for s in budget.source_states()}
     assert states["flaky"].breaker == "closed" and states["flaky"].consecutive_failures == 0
     assert not states["flaky"].in_trouble
+
+
+def test_a_half_open_breaker_opens_again_at_a_failure_once_its_probes_are_out(db):
+    now = START
+    SourceHealth.objects.create(source="down", breaker_state="open", opened_at=now)
+    later = now + timedelta(seconds=31)
+    assert all(budget.admission("down", later).probe for _ in range(3))
+    budget.record_failure("down", "timeout", later + timedelta(seconds=10))
+    health = budget.health("down")
+    assert (health.breaker_state, health.opened_at) == ("open", later + timedelta(seconds=10))
+    assert budget.admit("down", later + timedelta(seconds=11)) == later + timedelta(seconds=40)
+    budget.record_failure("down", "timeout", later + timedelta(seconds=10))  # the next probe
+    assert budget.health("down").opened_at == later + timedelta(seconds=10)
+    budget.record_success("down", later + timedelta(seconds=10))  # the last probe: it is up
+    assert budget.health("down").breaker_state == "closed"
+    # A threshold of one: one failure is enough to open it, and one probe to try it again.
+    SourceHealth.objects.create(source="touchy", breaker_threshold=1, breaker_cooldown=10)
+    budget.record_failure("touchy", "server_fault", now)
+    assert budget.admission("touchy", later) == budget.Admission(None, probe=True)
+    assert budget.admit("touchy", later) == later + timedelta(seconds=budget.PROBE_RECHECK)
+    budget.record_failure("touchy", "server_fault", later)
+    assert budget.health("touchy").breaker_state == "open"
+
+
+@pytest.mark.parametrize(
+    ("failure_type", "state"),
+    [
+        ("resource_missing", "closed"),  # a 404: the source answered
+        ("auth_failure", "closed"),  # a 401 or a 403
+        ("invalid_input", "closed"),  # a 400 or a 422
+        ("rate_limited", "half_open"),  # it answered, asking to slow down: a probe of three
+        ("server_fault", "half_open"),
+        ("timeout", "half_open"),
+        ("unclassified", "half_open"),  # no reliable signal: not evidence that it is up
+    ],
+)
+def test_a_probe_refused_for_its_own_request_closes_the_breaker(db, failure_type, state):
+    now = START + timedelta(seconds=31)
+    SourceHealth.objects.create(source="s", breaker_state="open", opened_at=START)
+    assert budget.admission("s", now).probe
+    budget.record_failure("s", failure_type, now)
+    health = budget.health("s")
+    assert health.breaker_state == state
+    if state == "closed":
+        assert (health.consecutive_failures, health.opened_at) == (0, None)
+        assert health.budget_tokens == 500  # nothing was served: no refund beyond capacity
+        assert budget.admit("s", now) is None
+
+
+def test_a_refusal_ends_a_streak_of_failures_as_a_success_does(db):
+    SourceHealth.objects.create(source="s", breaker_threshold=3, budget_tokens=100)
+    times = [START + timedelta(seconds=i) for i in range(5)]
+    kinds = ["server_fault", "server_fault", "resource_missing", "server_fault", "server_fault"]
+    answers = [budget.Answer("s", False, t, kind) for t, kind in zip(times, kinds, strict=True)]
+    budget.record(answers, times[-1])
+    health = budget.health("s")
+    assert (health.breaker_state, health.consecutive_failures) == ("closed", 2)
+    assert health.budget_tokens == 100  # a refusal refunds nothing
+
+
+def test_the_breaker_counts_requests_not_the_retries_of_one(db):
+    SourceHealth.objects.create(source="s", breaker_threshold=3)
+    at = [START + timedelta(seconds=i) for i in range(10)]
+    budget.record([budget.Answer("s", False, at[0], "server_fault")], at[0])
+    budget.record([budget.Answer("s", False, at[1], "timeout")], at[1])
+    for t in at[2:7]:  # one request failing again and again: its retries, bounded by the policy
+        budget.record([budget.Answer("s", False, t, "server_fault", retry=True)], t)
+    health = budget.health("s")
+    assert (health.breaker_state, health.consecutive_failures) == ("closed", 2)
+    budget.record([budget.Answer("s", False, at[7], "server_fault")], at[7])  # a third request
+    assert budget.health("s").breaker_state == "open"
+    # Half-open, the probes are mostly retries: once all are out, a retry's failure reopens it.
+    later = at[7] + timedelta(seconds=31)
+    assert all(budget.admission("s", later).probe for _ in range(3))
+    budget.record([budget.Answer("s", False, later, "timeout", retry=True)], later)
+    assert (budget.health("s").breaker_state, budget.health("s").opened_at) == ("open", later)
+
+
+def test_a_waiter_held_back_by_a_hold_is_admitted_at_its_end(db):
+    now = START
+    budget.record_failure("held", "rate_limited", now, retry_after=7.5)
+    end = now + timedelta(seconds=7.5)
+    assert budget.admit("held", now + timedelta(seconds=1)) == end  # not a poll: the end itself
+    assert budget.admit("held", end - timedelta(milliseconds=1)) == end
+    assert budget.admit("held", end) is None
+
+
+def test_a_probe_that_closes_the_breaker_wakes_the_runs_it_held_back(sim):
+    """Runs a half-open breaker held back start as soon as a probe finds the source up, not at
+    their next look (PROBE_RECHECK later)."""
+    held: list[str] = []
+
+    def source(query: dict) -> list[dict]:
+        if query["topic"] == "probe":
+            # While the probe is in flight, the other runs come to the source (other workers).
+            waiting = Run.objects.filter(source="src").exclude(topic="probe")
+            for pk in waiting.values_list("pk", flat=True):
+                held.append(execution.execute_run(pk, run_clock=sim.clock))
+            sim.clock.sleep(0.4)
+        return [{"url": f"https://src.example/{query['topic']}"}]
+
+    reg = registry.Registry()
+    reg.register("cap", "src", source)
+    registry.use_registry(reg)
+    try:
+        opened = START - timedelta(seconds=30)
+        SourceHealth.objects.create(source="src", breaker_state="open", opened_at=opened)
+        # Other workers' calls are two of the three probes, still in flight; this run is the third.
+        assert budget.admission("src", START).probe and budget.admission("src", START).probe
+        wf = sim.start(["probe", "w1", "w2", "w3"], {}, capability="cap")
+        sim.drive()
+    finally:
+        registry.use_registry(None)
+    assert held == ["deferred"] * 3
+    probe = wf.runs.get(topic="probe")
+    assert probe.started_at == START and probe.finished_at == START + timedelta(seconds=0.4)
+    for run in wf.runs.exclude(topic="probe"):
+        assert run.status == "succeeded"
+        assert probe.finished_at <= run.started_at <= probe.finished_at + timedelta(seconds=0.1)
+    assert budget.health("src").breaker_state == "closed"
+
+
+def test_waking_leaves_runs_that_were_never_sent_and_respects_a_hold(db):
+    now = START
+    wf = Workflow.objects.create(name="w", topics=["a"], capability="news")
+    later = now + timedelta(seconds=30)
+    fields = dict(workflow=wf, topic="a", agent="a", source="news_api", status="queued")
+    held = Run.objects.create(**fields, due_at=later, dispatched_at=now)
+    backoff = Run.objects.create(**fields, due_at=later)  # a retry's own backoff: never sent
+    elsewhere = fields | {"source": "news_wire"}
+    other = Run.objects.create(**elsewhere, due_at=later, dispatched_at=now)
+    SourceHealth.objects.create(source="news_api", breaker_state="half_open", opened_at=now)
+    assert execution.wake_deferred("news_api", now) == 0  # not closed yet
+    budget.record_success("news_api", now)
+    budget.record_failure("news_api", "rate_limited", now, retry_after=2)
+    assert execution.wake_deferred("news_api", now) == 1
+    due = {run.pk: run.due_at for run in Run.objects.all()}
+    assert due[held.pk] == now + timedelta(seconds=2)  # the hold still holds it back
+    assert due[backoff.pk] == due[other.pk] == later
 
 
 def test_the_retry_budget_is_spent_and_refunded_atomically(db):

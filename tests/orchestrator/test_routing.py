@@ -17,6 +17,7 @@ from orchestrator.coordination.routing import (
     ESCALATE,
     RETRY,
     SWITCH_SOURCE,
+    WAIT,
     Budget,
     Context,
     PolicySnapshot,
@@ -195,9 +196,61 @@ def test_an_open_breaker_switches_source_or_waits_for_the_probe():
     f = {"failure_type": "server_fault"}
     assert decide(f, 1, POLICY, opened, ctx(has_alternative=True), now=NOW).action == SWITCH_SOURCE
     wait = decide(f, 1, POLICY, opened, ctx(), now=NOW)
-    assert wait.action == RETRY and wait.delay_seconds == pytest.approx(20)
+    assert wait.action == WAIT and wait.delay_seconds == pytest.approx(20)
+    assert wait.calls_again and wait.budget_cost == 0  # the probe, not a retry storm
     cooled = decide(f, 1, POLICY, opened, ctx(), now=NOW + timedelta(seconds=31), rng=bottom)
     assert cooled.action == RETRY and cooled.delay_seconds == 0
+
+
+def held(seconds: float) -> Budget:
+    return Budget(source="news_api", not_before=NOW + timedelta(seconds=seconds))
+
+
+@pytest.mark.parametrize("ftype", RETRYABLE)
+def test_a_source_in_hold_answers_wait_until_the_hold_ends_whatever_the_query(ftype):
+    d = decide({"failure_type": ftype}, 1, POLICY, held(25), ctx(), now=NOW, rng=bottom)
+    assert (d.action, d.delay_seconds) == (WAIT, 25.0) and d.calls_again
+    assert d.budget_cost == Budget().cost(ftype)  # a retry all the same, paid as one
+    assert "news_api holds every caller back for 25.0 s more" in d.reason
+    most = POLICY.rule(ftype).max_attempts
+    assert d.reason.endswith(f"so waiting for it (attempt 2 of {most}).")
+
+
+def test_a_hold_shorter_than_the_failures_own_delay_leaves_a_retry():
+    own = {"failure_type": "rate_limited", "retry_after": 10}
+    assert decide(own, 1, POLICY, held(9.5), ctx(), now=NOW, rng=bottom).action == RETRY
+    assert decide(own, 1, POLICY, held(30), ctx(), now=NOW, rng=bottom).action == WAIT
+    past = decide({"failure_type": "timeout"}, 1, POLICY, held(-5), ctx(), now=NOW, rng=bottom)
+    assert past.action == RETRY
+
+
+def test_a_hold_longer_than_the_policy_allows_switches_or_gives_up():
+    f = {"failure_type": "server_fault"}
+    other = decide(
+        f, 1, POLICY, held(600), ctx(has_alternative=True, switch_to="news_wire"), now=NOW
+    )
+    assert (other.action, other.switch_to) == (SWITCH_SOURCE, "news_wire")
+    assert decide(f, 1, POLICY, held(600), ctx(), now=NOW).action == ACCEPT_PARTIAL
+
+
+def test_a_hold_does_not_turn_a_final_failure_into_a_wait():
+    for failure in (
+        {"failure_type": "resource_missing"},
+        {"failure_type": "timeout", "retryable": False},
+    ):
+        d = decide(failure, 1, POLICY, held(20), ctx(has_alternative=True), now=NOW)
+        assert d.action == SWITCH_SOURCE
+
+
+def test_an_open_breaker_and_a_hold_wait_for_the_later_of_the_two():
+    opened = Budget(
+        breaker="open",
+        opened_at=NOW - timedelta(seconds=20),
+        cooldown=30,
+        not_before=NOW + timedelta(seconds=45),
+    )
+    d = decide({"failure_type": "server_fault"}, 1, POLICY, opened, ctx(), now=NOW)
+    assert (d.action, d.delay_seconds) == (WAIT, 45.0)
 
 
 def test_a_breaker_open_longer_than_the_policy_allows_gives_up():
@@ -327,6 +380,7 @@ def _rules():
     tokens=st.floats(0, 1000),
     breaker=st.sampled_from(["closed", "open", "half_open"]),
     opened_ago=st.floats(0, 7200),
+    held_for=st.one_of(st.none(), st.floats(-60, 7200)),
     has_alternative=st.booleans(),
     can_refresh=st.booleans(),
     refreshed=st.booleans(),
@@ -343,6 +397,7 @@ def test_a_failure_that_says_no_retry_is_never_retried_blindly(
     tokens,
     breaker,
     opened_ago,
+    held_for,
     has_alternative,
     can_refresh,
     refreshed,
@@ -350,12 +405,15 @@ def test_a_failure_that_says_no_retry_is_never_retried_blindly(
     rng,
     who,
 ):
-    """Whatever the routing table, budget, breaker, context and attempt: retryable false never
-    yields a retry, except the one credential refresh of an auth failure (the request changes)."""
+    """Whatever the routing table, budget, breaker, hold, context and attempt: retryable false
+    never yields a retry or a wait, except the one credential refresh of an auth failure (the
+    request changes)."""
     policy = PolicySnapshot.from_rows(3, rows)
     failure = {"failure_type": ftype, "retryable": False, "retryable_by": who}
     failure |= {"retry_after": retry_after, "status_code": status}
-    budget = Budget(tokens=tokens, breaker=breaker, opened_at=NOW - timedelta(seconds=opened_ago))
+    held = None if held_for is None else NOW + timedelta(seconds=held_for)
+    opened = NOW - timedelta(seconds=opened_ago)
+    budget = Budget(tokens=tokens, breaker=breaker, opened_at=opened, not_before=held)
     context = ctx(
         has_alternative=has_alternative,
         can_refresh=can_refresh,
@@ -363,6 +421,7 @@ def test_a_failure_that_says_no_retry_is_never_retried_blindly(
         partial_count=partial,
     )
     d = decide(failure, attempt, policy, budget, context, now=NOW, rng=lambda: rng)
+    assert d.action != WAIT
     if d.action == RETRY:
         assert d.refresh and ftype == "auth_failure" and can_refresh and not refreshed
     else:

@@ -70,6 +70,8 @@ def test_a_run_is_found_before_the_fill_reaches_it_and_through_the_table_after(p
     target = run(detail="ReadTimeout from api.Example.com", query="zebrafish-42 genome")
     other = run(detail="refused", query="lungfish")
     assert found("example") == [target.pk]  # newer than the mark: read from the run table
+    assert found("Fish-42") == [target.pk]  # there too, in the attempted call, whatever the case
+    assert found("FISH") == [target.pk, other.pk]
     assert entries() == {}
 
     assert run_search.fill() == 2

@@ -1,7 +1,9 @@
 """`python manage.py launch` (what `make run` calls): the whole product, live, on one machine.
 
 1. Migrates (SQLite unless DATABASE_URL says otherwise), creates a local admin (its password printed
-   once, on creation) and a fresh API token for local agents (printed; the previous one is revoked).
+   once, on creation), and prints an API token for local agents and a METRICS_TOKEN for /metrics
+   (unless one is set): both kept in the data folder (`demo.credentials`), the same at every
+   launch; a token replaced is revoked, and the launch says so.
 2. Starts the fault-injecting provider (`demo.provider`) on a free port of 127.0.0.1, a real Celery
    worker with an embedded beat (kombu's filesystem broker unless CELERY_BROKER_URL says otherwise)
    whose subagents call that provider over HTTP (`demo.http_sources`), and the web server.
@@ -11,14 +13,16 @@
    `AgentClient` only, and acts on the resolutions of its escalations.
 4. Stops cleanly on Ctrl-C, SIGTERM or after `--duration` seconds: no new workflows, then the
    agent, the web server, the worker (a warm shutdown: running tasks finish) and the provider, in
-   that order.
+   that order. `make run` execs this command, so a signal sent to make reaches it (make itself
+   passes on a SIGTERM only; a SIGINT it holds while it waits for us is seen in /proc).
 
 Each child runs in its own session (a terminal's Ctrl-C reaches only us, so we choose the order)
-and is told by the kernel to stop if we die without cleaning up. Logs go to var/log/.
+and is told by the kernel to stop if we die without cleaning up. Secrets reach children in their
+environment, never on a command line (`ps` shows those to everyone). Logs go to var/log/.
 
-The worker (and the beat inside it) is supervised: when it exits on its own it is started again,
-after 1 s, then twice as long each time it exits again soon after starting (at most 30 s), and
-each restart is printed. Any other child that stops ends the launch.
+The worker (and the beat inside it) and the agent are supervised: when one exits on its own it
+is started again, after 1 s, then twice as long each time it exits again soon after starting (at
+most 30 s), and each restart is printed. The web server or the provider stopping ends the launch.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connections
 
+from demo.credentials import Issued, LocalCredentials
 from orchestrator.coordination import registry
-from orchestrator.models import ApiToken
 
 ADMIN_USERNAME = "admin"
 LAUNCH_TOKEN_NAME = "local-agent (make run)"
@@ -54,6 +59,9 @@ DEMO_SOURCES = "demo.http_sources"
 STOP_GRACE_SECONDS = 20
 RESTART_WAITS = (1.0, 30.0)  # seconds before a supervised child starts again: first, longest
 RESTART_STABLE_SECONDS = 60  # a child that ran this long before exiting gets the first wait
+AGENT_TOKEN_ENV = "FAILSIGHT_AGENT_TOKEN"
+# Signals a make waiting for us blocks while it waits; a terminal's Ctrl-C reaches us directly.
+MAKE_STOP_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 try:
@@ -129,7 +137,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         env = os.environ.get
-        parser.add_argument("--addr", default=env("LAUNCH_ADDR", "127.0.0.1:8000"))
+        parser.add_argument(
+            "--addr",
+            default=env("LAUNCH_ADDR", "127.0.0.1:8000"),
+            help="HOST:PORT the web server listens on",
+        )
+        parser.add_argument("--port", type=int, help="Listen on this port (of --addr's host)")
         parser.add_argument(
             "--duration",
             type=float,
@@ -161,22 +174,32 @@ class Command(BaseCommand):
         self.log_dir = Path(settings.VAR_DIR) / "log"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         demo = not opts["no_demo"]
+        addr = _listen_addr(opts["addr"], opts["port"])
+        _check_free(addr)
+        threading.Thread(target=self._watch_make, daemon=True).start()
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write(self.style.SUCCESS("Database migrated: " + _db_label()))
         password = self._bootstrap_admin()
-        token = self._issue_launch_token()
+        self.credentials = LocalCredentials(Path(settings.VAR_DIR))
+        token = self.credentials.api_token("api", LAUNCH_TOKEN_NAME, note="launch")
+        metrics = os.environ.get("METRICS_TOKEN") or self.credentials.secret("metrics")
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: self.stop.set())
-        env = os.environ.copy()
+        env = os.environ.copy() | {"METRICS_TOKEN": metrics}
         try:
             if demo:
                 env |= self._start_provider(opts["seed"])
             if not opts["no_worker"]:
                 self._start_worker(env)
-            self._start_web(opts["addr"], env)
+            self._start_web(addr, env)
             if demo:
-                self._start_agent(opts["addr"], token, opts["seed"])
-            self._banner(opts["addr"], password, token, demo)
+                self._start_agent(addr, opts["seed"])
+            self._banner(addr, password, token, metrics)
+            if demo:
+                self.stdout.write(
+                    "Workload    a tour of every failure type, then a seeded stream of research "
+                    "workflows. Ctrl-C stops everything.\n"
+                )
             self._run(opts, demo)
         finally:
             self._shutdown()
@@ -194,12 +217,27 @@ class Command(BaseCommand):
         user.groups.add(*Group.objects.filter(name__in=["operators", "policy editors"]))
         return password
 
-    def _issue_launch_token(self) -> str:
-        # One live launch token at a time: each launch revokes the previous one (audited).
-        for old in ApiToken.objects.active().filter(name=LAUNCH_TOKEN_NAME):
-            old.revoke_audited(note="replaced by a new launch")
-        _, secret = ApiToken.issue_audited(LAUNCH_TOKEN_NAME, note="launch")
-        return secret
+    def _watch_make(self) -> None:
+        """Stop when the make that execs us got a signal meant for it alone: GNU make does not
+        pass a SIGINT on to its recipe, it blocks the signal and waits for the recipe to end."""
+        parent = os.getppid()
+        status = Path(f"/proc/{parent}/status")
+        try:
+            if status.with_name("comm").read_text().strip() not in ("make", "gmake"):
+                return
+        except OSError:
+            return
+        wanted = sum(1 << (s - 1) for s in MAKE_STOP_SIGNALS)
+        while not self.stop.wait(0.25):
+            try:
+                lines = status.read_text().splitlines()
+                blocked = int(next(x for x in lines if x.startswith("SigBlk:")).split()[1], 16)
+            except (OSError, ValueError, StopIteration, IndexError):
+                return
+            if blocked & wanted or os.getppid() != parent:
+                self.stderr.write("make was interrupted: stopping.")
+                self.stop.set()
+                return
 
     # -----------------------------------------------------------------------------------------
     # Children
@@ -241,7 +279,10 @@ class Command(BaseCommand):
     def _start_worker(self, env: dict[str, str]) -> None:
         cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-B"]
         cmd += ["--loglevel", "INFO", "--concurrency", "2"]
-        cmd += ["--without-mingle", "--without-gossip", "--without-heartbeat"]  # see the Procfile
+        cmd += ["--without-mingle", "--without-gossip"]  # see the Procfile
+        if settings.CELERY_BROKER_URL.startswith("filesystem://"):
+            # Nothing listens to heartbeats on this broker (orchestrator.workers says why).
+            cmd.append("--without-heartbeat")
         cmd += ["--schedule", settings.CELERY_BEAT_SCHEDULE_FILENAME]
         self._spawn("worker", cmd, env)
         self.restarts["worker"] = Restart(cmd, env)
@@ -249,8 +290,8 @@ class Command(BaseCommand):
 
     def _start_web(self, addr: str, env: dict[str, str]) -> None:
         """The web server as shipped (`config.serve`, as the Procfile's `web`) on `addr`."""
-        child = self._spawn("web", [sys.executable, "-m", "config.serve"], env | {"BIND": addr})
         host, _, port = addr.rpartition(":")
+        child = self._spawn("web", [sys.executable, "-m", "config.serve"], env | {"BIND": addr})
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and child.alive() and not self.stop.is_set():
             with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 0.5):
@@ -259,20 +300,22 @@ class Command(BaseCommand):
         if not self.stop.is_set():
             raise CommandError(f"The web server did not start on {addr}:\n{child.tail()}")
 
-    def _start_agent(self, addr: str, token: str, seed: int) -> None:
+    def _start_agent(self, addr: str, seed: int) -> None:
         """One external agent in its own process (`demo.agent`), on its own token: its
         escalations wait in the review queue beside the built-in coordinator's."""
-        for old in ApiToken.objects.active().filter(name=AGENT_TOKEN_NAME):
-            old.revoke_audited(note="replaced by a new launch")
-        _, secret = ApiToken.issue_audited(AGENT_TOKEN_NAME, note="launch: the external agent")
-        cmd = [sys.executable, "-m", "demo.agent", "--url", f"http://{addr}", "--token", secret]
+        issued = self.credentials.api_token(
+            "agent", AGENT_TOKEN_NAME, note="launch: the external agent"
+        )
+        cmd = [sys.executable, "-m", "demo.agent", "--url", f"http://{addr}"]
         cmd += ["--provider", self.provider_url, "--seed", str(seed)]
-        self._spawn("agent", cmd, os.environ.copy())
+        env = os.environ.copy() | {AGENT_TOKEN_ENV: issued.secret}
+        self._spawn("agent", cmd, env)
+        self.restarts["agent"] = Restart(cmd, env)
         self.stdout.write("External agent (crm-agent, its own coordinator) on the API")
 
-    def _banner(self, addr: str, password: str | None, token: str, demo: bool) -> None:
+    def _banner(self, addr: str, password: str | None, token: Issued, metrics: str) -> None:
         w, ok = self.stdout.write, self.style.SUCCESS
-        w(ok(f"\nDashboard   http://{addr}/"))
+        w(ok(f"\nDashboard   http://{addr}/") + '   (another port: make run ARGS="--port N")')
         if password:
             w(ok(f"Log in as   {ADMIN_USERNAME} / {password}   (shown once)"))
         else:
@@ -280,14 +323,14 @@ class Command(BaseCommand):
                 f"Log in as   {ADMIN_USERNAME} (password printed at first launch; "
                 "`manage.py changepassword admin` resets it)"
             )
-        w(ok(f"API token   {token}   (for agents: Authorization: Bearer …)"))
+        w(ok(f"API token   {token.secret}   (for agents: Authorization: Bearer …)"))
+        w(f"            {_token_story(token, self.credentials.path)}")
+        if os.environ.get("METRICS_TOKEN"):
+            w(f"Metrics     http://{addr}/metrics   (Bearer: your METRICS_TOKEN)")
+        else:
+            w(ok(f"Metrics     http://{addr}/metrics   (Authorization: Bearer {metrics})"))
         w(f"API docs    http://{addr}/api/v1/docs   ·   admin http://{addr}/admin/")
         w(f"Logs        {self.log_dir}/")
-        if demo:
-            w(
-                "Workload    a tour of every failure type, then a seeded stream of research "
-                "workflows. Ctrl-C stops everything.\n"
-            )
 
     # -----------------------------------------------------------------------------------------
     # The live loop
@@ -297,12 +340,10 @@ class Command(BaseCommand):
 
         rng = random.Random(opts["seed"])
         started = time.monotonic()
-        next_flow = started
+        next_flow = started + opts["every"]
         next_line = started
         tty = self.stdout.isatty()
-        if demo:
-            workload.start_tour()
-            next_flow = started + opts["every"]
+        tour = demo
         while not self.stop.is_set():
             now = time.monotonic()
             if opts["duration"] and now - started >= opts["duration"]:
@@ -313,12 +354,19 @@ class Command(BaseCommand):
                 break
             for child in dead:
                 self._restart(child, now)
-            if demo and opts["every"] > 0 and now >= next_flow:
-                workload.start_random(rng)
-                next_flow = now + opts["every"]
-            if now >= next_line:
-                self._live_line(tty, workload.summary() if demo else "")
-                next_line = now + (2 if tty else 10)
+            try:
+                if tour:
+                    workload.start_tour()
+                    tour = False
+                if demo and opts["every"] > 0 and now >= next_flow:
+                    next_flow = now + opts["every"]
+                    workload.start_random(rng)
+                if now >= next_line:
+                    next_line = now + (2 if tty else 10)
+                    self._live_line(tty, workload.summary() if demo else "")
+            except DatabaseError as exc:  # the workload and the line wait; the children go on
+                self.stderr.write(f"\nThe database failed ({exc}); trying again shortly.")
+                connections.close_all()
             self.stop.wait(0.25)
         if tty:
             self.stdout.write("")
@@ -357,6 +405,8 @@ class Command(BaseCommand):
             stats = httpx.get(f"{url}/v1/stats", timeout=1).json()
         except (httpx.HTTPError, ValueError):
             return ""
+        if not isinstance(stats, dict):
+            return ""
         return (
             f" · provider {stats.get('requests', 0)} calls, "
             f"{stats.get('status:429', 0)} rate limits, "
@@ -374,6 +424,37 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS("Stopped: agent, web server, worker and provider are down.")
         )
+
+
+def _listen_addr(addr: str, port: int | None) -> str:
+    host, sep, old = addr.rpartition(":")
+    if not sep or not old.isdigit():
+        raise CommandError(f"--addr wants HOST:PORT, not {addr!r}")
+    return f"{host}:{port}" if port is not None else addr
+
+
+def _check_free(addr: str) -> None:
+    """Refuse a port another server listens on (the readiness check would take it for ours)."""
+    host, _, port = addr.rpartition(":")
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError as exc:
+            raise CommandError(
+                f"Cannot listen on {addr} ({exc.strerror}). Another port: "
+                f'make run ARGS="--port {int(port) + 1}"'
+            ) from None
+
+
+def _token_story(token: Issued, kept_in: Path) -> str:
+    if token.kept:
+        return f"(the same at every launch: kept in {kept_in})"
+    if token.revoked:
+        return f"(new: the previous one, {', '.join(h + '…' for h in token.revoked)}, is revoked)"
+    if token.lost:
+        return f"(new: the one kept in {kept_in} was revoked, or is of another database)"
+    return f"(new, kept in {kept_in} for the next launches)"
 
 
 def _db_label() -> str:

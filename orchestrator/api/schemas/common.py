@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from ninja import Schema
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -22,6 +23,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from classifier import FailureCategory
 from classifier.envelope import ATTEMPTED_QUERY, field_names
+from classifier.retry_after import MAX_RETRY_AFTER
 from classifier.taxonomy import ALIASES, UnknownFailureType, parse_failure_type
 
 INT_MAX = 2**31 - 1  # PostgreSQL integer (attempt, result counts)
@@ -29,6 +31,9 @@ SMALLINT_MAX = 2**15 - 1  # PostgreSQL smallint (status_code)
 BIGINT_MAX = 2**63 - 1  # PostgreSQL bigint (primary keys)
 
 RunId = Annotated[int, Field(ge=1, le=BIGINT_MAX)]
+# A provider's wait in seconds, capped at a day as the classifier caps a Retry-After header: a
+# wait is added to the current time, and a finite but astronomic one would overflow it.
+RetryAfter = Annotated[float, Field(ge=0), AfterValidator(lambda s: min(s, MAX_RETRY_AFTER))]
 NoNul = StringConstraints(pattern=r"^[^\x00]*$")
 
 

@@ -25,6 +25,7 @@ from orchestrator.api.schemas.common import (
     SMALLINT_MAX,
     FailureTypeName,
     Name,
+    RetryAfter,
     RunId,
     Str100,
     Str200,
@@ -33,12 +34,15 @@ from orchestrator.api.schemas.common import (
     _other_names,
     fold_other_names,
 )
+from orchestrator.api.schemas.shapes import fold_mcp_result
 from orchestrator.vocabulary import Action
 
 
 class FailureIn(BaseModel):
     """The failure a decision is about: an envelope (any name `RunIn` reads), a run as
-    `GET /runs/{id}` returns it, or the output of `/classify`.
+    `GET /runs/{id}` returns it, the output of `/classify`, or an MCP tool result (its
+    `errorCategory`, `isRetryable`, `retryAfter` and `code`, nested or not; one naming no
+    category is classified from what it says).
 
     Only what routing reads is validated; other keys are ignored, so a whole envelope or run can
     be sent. `failure_type` (or `category`, /classify's name for it) is required and read like
@@ -55,7 +59,9 @@ class FailureIn(BaseModel):
     retryable: bool | None = Field(
         None, description="false: a retry cannot help, so the decision is never a blind retry"
     )
-    retry_after: float | None = Field(None, ge=0, description="Seconds the provider asked for")
+    retry_after: RetryAfter | None = Field(
+        None, description="Seconds the provider asked for (capped at a day)"
+    )
     status_code: int | None = Field(None, ge=0, le=SMALLINT_MAX)
     partial_results: list[Any] = Field(default_factory=list)
     alternatives: list[Any] = Field(
@@ -73,7 +79,7 @@ class FailureIn(BaseModel):
     def _read_other_names(cls, data: Any, handler: Any) -> FailureIn:
         if not isinstance(data, dict):
             return handler(data)
-        data = _category_as_failure_type(fold_other_names(cls, data))
+        data = _category_as_failure_type(fold_other_names(cls, fold_mcp_result(cls, data)))
         failure = handler(data)
         if any(name in data for name in field_names("retryable")[1:]):
             failure._retryable_by = "the agent"  # retry_recommended: the agent's own advice
@@ -194,9 +200,16 @@ class DescribedErrorIn(BaseModel):
     status_code: int | None = Field(None, ge=0, le=SMALLINT_MAX, examples=[504])
     headers: dict[str, Any] | list[Any] | None = Field(
         None,
-        description="Response headers: Retry-After, retry-after-ms, x-ratelimit-reset-*, "
-        "x-should-retry …",
+        description="Response headers: Retry-After, retry-after-ms, RateLimit-Reset, the IETF "
+        "RateLimit field, x-ratelimit-reset-*, x-should-retry …",
         examples=[{"Retry-After": "3"}],
+    )
+    body: dict[str, Any] | str | None = Field(
+        None,
+        description="The response body (JSON, or its text): a `retry_after` / `retryAfter` "
+        "(seconds) or `retry_after_ms` in it, at the top or under `error`, or a google.rpc "
+        "RetryInfo among `error.details`, says how long to wait when no header does",
+        examples=[{"retry_after": 30}],
     )
     provider_code: Str200 | None = Field(
         None, description="A provider's own error code", examples=["ThrottlingException"]
@@ -205,7 +218,9 @@ class DescribedErrorIn(BaseModel):
     grpc_status: Str100 | None = Field(None, examples=["UNAVAILABLE"])
     sqlstate: Str100 | None = Field(None, examples=["40001"])
     retryable: bool | None = Field(None, description="The error's own say, if it has one")
-    retry_after: float | None = Field(None, ge=0, description="Seconds, if the error says")
+    retry_after: RetryAfter | None = Field(
+        None, description="Seconds, if the error says (capped at a day)"
+    )
     failure_type: FailureTypeName | None = Field(
         None,
         description="The describer's own category (an alias works); decides unless a provider "
@@ -281,6 +296,11 @@ class ClassifyIn(DescribedErrorIn):
         None, validation_alias=_mcp("is_retryable"), description="MCP: the tool's own retry say"
     )
     code: int | str | None = Field(None, description="MCP: a status code or a provider code")
+    result_type: str | None = Field(
+        None,
+        validation_alias=_mcp("result_type"),
+        description='MCP: the result\'s kind ("complete"), as SDKs dump a result; not read',
+    )
 
 
 class ClassificationOut(Schema):

@@ -26,6 +26,11 @@ class PolicyOut(Schema):
     hard_fail: bool
     review_deadline: int
     review_fallback: str
+    over_budget_action: str = Field(
+        "escalate",
+        description="What a failure gets instead of a retry, a wait or a switch once its source "
+        "or its agent is past its daily spend budget: escalate or abort",
+    )
 
 
 class OverrideOut(Schema):
@@ -38,10 +43,22 @@ class OverrideOut(Schema):
     enabled: bool
 
 
+class ScrubRuleOut(Schema):
+    kind: str = Field(description="key, pattern or safe_field")
+    value: str
+    note: str
+    enabled: bool
+
+
 class PoliciesOut(Schema):
     version: int
     policies: list[PolicyOut]
     overrides: list[OverrideOut] = Field(description="Enabled provider overrides only")
+    scrub_rules: list[ScrubRuleOut] = Field(
+        description="Enabled scrub rules only: the operators' secret filters on top of the "
+        "built-in ones, which the server applies to every report and the Python client before "
+        "it sends one"
+    )
 
 
 class PolicyRowIn(Schema):
@@ -59,6 +76,7 @@ class PolicyRowIn(Schema):
     hard_fail: bool | None = None
     review_deadline: int | None = None
     review_fallback: Action | None = None
+    over_budget_action: Literal["escalate", "abort"] | None = None
 
     def given(self) -> dict[str, Any]:
         row = self.model_dump(exclude_none=True, mode="json")
@@ -118,6 +136,7 @@ class PolicyVersionOut(Schema):
     restored_from: int | None
     policies: list[PolicyOut]
     overrides: list[OverrideOut] = Field(description="Every override of the version")
+    scrub_rules: list[ScrubRuleOut] = Field(description="Every scrub rule of the version")
     changes: list[PolicyChangeOut] = Field(description="What differs from the version before")
 
 

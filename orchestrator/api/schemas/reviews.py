@@ -60,6 +60,11 @@ class ReviewFilters(Schema):
     delivered: bool | None = Field(
         None, description="false: resolutions not acknowledged yet (POST /reviews/{id}/ack)"
     )
+    all_tokens: bool = Field(
+        False,
+        description="true: every item this token may read (those of the workflows it started; "
+        "with the read:all scope, every token's), not only its own",
+    )
     cursor: Annotated[str, NoNul] | None = Field(None, max_length=200)
     limit: int = Field(50, ge=1, le=500)
 

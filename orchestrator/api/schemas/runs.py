@@ -19,8 +19,9 @@ from pydantic import (
     model_validator,
 )
 
-from classifier import TAXONOMY_VERSION, FailureCategory, Signal
+from classifier import TAXONOMY_VERSION, Failure, FailureCategory, Signal
 from classifier.envelope import field_names
+from classifier.scrub import ENVELOPE_FIELDS, Scrubber
 from orchestrator.api.schemas.common import (
     INT_MAX,
     SMALLINT_MAX,
@@ -28,6 +29,7 @@ from orchestrator.api.schemas.common import (
     FieldErrorOut,
     Name,
     NoNul,
+    RetryAfter,
     RunId,
     SpanId,
     Str100,
@@ -39,7 +41,12 @@ from orchestrator.api.schemas.common import (
     fold_other_names,
     in_utc,
 )
+from orchestrator.api.schemas.shapes import fold_shapes
+from orchestrator.api.schemas.usage import CostIn, CostOut, UsageIn, UsageOut, cost_out, usage_out
 from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, Run
+
+# The source of a report that names none, in `source` or `attempted.source`.
+UNKNOWN = "unknown"
 
 RunSetName = Enum("RunSetName", {name: name for name in NAMED_SETS}, type=str)
 # A run status, or one of the envelope's two words for an outcome (ok, error).
@@ -51,9 +58,13 @@ RunStatusFilter = Enum(
 class EnvelopeIn(BaseModel):
     """A run's outcome as an agent reports it: the envelope (what `RunIn` and `RunFinishIn`
     share). Every field is also read under its camelCase form (`failureType`, `partialResults`
-    …), `alternatives` also as `alternatives_suggested`, `retryable` as `retry_recommended`, and
-    a bare `attempted_query` string as `attempted.query`; one field sent under two names is
-    refused. Unknown fields are refused (422) so that a misspelt field is not silently lost.
+    …), `alternatives` also as `alternatives_suggested`, `retryable` as `retry_recommended` or
+    MCP's `isRetryable`, `failure_type` as MCP's `errorCategory`, `detail` as `message`, and a
+    bare `attempted_query` string as `attempted.query`; one field sent under two names is
+    refused. Without `status`, a failure type says error and results say ok. An MCP tool result
+    (`isError`, `content`, `structuredContent`, `_meta`, `code`) is read as the envelope it
+    stands for. Other unknown fields are refused (422) so that a misspelt field is not silently
+    lost.
     """
 
     model_config = ConfigDict(
@@ -69,7 +80,9 @@ class EnvelopeIn(BaseModel):
         description="false: a retry cannot help (never retried blindly); also read as "
         "retry_recommended",
     )
-    retry_after: float | None = Field(None, ge=0, description="Seconds, when the provider said so")
+    retry_after: RetryAfter | None = Field(
+        None, description="Seconds, when the provider said so (capped at a day)"
+    )
     attempted: dict[str, Any] = Field(
         default_factory=dict,
         description="The exact operation/query attempted (a bare attempted_query string is read "
@@ -98,15 +111,32 @@ class EnvelopeIn(BaseModel):
         le=TAXONOMY_VERSION,
         description=f"The taxonomy the failure type is from; this server speaks {TAXONOMY_VERSION}",
     )
+    classified_policy_version: int | None = Field(
+        None,
+        ge=1,
+        le=INT_MAX,
+        description="The policy version (X-Policy-Version) whose provider overrides classified "
+        "this failure on the agent's side. Older than the server's, or absent, and the server "
+        "classifies the described exception again with its current overrides",
+    )
+    usage: UsageIn | None = Field(
+        None, description="Tokens used and the model (also read from OpenTelemetry GenAI spans)"
+    )
+    cost: CostIn | None = Field(
+        None,
+        description="What the run cost, if the agent knows; without it, runs with usage or of a "
+        "priced source are priced from the price table at their start",
+    )
 
     _sent_failure_type: str | None = PrivateAttr(None)
+    _scrubbed_fields: int = PrivateAttr(0)
 
     @model_validator(mode="wrap")
     @classmethod
     def _read_other_names(cls, data: Any, handler: Any) -> EnvelopeIn:
         if not isinstance(data, dict):
             return handler(data)
-        data = fold_other_names(cls, data)
+        data = fold_other_names(cls, fold_shapes(cls, data))
         run = handler(data)
         sent = next((data[n] for n in field_names("failure_type") if n in data), None)
         if isinstance(sent, str) and run.failure_type is not None and sent != run.failure_type:
@@ -119,7 +149,41 @@ class EnvelopeIn(BaseModel):
         # Not `self._sent_failure_type`: BaseModel.__getattr__ is slow, on every run ingested.
         return self.__pydantic_private__.get("_sent_failure_type")
 
+    @property
+    def scrubbed_fields(self) -> int:
+        """How many values are [Filtered] in what the agent's call held (`scrub`)."""
+        return self.__pydantic_private__["_scrubbed_fields"]
+
     _finished_in_utc = field_validator("finished_at")(in_utc)
+
+    def scrub(self, scrubber: Scrubber) -> int:
+        """Filter the secrets out of what the agent's call held (attempted, results, partial
+        results, alternatives, detail, the exception chain, the operation); return how many
+        values are filtered in them (those a client's filters left `[Filtered]` too)."""
+        values = [getattr(self, name, None) for name in ENVELOPE_FIELDS]
+        clean, found = scrubber.scrub(values)  # one look at them all: most hold nothing
+        if clean is not values:
+            for name, value, new in zip(ENVELOPE_FIELDS, values, clean, strict=True):
+                if new is not value:
+                    setattr(self, name, new[:200] if name == "operation" else new)
+        self.__pydantic_private__["_scrubbed_fields"] = found
+        return found
+
+    def restate(self, failure: Failure | None, version: int) -> None:
+        """Record that policy `version`'s overrides classified this failure; with `failure`,
+        theirs replaces the reported classification (the type sent kept as reported)."""
+        self.classified_policy_version = version
+        if failure is None or self.failure_type is None:
+            return
+        sent = self.reported_failure_type or self.failure_type.value
+        self.failure_type = failure.category
+        self.retryable = failure.retryable
+        self.retry_after = self.retry_after if failure.retryable else None
+        self.signal = failure.signal
+        if failure.provider_code:
+            self.provider_code = failure.provider_code[:200]
+        differs = sent if sent != failure.category.value else None
+        self.__pydantic_private__["_sent_failure_type"] = differs
 
     def envelope(self) -> dict[str, Any]:
         """The outcome as `Run.outcome_fields` reads it."""
@@ -155,8 +219,8 @@ class RunIn(EnvelopeIn):
     """
 
     status: Literal["ok", "error", "running"]
-    agent: Name
-    source: Name
+    agent: Name | None = Field(None, description="Defaults to the token's name")
+    source: Name | None = Field(None, description='Defaults to attempted.source, else "unknown"')
     operation: Str200 = Field("", description="Defaults to attempted.operation")
     workflow: RunId | None = Field(None, description="Id of an existing workflow")
     topic: Str200 = ""
@@ -175,6 +239,16 @@ class RunIn(EnvelopeIn):
     )
 
     _started_in_utc = field_validator("started_at")(in_utc)
+
+    def with_defaults(self, token_name: str) -> RunIn:
+        """Name the agent and source a report left out: the token's name, attempted.source."""
+        if self.agent is None:
+            self.agent = token_name[:100] or UNKNOWN
+        if self.source is None:
+            named = self.attempted.get("source")
+            fits = isinstance(named, str) and 0 < len(named) <= 100
+            self.source = named if fits else UNKNOWN
+        return self
 
 
 class RunFinishIn(EnvelopeIn):
@@ -207,12 +281,22 @@ class RunOut(Schema):
     capability: str
     attempt: int
     retry_of: int | None = Field(None, validation_alias="retry_of_id")
+    switched_from: int | None = Field(
+        None,
+        validation_alias="switched_from_id",
+        description="The failed run this one was started in place of by a switch of source "
+        "(null if none)",
+    )
     attempted: dict[str, Any]
     result_count: int
     results: list[Any]
     failure_type: FailureCategory | None
     reported_failure_type: str | None = Field(
-        description="The failure type as the agent sent it, when that was an alias (null if not)"
+        description="The failure type as the agent sent it, when that differs from the stored "
+        "one: an alias, or a type the server's current overrides replaced (null if not)"
+    )
+    classified_policy_version: int | None = Field(
+        description="The policy version whose provider overrides classified the failure"
     )
     retryable: bool | None
     retry_after: float | None
@@ -239,6 +323,14 @@ class RunOut(Schema):
     trace_url: str | None = Field(
         description="The trace in the operators' tracing tool (TRACE_URL_TEMPLATE), if set"
     )
+    scrubbed_fields: int = Field(
+        description="How many values of the report were secrets, stored as [Filtered]"
+    )
+    usage: UsageOut | None = Field(description="Tokens used and the model (null if not reported)")
+    cost: CostOut | None = Field(
+        description="What it cost, reported or priced (null if neither); the amount a decimal "
+        "string"
+    )
 
     @staticmethod
     def resolve_valid_empty(obj: Run) -> bool:
@@ -255,6 +347,14 @@ class RunOut(Schema):
     @staticmethod
     def resolve_taxonomy_version(obj: Run) -> int:
         return TAXONOMY_VERSION
+
+    @staticmethod
+    def resolve_usage(obj: Run) -> dict[str, Any] | None:
+        return usage_out(obj)
+
+    @staticmethod
+    def resolve_cost(obj: Run) -> dict[str, Any] | None:
+        return cost_out(obj)
 
 
 class RunListOut(Schema):

@@ -23,6 +23,13 @@ from tests.classifier.corpus.cases import (
     service_available,
 )
 from tests.classifier.corpus.databases import DATA_STORES, MYSQL, POSTGRESQL
+from tests.classifier.corpus.delays import DELAYS
+from tests.classifier.corpus.handshakes import (
+    CONNECT_TIMEOUTS,
+    FTP_PERMISSIONS,
+    TLS_CLIENT_CERTS,
+    WEBSOCKETS,
+)
 from tests.classifier.corpus.http_clients import AIOHTTP, HTTPX, REQUESTS, URLLIB
 from tests.classifier.corpus.others import AGENT_WRAPPERS, CONTAINERS, OTHERS
 from tests.classifier.corpus.protocols import BROKERS, FTP_SMTP, SSH
@@ -59,5 +66,10 @@ SECTIONS = {
     "cloud codes": CLOUD,
     "containers": CONTAINERS,
     "agent wrappers": AGENT_WRAPPERS,
+    "delays beyond Retry-After": DELAYS,
+    "WebSocket handshakes": WEBSOCKETS,
+    "connect timeouts": CONNECT_TIMEOUTS,
+    "FTP permissions": FTP_PERMISSIONS,
+    "TLS client certificates": TLS_CLIENT_CERTS,
 }
 CORPUS = [case for cases in SECTIONS.values() for case in cases]

@@ -128,6 +128,12 @@ BOTOCORE = [
         T.AUTH_FAILURE,
     ),
     Case(
+        "botocore DynamoDB: AccessDeniedException (a 400) is auth_failure",
+        boto_call("dynamodb", "AccessDeniedException"),
+        T.AUTH_FAILURE,
+        {"provider_code": "AccessDeniedException", "status_code": 400, "retryable": False},
+    ),
+    Case(
         "botocore DynamoDB: InternalServerError is server_fault",
         boto_call("dynamodb", "InternalServerError"),
         T.SERVER_FAULT,
@@ -468,6 +474,40 @@ CLOUD = [
         _aws("sns", "publish", TopicArn="sns-not-authorized", Message="hi"),
         T.AUTH_FAILURE,
         why="a query-protocol XML error",
+    ),
+    # Access denied beyond IAM and S3, each in its service's own spelling and mostly on a 400.
+    Case(
+        "boto3 KMS: AccessDeniedException (a 400) is auth_failure",
+        _aws("kms", "decrypt", KeyId="kms-access-denied", CiphertextBlob=b"x"),
+        T.AUTH_FAILURE,
+        {"provider_code": "AccessDeniedException", "status_code": 400, "retryable": False},
+        why="the key policy refuses the caller; the 400 alone would say invalid input",
+    ),
+    Case(
+        "boto3 SNS: KMSAccessDenied (a 400) is auth_failure",
+        _aws("sns", "publish", TopicArn="sns-kms-denied", Message="hi"),
+        T.AUTH_FAILURE,
+        {"provider_code": "KMSAccessDenied", "status_code": 400},
+        why="the topic's key refuses SNS: a code ending in Denied",
+    ),
+    Case(
+        "boto3 SQS: KMS.AccessDeniedException (KmsAccessDenied, a 400) is auth_failure",
+        _aws("sqs", "get_queue_url", QueueName="sqs-kms-denied"),
+        T.AUTH_FAILURE,
+        {"status_code": 400},
+    ),
+    Case(
+        "boto3 Redshift: AccessToClusterDenied (a 400) is auth_failure",
+        _aws("redshift", "describe_clusters", ClusterIdentifier="redshift-cluster-denied"),
+        T.AUTH_FAILURE,
+        {"provider_code": "AccessToClusterDenied"},
+    ),
+    Case(
+        "boto3 RDS: SNSNoAuthorization (a 400) is auth_failure",
+        _aws("rds", "describe_db_instances", DBInstanceIdentifier="rds-sns-no-authorization"),
+        T.AUTH_FAILURE,
+        {"provider_code": "SNSNoAuthorization"},
+        why="RDS may not publish to the topic: an authorisation, named inside the code",
     ),
     Case(
         "boto3 IAM: NoSuchEntity is resource_missing",

@@ -23,7 +23,7 @@ from tests.classifier.faults import FaultEnv
 # --- redis, psycopg -----------------------------------------------------------------------------
 
 
-def _redis(port_of: Callable[[FaultEnv], int]) -> Prepare:
+def redis_client(port_of: Callable[[FaultEnv], int]) -> Prepare:
     @contextmanager
     def prepare(env: FaultEnv) -> Iterator[Call]:
         import redis
@@ -57,11 +57,11 @@ def _psycopg(port_of: Callable[[FaultEnv], int]) -> Prepare:
 DATA_STORES = [
     Case(
         "redis: connection refused is transient",
-        _redis(lambda env: env.closed),
+        redis_client(lambda env: env.closed),
         T.TRANSIENT,
         {"exception_type": "redis.exceptions.ConnectionError"},
     ),
-    Case("redis: a silent server is a timeout", _redis(lambda env: env.silent), T.TIMEOUT),
+    Case("redis: a silent server is a timeout", redis_client(lambda env: env.silent), T.TIMEOUT),
     Case(
         "psycopg: connection refused (OperationalError) is transient",
         _psycopg(lambda env: env.closed),
