@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/client.py              # 20,000 tracked calls
     .venv/bin/python benchmarks/client.py --quick      # a smoke run: a few seconds
-    .venv/bin/python benchmarks/client.py --url http://127.0.0.1:8000 --token fs_…   # a real server
+    FAILSIGHT_TOKEN=fs_… .venv/bin/python benchmarks/client.py --url http://127.0.0.1:8000
 
 The agent's step is a function that returns its results. Measured in the same run, interleaved
 in blocks so that a burst of load on the shared machine hits both:
@@ -24,7 +24,8 @@ lost, how long the final flush took).
 By default the batches go to a stand-in server started here (a stdlib HTTP server in another
 process answering `POST /runs/batch` with one "created" per run, and `GET /policies`): what the
 server does with them is measured by benchmarks/ingest.py, and takes no time from the agent's
-process. `--url` and `--token` send them to a real Failsight server instead.
+process. `--url` sends them to a real Failsight server instead, with the API token's secret taken
+from the FAILSIGHT_TOKEN environment variable (a command line is readable by every user: ps).
 """
 
 from __future__ import annotations
@@ -200,18 +201,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strict-calls", type=int, default=300)
     parser.add_argument("--quick", action="store_true", help="2,000 calls, 50 strict")
     parser.add_argument("--url", help="a real Failsight server (default: a stand-in)")
-    parser.add_argument("--token", default="fs_bench", help="its API token")
     args = parser.parse_args(argv)
+    # The stand-in accepts any bearer; a real server needs its token's secret, by environment.
+    token = os.environ.get("FAILSIGHT_TOKEN", "fs_bench" if not args.url else "")
+    if not token:
+        parser.error("set FAILSIGHT_TOKEN to the API token's secret for --url")
     calls, strict_calls = (2_000, 50) if args.quick else (args.calls, args.strict_calls)
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     print(f"load average (1, 5, 15 min) at the start: {load}")
     if args.url:
         print(f"server: {args.url}")
-        m = measure(args.url, args.token, calls, strict_calls)
+        m = measure(args.url, token, calls, strict_calls)
     else:
         with stand_in_server() as url:
             print(f"server: a stand-in answering POST /runs/batch at {url}")
-            m = measure(url, args.token, calls, strict_calls)
+            m = measure(url, token, calls, strict_calls)
     print(report(m))
     print(json.dumps({"track_median_us": round(percentiles(m["track"])[0], 3)}))
     return 0
