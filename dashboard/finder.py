@@ -61,8 +61,9 @@ class Query:
     failure_type: str = ""
     hexa: str = ""
     walk: bool | None = None  # whether the runs search walks the window (asked once)
-    # Read once per page: a rare text's matching runs in the window, every project's.
-    read_once: dict[str, list[tuple[datetime, int]]] = field(default_factory=dict, compare=False)
+    # Read once per page: a rare text's matching runs in the window, every project's ("runs"),
+    # and the most that read asked for ("most").
+    read_once: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def read(text: str, now: datetime) -> Query:
@@ -98,18 +99,22 @@ class SearchForm(QueryForm):
 # Branches: the narrow queries each kind is searched with
 
 
-def _rare_runs(q: Query, since: datetime) -> list[tuple[datetime, int]]:
-    """A rare text's runs in the window (at most RARE_RUNS), searched once per query."""
-    if "runs" not in q.read_once:
+def _rare_runs(q: Query, since: datetime, most: int = RARE_RUNS) -> list[tuple[datetime, int]]:
+    """A rare text's runs in the window (at most `most`), searched once per query: read again
+    only when a larger `most` is asked and the first read was cut at its own."""
+    read = q.read_once.get("runs")
+    if read is None or (len(read) == q.read_once["most"] and most > len(read)):
         found = run_text(Run.objects.filter(created_at__gte=since), q.text, since, walk=False)
-        q.read_once["runs"] = list(found.values_list("created_at", "pk")[:RARE_RUNS])
-    return q.read_once["runs"]
+        q.read_once["runs"] = read = list(found.values_list("created_at", "pk")[:most])
+        q.read_once["most"] = most
+    return read[:most]
 
 
 def _run_branches(runs: QuerySet, q: Query, now: datetime) -> list[QuerySet]:
     since = now - RUNS_WINDOW
     recent = runs.filter(created_at__gte=since)
-    rare = _rare_runs(q, since) if run_search.in_use() and not q.walk else None
+    # One past FEW_RUNS tells: the review section reads further only if it is shown and needs it.
+    rare = _rare_runs(q, since, FEW_RUNS + 1) if run_search.in_use() and not q.walk else None
     if rare is not None and len(rare) <= FEW_RUNS:
         # By id, within their times (the partitions they are in); `runs` keeps the visibility.
         times = [at for at, _ in rare] or [since]

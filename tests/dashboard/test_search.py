@@ -357,3 +357,32 @@ def test_postgres_a_rare_texts_runs_are_those_of_the_chosen_project_both_ways(
     more = re.search(r'href="(\?[^"]*runs=[^"]+)"[^>]*rel="next"', section(html, "runs")).group(1)
     page2 = client.get("/search/" + more.replace("&amp;", "&")).content.decode()
     assert hits(page2, "runs") == newest[10:]
+
+
+def test_postgres_a_rare_texts_runs_are_read_as_far_as_a_section_needs(
+    postgres, operator, settings, monkeypatch, django_assert_num_queries
+):
+    """The runs section reads one run past FEW_RUNS; the review section reads on only when it
+    is shown and that first read was cut short, so an item whose run is the oldest match is
+    still found, and a page of a text with few runs reads them once."""
+    from dashboard import finder
+
+    from .conftest import signed_in
+
+    settings.RUN_SEARCH_WALK_ABOVE = 1_000_000  # rare: start from the trigram matches
+    monkeypatch.setattr(finder, "FEW_RUNS", 2)
+    oldest = make_failure(detail="okapi-3 lost", created_at=ago(minutes=30))
+    for i in range(5):
+        make_failure(detail=f"okapi-3 lost {i}", created_at=ago(minutes=20 - i))
+    item = make_review(run=oldest)
+    run_search.catch_up()
+    now = timezone.now()
+    since = now - finder.RUNS_WINDOW
+    query = finder.read("okapi-3", now)
+    assert len(finder._rare_runs(query, since, 3)) == 3  # cut at what was asked
+    assert len(finder._rare_runs(query, since)) == 6  # cut short before: read again, whole
+    with django_assert_num_queries(0):
+        assert len(finder._rare_runs(query, since, 3)) == 3  # within what was read
+        assert len(finder._rare_runs(query, since)) == 6
+    html = get(signed_in(operator), "okapi-3").content.decode()
+    assert hits(html, "reviews") == [f"Review #{item.pk}"]
