@@ -344,9 +344,17 @@ def tell_sources(runs: Sequence[tuple[EnvelopeIn, int]], now: datetime | None = 
     try:
         with transaction.atomic() if connection.in_atomic_block else nullcontext():
             known = _mark_early(runs, answers)
-            budget.record(answers, now, known)
+            closed = budget.record(answers, now, known)
+        _wake(closed, now)
     except DatabaseError:
         logger.warning("reports stored, but not fed to their sources' health", exc_info=True)
+
+
+def _wake(sources: Iterable[str], now: datetime) -> None:
+    """Sources whose open or half-open breaker an agent's report has just closed: the built-in
+    coordinator's runs it held back start now, not at their next look."""
+    for source in sorted(sources):
+        budget.wake_deferred(source, now)
 
 
 def tell_finish(run: Run) -> None:
@@ -357,7 +365,7 @@ def tell_finish(run: Run) -> None:
         run.source, not run.is_failure, at, run.failure_type, run.retry_after, run.attempt > 1
     )
     try:
-        budget.record([answer], now)
+        _wake(budget.record([answer], now), now)
     except DatabaseError:
         logger.warning("run %s finished, but not fed to its source's health", run.pk, exc_info=True)
 

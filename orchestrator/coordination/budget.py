@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from bisect import bisect_right
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -22,7 +23,7 @@ from django.utils import timezone
 
 from orchestrator.coordination import policy, routing, spend
 from orchestrator.coordination.registry import registry
-from orchestrator.models import SourceHealth
+from orchestrator.models import Run, SourceHealth
 from orchestrator.vocabulary import RETRYABLE
 
 Breaker = SourceHealth.Breaker
@@ -41,7 +42,7 @@ BREAKER_TYPES = RETRYABLE
 # comes), and a failure once all the probes were let through opens it again.
 BREAKER_PROBES = 3
 # How often a caller held back by a half-open breaker asks again, at the latest: the probe that
-# closes the breaker wakes the callers it held back (execution.wake_deferred) at once.
+# closes the breaker wakes the callers it held back (`wake_deferred`) at once.
 PROBE_RECHECK = 5.0
 
 
@@ -151,30 +152,32 @@ class Answer(NamedTuple):
         return self.at, self.at + timedelta(seconds=self.retry_after)
 
 
-def record(answers: Iterable[Answer], now: datetime, known: Iterable[str] = ()) -> None:
+def record(answers: Iterable[Answer], now: datetime, known: Iterable[str] = ()) -> set[str]:
     """Feed answers to their sources' breakers, budgets and holds, in the order they were given:
-    one prepared UPDATE for all the sources, in one transaction (`known`: sources whose row
-    exists, read just before). An answer that shows the source up (a success, or a refusal of the
-    request) closes the breaker, and a success refunds; the failures after the last such answer
-    count toward the breaker; a Retry-After holds back every caller."""
+    one UPDATE a source, in one transaction (`known`: sources whose row exists, read just
+    before). An answer that shows the source up (a success, or a refusal of the request) closes
+    the breaker, and a success refunds; the failures after the last such answer count toward the
+    breaker; a Retry-After holds back every caller. Return the sources whose open or half-open
+    breaker these answers closed (their held-back callers may go: `wake_deferred`)."""
     by_source: dict[str, list[Answer]] = {}
     for answer in answers:
         by_source.setdefault(answer.source, []).append(answer)
     rows = [_told(source, by_source[source], now) for source in sorted(by_source)]
     rows = [row for row in rows if row["up"] or row["told"]]
     if not rows:
-        return
+        return set()
     missing = {row["source"] for row in rows if row["told"]} - set(known)
     if missing:
         fresh = [SourceHealth(source=source) for source in sorted(missing)]
         SourceHealth.objects.bulk_create(fresh, ignore_conflicts=True)
-    if len(rows) == 1:
-        with connection.cursor() as cursor:
-            cursor.execute(_record_sql(), rows[0])
-        return
+    closed: set[str] = set()
     # One commit for all; sorted by source, so concurrent writers lock the rows in one order.
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(_record_sql(), rows)
+    atomic = transaction.atomic() if len(rows) > 1 else nullcontext()
+    with atomic, connection.cursor() as cursor:
+        for row in rows:
+            cursor.execute(_record_sql(), row)
+            closed.update(source for source, now_closed in cursor.fetchall() if now_closed)
+    return closed
 
 
 def _told(source: str, answers: list[Answer], now: datetime) -> dict[str, Any]:
@@ -207,12 +210,14 @@ def _record_sql() -> str:
     probes were let through (their count is taken in advance, in `consecutive_failures`, by
     `admission`). A success refunds. The hold: a later one wins; one
     that begins after the last ended starts a new window. Only a source that has something to
-    forgive is written by successes alone."""
+    forgive is written by successes alone. It returns the source, and whether these answers
+    closed its breaker (`closed_at` is then theirs)."""
     q = connection.ops.quote_name
     table, source = q(SourceHealth._meta.db_table), q("source")
     count, state, opened = q("consecutive_failures"), q("breaker_state"), q("opened_at")
     threshold, tokens, capacity = q("breaker_threshold"), q("budget_tokens"), q("budget_capacity")
     refund, since, until = q("success_refund"), q("hold_from"), q("not_before")
+    closed_at = q("closed_at")
     closed, half, open_ = (
         f"'{b.value}'" for b in (Breaker.CLOSED, Breaker.HALF_OPEN, Breaker.OPEN)
     )
@@ -230,6 +235,8 @@ def _record_sql() -> str:
         f"{state} = CASE WHEN {trips} THEN {open_} WHEN %(up)s > 0 THEN {closed} "
         f"ELSE {state} END, "
         f"{opened} = CASE WHEN {trips} THEN %(now)s WHEN %(up)s > 0 THEN NULL ELSE {opened} END, "
+        f"{closed_at} = CASE WHEN {trips} THEN {closed_at} "
+        f"WHEN %(up)s > 0 AND {state} <> {closed} THEN %(now)s ELSE {closed_at} END, "
         f"{tokens} = CASE WHEN %(ok)s = 0 THEN {tokens} WHEN {refunded} < {capacity} "
         f"THEN {refunded} ELSE {capacity} END, "
         f"{since} = CASE WHEN %(until)s IS NULL THEN {since} "
@@ -238,8 +245,24 @@ def _record_sql() -> str:
         f"{until} = CASE WHEN %(until)s IS NULL THEN {until} "
         f"WHEN {until} IS NULL OR {until} < %(until)s THEN %(until)s ELSE {until} END "
         f"WHERE {source} = %(source)s AND (%(told)s OR {count} > 0 OR {state} <> {closed} "
-        f"OR (%(ok)s > 0 AND {tokens} < {capacity}))"
+        f"OR (%(ok)s > 0 AND {tokens} < {capacity})) "
+        f"RETURNING {source}, CASE WHEN {closed_at} = %(now)s THEN 1 ELSE 0 END"
     )
+
+
+def wake_deferred(source: str, now: datetime) -> int:
+    """If `source`'s breaker is closed, make the runs its admission held back (queued again after
+    being sent, due at their next look) due now, or at its hold's end; return how many. Called
+    by whatever closed it: a half-open breaker's probe once it has answered, or an agent's report
+    that found the source up; the callers held back need not wait for their next look."""
+    row = health(source)
+    if row.breaker_state != Breaker.CLOSED:
+        return 0
+    due = max(now, row.not_before or now)
+    held = Run.objects.filter(
+        source=source, status=Run.Status.QUEUED, dispatched_at__isnull=False, due_at__gt=due
+    )
+    return held.update(due_at=due)
 
 
 def record_success(source: str, now: datetime | None = None) -> None:

@@ -95,7 +95,7 @@ def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
         envelope, calls = _call_source(run, delivery, run_clock)
     _record(run, delivery, envelope, calls, run_clock)
     if admitted.probe:
-        wake_deferred(run.source, run_clock.now())
+        budget.wake_deferred(run.source, run_clock.now())
     return run.status
 
 
@@ -109,21 +109,6 @@ def _defer(run: Run, until: datetime, now: datetime, owner: str, dead: str) -> b
         .update(status=Run.Status.QUEUED, due_at=until, lease_until=None, lease_owner="")
     )
     return bool(changed)
-
-
-def wake_deferred(source: str, now: datetime) -> int:
-    """If `source`'s breaker is closed, make the runs its admission held back (`_defer`: queued
-    again after being sent) due now, or at its hold's end; return how many. A half-open breaker's
-    probe calls this once it has answered: the callers waiting on the probes need not wait for
-    their next look."""
-    health = budget.health(source)
-    if health.breaker_state != budget.Breaker.CLOSED:
-        return 0
-    due = max(now, health.not_before or now)
-    held = Run.objects.filter(
-        source=source, status=Run.Status.QUEUED, dispatched_at__isnull=False, due_at__gt=due
-    )
-    return held.update(due_at=due)
 
 
 def _record(

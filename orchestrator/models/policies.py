@@ -406,6 +406,8 @@ class SourceHealth(models.Model):
     breaker_cooldown = models.FloatField(default=30, validators=[MinValueValidator(0)])
     consecutive_failures = models.PositiveIntegerField(default=0)
     opened_at = models.DateTimeField(null=True, blank=True)
+    # When an answer last closed the open or half-open breaker.
+    closed_at = models.DateTimeField(null=True, blank=True)
     # The provider asked everyone to wait (Retry-After): no call to this source before then.
     not_before = models.DateTimeField(null=True, blank=True)
     # When the hold ending at `not_before` began: a call started in between is an early one.

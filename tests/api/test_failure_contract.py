@@ -20,7 +20,7 @@ from classifier.envelope import error_envelope, success_envelope
 from dashboard.tiles import overview_tiles
 from insights.stats import WINDOWS
 from orchestrator.coordination import workflow
-from orchestrator.models import Run, SourceHealth
+from orchestrator.models import Run, SourceHealth, Workflow
 from tests.api.helpers import assert_envelope, error_paths, post_json
 from tests.dashboard.conftest import signed_in
 
@@ -506,3 +506,45 @@ def test_a_call_started_inside_a_hold_is_early_on_the_overview_whatever_its_quer
     assert tile.value == "2 early" and tile.tone == "bad"
     page = signed_in(operator).get(tile.href)  # the tile's own list
     assert {r.pk for r in page.context["runs"]} == expected
+
+
+def held_back(source: str, due: datetime) -> Run:
+    """A built-in coordinator's run its source's breaker held back: sent, queued again, due at
+    its next look."""
+    wf = Workflow.objects.create(name="w", topics=["t"], capability="news")
+    fields = dict(workflow=wf, topic="t", agent="a", source=source, status="queued")
+    return Run.objects.create(**fields, due_at=due, dispatched_at=timezone.now())
+
+
+@pytest.mark.parametrize("path", ["single", "batch", "finish", "no-start"])
+def test_an_agents_report_that_closes_a_breaker_wakes_the_runs_it_held_back(
+    client, auth_headers, path
+):
+    """An open or half-open breaker that an agent's success closes starts the built-in
+    coordinator's held-back runs now, whichever path the report took (with or without a call
+    start, which decides whether the breakers are read with the holds); a failure, or a source
+    whose breaker stays open, wakes nobody."""
+    later = timezone.now() + timedelta(seconds=30)
+    SourceHealth.objects.create(source="woken", breaker_state="half_open", opened_at=timezone.now())
+    SourceHealth.objects.create(source="still", breaker_state="open", opened_at=timezone.now())
+    woken, still = held_back("woken", later), held_back("still", later)
+    started = (timezone.now() - timedelta(seconds=1)).isoformat()
+    failed = answered("still", timezone.now(), started_at=started)
+    success = ok("woken", started_at=started)
+    if path == "single":
+        report(client, auth_headers, failed)
+        report(client, auth_headers, success)
+    elif path == "batch":
+        post_json(client, "/runs/batch", {"runs": [failed, success]}, **auth_headers)
+    elif path == "no-start":
+        report(client, auth_headers, failed | {"started_at": None})
+        report(client, auth_headers, ok("woken"))
+    else:
+        running = {"status": "running", "agent": "a", "source": "woken"}
+        pk = report(client, auth_headers, running).json()["id"]
+        done = json.dumps({"status": "ok", "results": []})
+        client.patch(f"/api/v1/runs/{pk}", done, content_type="application/json", **auth_headers)
+    assert health("woken").breaker_state == "closed"
+    assert Run.objects.get(pk=woken.pk).due_at <= timezone.now()
+    assert health("still").breaker_state == "open"
+    assert Run.objects.get(pk=still.pk).due_at == later

@@ -585,13 +585,33 @@ def test_waking_leaves_runs_that_were_never_sent_and_respects_a_hold(db):
     elsewhere = fields | {"source": "news_wire"}
     other = Run.objects.create(**elsewhere, due_at=later, dispatched_at=now)
     SourceHealth.objects.create(source="news_api", breaker_state="half_open", opened_at=now)
-    assert execution.wake_deferred("news_api", now) == 0  # not closed yet
+    assert budget.wake_deferred("news_api", now) == 0  # not closed yet
     budget.record_success("news_api", now)
     budget.record_failure("news_api", "rate_limited", now, retry_after=2)
-    assert execution.wake_deferred("news_api", now) == 1
+    assert budget.wake_deferred("news_api", now) == 1
     due = {run.pk: run.due_at for run in Run.objects.all()}
     assert due[held.pk] == now + timedelta(seconds=2)  # the hold still holds it back
     assert due[backoff.pk] == due[other.pk] == later
+
+
+def test_recording_says_which_breakers_its_answers_closed(db):
+    """`record` names the sources whose open or half-open breaker its answers closed (and stamps
+    `closed_at`), and no other: not an already closed one, nor one the same answers trip again."""
+    now = START
+    for source, state in [("half", "half_open"), ("open", "open"), ("fine", "closed")]:
+        SourceHealth.objects.create(source=source, breaker_state=state, opened_at=now)
+    SourceHealth.objects.create(source="again", breaker_state="open", breaker_threshold=2)
+    up = [budget.Answer(s, True, now) for s in ("half", "open", "fine")]
+    failures = [
+        budget.Answer("again", False, now + timedelta(seconds=i), "server_fault") for i in (1, 2)
+    ]
+    closed = budget.record([*up, budget.Answer("again", True, now), *failures], now)
+    assert closed == {"half", "open"}
+    states = dict(SourceHealth.objects.values_list("source", "breaker_state"))
+    assert states == {"half": "closed", "open": "closed", "fine": "closed", "again": "open"}
+    stamped = dict(SourceHealth.objects.values_list("source", "closed_at"))
+    assert stamped == {"half": now, "open": now, "fine": None, "again": None}
+    assert budget.record([budget.Answer("half", True, now + timedelta(seconds=1))], now) == set()
 
 
 def test_the_retry_budget_is_spent_and_refunded_atomically(db):
