@@ -35,9 +35,13 @@ def failure_rate(
     return (counts["failed"] / finished if finished else 0.0), finished
 
 
-def slo_burn(long_minutes: int, rate: float) -> tuple[float, dict[str, Any]]:
-    """The worst burn rate both windows of the pair share, and the objectives burning."""
-    worst, found = slo.burning(long_minutes, rate)
+def slo_burn(
+    long_minutes: int, rate: float, project_id: int | None = None
+) -> tuple[float, dict[str, Any]]:
+    """The worst burn rate both windows of the pair share, and the objectives burning, over the
+    runs of one project if given."""
+    projects = None if project_id is None else (project_id,)
+    worst, found = slo.burning(long_minutes, rate, projects=projects)
     short = slo.short_of(long_minutes)
     burning = [
         {
@@ -87,13 +91,14 @@ def _open(project_id: int | None) -> Any:
 
 def measure(rule: AlertRule) -> tuple[float, dict[str, Any]]:
     """The rule's current value, with the facts that go into the webhook's payload. A failure
-    rate and a review age are the rule's project's; SLOs and spend budgets are every project's
-    (their objectives and limits are per agent and source)."""
+    rate, an SLO's burn (objectives are per agent and source, the same in every project) and a
+    review age are measured on the rule's project's runs and items; spend budgets are every
+    project's (a daily limit is the source's or agent's, whoever calls it)."""
     if rule.kind == AlertRule.Kind.FAILURE_RATE:
         rate, finished = failure_rate(rule.failure_type, rule.window_minutes, rule.project_id)
         return rate, {"failure_type": rule.failure_type, "finished_runs": finished}
     if rule.kind == AlertRule.Kind.SLO_BURN:
-        return slo_burn(rule.window_minutes, rule.threshold)
+        return slo_burn(rule.window_minutes, rule.threshold, rule.project_id)
     if rule.kind == AlertRule.Kind.SPEND_BUDGET:
         return spend_over_budget(rule.threshold)
     age = review_age(rule.project_id)

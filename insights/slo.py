@@ -145,10 +145,14 @@ def cached_objectives() -> list[Objective]:
 
 
 def burning(
-    long_minutes: int, rate: float, now: datetime | None = None
+    long_minutes: int,
+    rate: float,
+    now: datetime | None = None,
+    projects: tuple[int, ...] | None = None,
 ) -> tuple[float, list[Objective]]:
-    """(the worst burn both windows of the pair share, the objectives burning at `rate`)."""
+    """(the worst burn both windows of the pair share, the objectives burning at `rate`), of
+    `projects`' runs only if given."""
     short = short_of(long_minutes)
-    found = objectives(now, windows=(long_minutes, short), whole=False)
+    found = objectives(now, windows=(long_minutes, short), whole=False, projects=projects)
     worst = max((min(o.burn_rate(long_minutes), o.burn_rate(short)) for o in found), default=0.0)
     return worst, [o for o in found if o.burning(long_minutes, rate)]

@@ -91,6 +91,30 @@ def test_burn_alerts_are_delivered_through_the_webhook_rules(
     }
 
 
+def test_a_burn_alert_watches_its_own_projects_runs(burst, django_capture_on_commit_callbacks):
+    """The burst is the default project's: a rule of another project stays quiet, until that
+    project's own runs burn."""
+    from orchestrator.models import Project
+
+    acme = Project.objects.create(slug="acme", name="Acme")
+    rule = AlertRule.objects.create(
+        name="acme burn",
+        kind=AlertRule.Kind.SLO_BURN,
+        window_minutes=60,
+        threshold=14.4,
+        url="http://127.0.0.1:9/hook",
+        project=acme,
+    )
+    with django_capture_on_commit_callbacks(execute=False), time_machine.travel(T, tick=False):
+        assert evaluate_alerts() == 0
+        Run.objects.filter(agent="planner", created_at__gte=T - timedelta(hours=1)).update(
+            project=acme
+        )
+        assert evaluate_alerts() == 1
+    payload = AlertDelivery.objects.get(rule=rule).webhook.payload
+    assert payload["project"] == "acme" and payload["value"] == pytest.approx(20)
+
+
 def test_a_named_objective_overrides_the_default(burst, settings):
     settings.SLO_OBJECTIVES = {"agent:planner": 0.5}
     with time_machine.travel(T, tick=False):
