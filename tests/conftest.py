@@ -99,6 +99,17 @@ def _end_other_sessions(database: str) -> None:
 
 
 @pytest.fixture
+def frozen_memos(monkeypatch) -> None:
+    """Stop the per-process memos' clock (policy version: 1 s, tokens: 5 s, spend) for a test that
+    counts the queries of requests: on a loaded machine an entry expiring between two requests
+    adds a re-read. Entries already there expire as they would now."""
+    from orchestrator import memo
+
+    frozen = memo.clock()
+    monkeypatch.setattr(memo, "clock", lambda: frozen)
+
+
+@pytest.fixture
 def postgres(db) -> None:
     """Use in tests that need PostgreSQL's behaviour (concurrency, ON CONFLICT, NUL bytes)."""
     require_service(connection.vendor == "postgresql", "PostgreSQL")

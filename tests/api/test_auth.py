@@ -161,7 +161,7 @@ def test_a_token_revoked_by_another_process_is_refused_once_its_entry_expires(
 
 
 @override_settings(API_TOKEN_CACHE_SECONDS=5)
-def test_a_remembered_token_costs_no_lookup(client, api_token):
+def test_a_remembered_token_costs_no_lookup(client, api_token, frozen_memos):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {api_token[1]}"}
     client.post(
         "/api/v1/runs", data=json.dumps(ok_run()), content_type="application/json", **headers

@@ -173,7 +173,9 @@ def test_keyset_pages_go_both_ways_without_skipping_or_repeating(db, operator_cl
     )
 
 
-def test_the_queue_costs_the_same_queries_with_3_or_300_open_items(db, operator_client):
+def test_the_queue_costs_the_same_queries_with_3_or_300_open_items(
+    db, operator_client, frozen_memos
+):
     def queries() -> int:
         with CaptureQueriesContext(connection) as captured:
             assert operator_client.get(QUEUE).status_code == 200
