@@ -93,8 +93,9 @@ def execute_run(run_id: int, *, run_clock: Clock | None = None) -> str:
         return "parked"
     with heartbeat(run, delivery, owner, run_clock):
         envelope, calls = _call_source(run, delivery, run_clock)
-    _record(run, delivery, envelope, calls, run_clock)
-    if admitted.probe:
+    closed = _record(run, delivery, envelope, calls, run_clock)
+    if admitted.probe or closed:
+        # A probe's answer, or a call sent before the breaker opened that found the source up.
         budget.wake_deferred(run.source, run_clock.now())
     return run.status
 
@@ -113,18 +114,20 @@ def _defer(run: Run, until: datetime, now: datetime, owner: str, dead: str) -> b
 
 def _record(
     run: Run, delivery: int, envelope: dict[str, Any], calls: int, run_clock: Clock
-) -> None:
+) -> bool:
+    """Store the outcome and feed the source's health; whether it closed the source's breaker."""
     deadline = time.monotonic() + RECORD_PATIENCE
     pause = 0.5
     while True:
         try:
+            closed = False
             with transaction.atomic():
                 finished = run_clock.now()
                 usage = pricing.usage_fields(run, envelope.get("usage"), calls, finished)
                 if run.record_outcome(envelope, finished, calls, delivery, usage):
-                    _record_health(run.source, envelope, finished, retry=run.attempt > 1)
+                    closed = _record_health(run.source, envelope, finished, retry=run.attempt > 1)
                     dispatch.step(run.workflow_id)
-            return
+            return closed
         except DatabaseError:
             if time.monotonic() + pause > deadline:
                 raise
@@ -213,13 +216,14 @@ def _call_source(run: Run, delivery: int, run_clock: Clock) -> tuple[dict[str, A
     return outcome.envelope, outcome.calls
 
 
-def _record_health(source: str, envelope: dict[str, Any], now: datetime, retry: bool) -> None:
+def _record_health(source: str, envelope: dict[str, Any], now: datetime, retry: bool) -> bool:
+    """Feed the call's answer to its source; whether it closed the source's breaker."""
     if envelope.get("status") == "ok":
-        budget.record_success(source, now)
+        answer = budget.Answer(source, True, now)
     else:
         ftype = envelope.get("failure_type") or FailureCategory.UNCLASSIFIED
         answer = budget.Answer(source, False, now, ftype, envelope.get("retry_after"), retry)
-        budget.record([answer], now)
+    return source in budget.record([answer], now)
 
 
 @dataclass

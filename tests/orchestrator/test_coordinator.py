@@ -575,6 +575,40 @@ def test_a_probe_that_closes_the_breaker_wakes_the_runs_it_held_back(sim):
     assert budget.health("src").breaker_state == "closed"
 
 
+def test_a_call_sent_before_the_breaker_opened_that_finds_the_source_up_wakes_the_held(sim):
+    """Not only a probe: a call admitted while the breaker was closed, answered after others'
+    failures opened it, closes it with its success, and the runs held back meanwhile start."""
+    later = START + timedelta(minutes=5)
+    held: list[Run] = []
+
+    def source(query: dict) -> list[dict]:
+        if query.get("topic") == "inflight":
+            # While this call is in flight, other callers' failures open the breaker, and
+            # another run comes to the source and is held back until its next look.
+            SourceHealth.objects.filter(source="src").update(breaker_state="open", opened_at=START)
+            wf = Workflow.objects.create(name="other", topics=["x"], capability="cap")
+            fields = dict(workflow=wf, topic="x", agent="a", source="src", status="queued")
+            held.append(Run.objects.create(**fields, due_at=later, dispatched_at=START))
+            sim.clock.sleep(0.4)
+        return [{"url": f"https://src.example/{query.get('topic', 'other')}"}]
+
+    reg = registry.Registry()
+    reg.register("cap", "src", source)
+    registry.use_registry(reg)
+    try:
+        SourceHealth.objects.create(source="src")
+        wf = sim.start(["inflight"], {}, capability="cap")
+        sim.drive()
+    finally:
+        registry.use_registry(None)
+    call = wf.runs.get()
+    assert call.status == "succeeded" and call.finished_at == START + timedelta(seconds=0.4)
+    assert budget.health("src").breaker_state == "closed"
+    woken = Run.objects.get(pk=held[0].pk)  # started once the answer came, not at its look
+    assert woken.status == "succeeded", (woken.failure_type, woken.detail)
+    assert call.finished_at <= woken.started_at <= call.finished_at + timedelta(seconds=0.1)
+
+
 def test_waking_leaves_runs_that_were_never_sent_and_respects_a_hold(db):
     now = START
     wf = Workflow.objects.create(name="w", topics=["a"], capability="news")
