@@ -2,13 +2,16 @@
 through a2wsgi, `orchestrator.api.mcp`), behind `Admission` (WEB_THREADS requests at once, a fast
 503 for the excess) behind `ChunkedBodies` (a chunked API body read whole)."""
 
+import gc
 import os
 from collections.abc import Iterable
 
 from django.core.wsgi import get_wsgi_application
+from django.urls import get_resolver
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_application = get_wsgi_application()
+
 
 from config import serve  # noqa: E402  # reads the settings module configured above
 from orchestrator.api.errors import (  # noqa: E402  # needs the apps loaded above
@@ -68,6 +71,18 @@ def probes_first(probes: WsgiApp, app: WsgiApp) -> WsgiApp:
     return wsgi
 
 
+def settle_heap() -> None:
+    """Load what every request needs (the URLconf imports every view and the API), then move
+    the objects alive now (Django, the apps, their libraries: long-lived) out of the cyclic
+    garbage collector's reach with `gc.freeze()`. Its full collections then look at what the
+    requests made, not at the whole process again and again: a 1,000-run batch's parsed models
+    and dicts set off several, and the CPU a batch costs drops by about a quarter (docs/
+    benchmarks.md, ingest). Objects made later are collected as before."""
+    get_resolver().url_patterns  # noqa: B018  # imports config.urls and all it names
+    gc.collect()  # what start-up left unreachable goes now, not into the frozen set
+    gc.freeze()
+
+
 _serving = serve.from_env()
 application = without_process_environment(
     probes_first(
@@ -83,3 +98,4 @@ application = without_process_environment(
         ),
     )
 )
+settle_heap()
