@@ -3,8 +3,11 @@ change bumps the version, so one cheap version read per decision never routes on
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
+
+from django.db import connection
 
 from classifier import Classifier, Overrides
 from orchestrator.coordination import routing
@@ -16,9 +19,21 @@ _classifiers: dict[tuple, Classifier] = {}
 
 
 def _version_key() -> tuple:
-    """Return the version with its change time: a rolled-back bump can never alias a cached one."""
-    row = PolicyState.objects.filter(pk=1).values_list("version", "changed_at").first()
-    return row or (1, None)
+    """Return the version with its change time: a rolled-back bump can never alias a cached one.
+    Read for every decision and every failure classified again: a plain statement, as the ORM's
+    query building would cost more CPU than the read itself. (A key only: the time is as the
+    database returns it.)"""
+    with connection.cursor() as cursor:
+        cursor.execute(_version_sql())
+        row = cursor.fetchone()
+    return tuple(row) if row else (1, None)
+
+
+@functools.cache
+def _version_sql() -> str:
+    q = connection.ops.quote_name
+    table, pk = q(PolicyState._meta.db_table), q(PolicyState._meta.pk.column)
+    return f"SELECT {q('version')}, {q('changed_at')} FROM {table} WHERE {pk} = 1"
 
 
 def current_snapshot(project_id: int | None = None) -> routing.PolicySnapshot:
