@@ -6,6 +6,8 @@ important paths with a real worker process.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -540,6 +542,18 @@ def test_a_waiter_held_back_by_a_hold_is_admitted_at_its_end(db):
     assert budget.admit("held", end) is None
 
 
+@contextlib.contextmanager
+def only_source(source: Callable[[dict], list[dict]]) -> Iterator[None]:
+    """`source` as the one source "src" of capability "cap", for the block."""
+    reg = registry.Registry()
+    reg.register("cap", "src", source)
+    registry.use_registry(reg)
+    try:
+        yield
+    finally:
+        registry.use_registry(None)
+
+
 def test_a_probe_that_closes_the_breaker_wakes_the_runs_it_held_back(sim):
     """Runs a half-open breaker held back start as soon as a probe finds the source up, not at
     their next look (PROBE_RECHECK later)."""
@@ -554,18 +568,13 @@ def test_a_probe_that_closes_the_breaker_wakes_the_runs_it_held_back(sim):
             sim.clock.sleep(0.4)
         return [{"url": f"https://src.example/{query['topic']}"}]
 
-    reg = registry.Registry()
-    reg.register("cap", "src", source)
-    registry.use_registry(reg)
-    try:
+    with only_source(source):
         opened = START - timedelta(seconds=30)
         SourceHealth.objects.create(source="src", breaker_state="open", opened_at=opened)
         # Other workers' calls are two of the three probes, still in flight; this run is the third.
         assert budget.admission("src", START).probe and budget.admission("src", START).probe
         wf = sim.start(["probe", "w1", "w2", "w3"], {}, capability="cap")
         sim.drive()
-    finally:
-        registry.use_registry(None)
     assert held == ["deferred"] * 3
     probe = wf.runs.get(topic="probe")
     assert probe.started_at == START and probe.finished_at == START + timedelta(seconds=0.4)
@@ -592,15 +601,10 @@ def test_a_call_sent_before_the_breaker_opened_that_finds_the_source_up_wakes_th
             sim.clock.sleep(0.4)
         return [{"url": f"https://src.example/{query.get('topic', 'other')}"}]
 
-    reg = registry.Registry()
-    reg.register("cap", "src", source)
-    registry.use_registry(reg)
-    try:
+    with only_source(source):
         SourceHealth.objects.create(source="src")
         wf = sim.start(["inflight"], {}, capability="cap")
         sim.drive()
-    finally:
-        registry.use_registry(None)
     call = wf.runs.get()
     assert call.status == "succeeded" and call.finished_at == START + timedelta(seconds=0.4)
     assert budget.health("src").breaker_state == "closed"
