@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import sys
 import time
 from collections import deque
@@ -84,17 +83,6 @@ def load(rows: int, days: int) -> None:
             cursor.execute(f"VACUUM ANALYZE {table}")
 
 
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    """Median seconds of `repeat` calls after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def count_sql(sql: str) -> Callable[[], object]:
     from django.db import connection
 
@@ -149,8 +137,8 @@ def measure(repeat: int, days: int) -> bool:
     print(f"\n{'figure':34} {'time':>9} {'baseline':>10} {'ratio':>7}  baseline")
     ok = True
     for label, fn, baseline_sql in cases:
-        seconds = timed(fn, repeat)
-        base = timed(count_sql(baseline_sql), repeat)
+        seconds = loader.timed(fn, repeat)
+        base = loader.timed(count_sql(baseline_sql), repeat)
         flag = ""
         if label.startswith("dry run") and seconds > DRY_RUN_TARGET_S:
             ok, flag = False, f"  OVER THE {DRY_RUN_TARGET_S:.0f} s TARGET"

@@ -15,7 +15,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -116,6 +116,17 @@ def benchmark_database(url: str, keep: bool) -> Iterator[None]:
     finally:
         if not keep:
             drop_database(url)
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    """Median seconds of `repeat` calls after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def _pick(rng: random.Random, weights: dict[str, int]) -> str:

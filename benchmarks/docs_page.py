@@ -26,19 +26,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.services import VENV_BIN, manage, start_web  # noqa: E402
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -78,70 +78,28 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def server_env(database_url: str, port: int) -> dict[str, str]:
+def server_env(database_url: str) -> dict[str, str]:
     return os.environ | {
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
         "DATABASE_URL": database_url,
         "DEBUG": "0",
         "SECRET_KEY": "benchmark-only-secret-" + "x" * 40,
         "ALLOWED_HOSTS": "127.0.0.1",
-        "BIND": f"127.0.0.1:{port}",
         "LOG_LEVEL": "WARNING",
         "WEB_ACCESS_LOG": "0",
     }
 
 
-def migrate(env: dict[str, str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode:
-        raise SystemExit(f"manage.py migrate failed:\n{done.stderr}")
-
-
 @contextlib.contextmanager
-def server(env: dict[str, str], base: str) -> Iterator[None]:
-    """The server as shipped for the duration of the block, asked for the document once."""
-    log = open(os.devnull, "wb")  # noqa: SIM115  # closed with the server
-    process = subprocess.Popen(
-        [sys.executable, "-m", "config.serve"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
+def server(env: dict[str, str], log: Path) -> Iterator[str]:
+    """The server as shipped (the Procfile's `web`) for the duration of the block, asked for the
+    document once; its base URL."""
+    process, base = start_web(env, log)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise SystemExit("the server exited during start-up")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/api/v1/openapi.json", timeout=5).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit("the server did not answer within 120 s")
-            time.sleep(0.2)
-        yield
+        httpx.get(f"{base}/api/v1/openapi.json", timeout=120).raise_for_status()
+        yield base
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # its own session: the server's processes
-            process.wait()
-        log.close()
+        process.stop(grace=15)
 
 
 def baseline_ms(browser, base: str) -> float:
@@ -213,12 +171,10 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="docs-bench-") as folder:
         url = args.database_url or f"sqlite:///{Path(folder) / 'docs.sqlite3'}"
-        port = free_port()
-        env = server_env(url, port)
-        base = f"http://127.0.0.1:{port}"
+        env = server_env(url)
         if not args.database_url:
-            migrate(env)
-        with server(env, base), sync_playwright() as pw:
+            manage(env, "migrate", "--verbosity", "0", timeout=600)
+        with server(env, Path(folder) / "web.log") as base, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             try:
                 baseline_ms(browser, base)  # the browser's own start-up, not measured

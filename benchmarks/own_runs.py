@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import re
-import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -149,17 +148,6 @@ def others_runs(rows, token_id: int):
         yield row
 
 
-def timed(fn, repeat: int) -> float:
-    """Median seconds of `repeat` calls after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def plan_of(client, path: str, headers: dict[str, str]) -> str:
     """Per query of the request on the run table: its time, index scans and the rows its
     filters removed (EXPLAIN ANALYZE)."""
@@ -217,7 +205,7 @@ def measure(secrets: dict[str, str], repeat: int) -> bool:
     assert len(listed) == OWN, f"the own list holds {len(listed)} runs, not {OWN}"
     exported = get("/api/v1/runs/export?format=jsonl", own)().splitlines()
     assert len(exported) == OWN, f"the export holds {len(exported)} runs, not {OWN}"
-    baseline = timed(get("/api/v1/runs", everyone), repeat)
+    baseline = loader.timed(get("/api/v1/runs", everyone), repeat)
     cases = [
         ("GET /runs (own, first page)", "/api/v1/runs"),
         ("GET /runs?status=failed (own)", "/api/v1/runs?status=failed"),
@@ -232,7 +220,7 @@ def measure(secrets: dict[str, str], repeat: int) -> bool:
     print(f"\n{'request':40} {'time':>9} {'ratio':>7}")
     ok = True
     for label, path in cases:
-        seconds = timed(get(path, own), repeat)
+        seconds = loader.timed(get(path, own), repeat)
         ratio = seconds / baseline
         flag = "" if ratio <= TARGET else f"  OVER THE {TARGET}x TARGET"
         ok = ok and ratio <= TARGET
