@@ -14,13 +14,12 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from orchestrator.coordination import policy, routing, spend
 from orchestrator.coordination.registry import registry
@@ -288,12 +287,11 @@ def _holds_sql(count: int) -> str:
     )
 
 
-def _aware(value: datetime | str | None) -> datetime | None:
-    """A timestamp read by a plain statement: PostgreSQL's is aware; SQLite keeps UTC as text."""
-    if isinstance(value, str):
-        value = parse_datetime(value)
+def _aware(value: datetime | None) -> datetime | None:
+    """A timestamp read by a plain statement: PostgreSQL's is aware; SQLite's is naive, in the
+    connection's time zone (as the ORM reads it)."""
     if value is not None and timezone.is_naive(value):
-        value = timezone.make_aware(value, UTC)
+        value = timezone.make_aware(value, connection.timezone)
     return value
 
 
