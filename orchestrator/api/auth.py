@@ -14,6 +14,7 @@ from django.http import HttpRequest
 from ninja.security import HttpBearer
 from ninja.throttling import BaseThrottle
 
+from orchestrator.api.errors import host_refusal, throttled, unauthenticated
 from orchestrator.models import ApiToken
 
 logger = logging.getLogger(__name__)
@@ -91,3 +92,19 @@ def _incr_in_redis(key: str, timeout: int) -> int | None:
 def _redis_client(url: str) -> redis.Redis:
     """One client (and its connection pool, shared by threads) per process and Redis URL."""
     return redis.Redis.from_url(url)
+
+
+def admitted(request: HttpRequest, throttle: TokenRateThrottle) -> ApiToken:
+    """The token of a request to an agents' endpoint outside the REST API's routing (/mcp),
+    checked as the API checks its own: the Host, the bearer token, the token's rate limit.
+    Raise the API's ApiError for a refusal."""
+    refusal = host_refusal(request)
+    if refusal is not None:
+        raise refusal
+    token = BearerToken()(request)
+    if token is None:
+        raise unauthenticated()
+    request.auth = token  # type: ignore[attr-defined]  # read by the throttle, as ninja sets it
+    if not throttle.allow_request(request):
+        raise throttled(throttle.wait())
+    return token

@@ -9,6 +9,7 @@ onto them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest
@@ -35,10 +36,13 @@ from orchestrator.api.schemas import (
 from orchestrator.coordination import budget, clock, policy, routing
 from orchestrator.coordination.registry import registry
 from orchestrator.coordination.workflow import decide_reported
-from orchestrator.models import ReviewItem, Run, Workflow
+from orchestrator.models import ApiToken, ReviewItem, Run, Workflow
 from orchestrator.vocabulary import Action, FailureCategory
 
 router = Router(tags=["coordination"])
+
+# A path on this server made a whole address, as `HttpRequest.build_absolute_uri` makes it.
+Absolute = Callable[[str], str]
 
 # The keys of ClassifyIn that are not part of a described error.
 MCP_FIELDS = {
@@ -70,12 +74,17 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
 
     A decision on another token's run takes `act:all`; naming another token's `workflow`,
     `read:all` (else 404, as for an unknown id)."""
+    return decision(request.auth, payload, request.build_absolute_uri)
+
+
+def decision(token: ApiToken, payload: DecisionIn, absolute: Absolute) -> dict[str, Any]:
+    """`POST /decisions` for `token`; `absolute` makes a review item's page address whole."""
     if payload.run is not None:
-        return _decide_on_run(request, payload)
+        return _decide_on_run(token, payload, absolute)
     assert payload.failure is not None and payload.source is not None  # DecisionIn says so
     wf = None
     if payload.workflow:
-        wf = scopes.readable(request.auth, Workflow, payload.workflow)
+        wf = scopes.readable(token, Workflow, payload.workflow)
         if wf is None:
             raise not_found_error(f"No workflow with id {payload.workflow}.")
     failure = payload.failure
@@ -93,15 +102,15 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
         suggested=suggested,
         can_refresh=registry().has_refresher(payload.source),
         partial_count=len(failure.partial_results),
-        project_id=request.auth.project_id,
+        project_id=token.project_id,
     )
     decision = budget.decide(failure.facts(), payload.attempt, ctx, now=clock.now())
     spent = decision.budget_cost if decision.calls_again else 0.0
     return decision.to_dict() | {"budget_spent": spent}
 
 
-def _decide_on_run(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
-    run = scopes.actionable(request.auth, Run, payload.run)
+def _decide_on_run(token: ApiToken, payload: DecisionIn, absolute: Absolute) -> dict[str, Any]:
+    run = scopes.actionable(token, Run, payload.run)
     if run is None:
         raise not_found_error(f"No run with id {payload.run}.")
     if payload.failure is not None and payload.failure.failure_type != run.failure_type:
@@ -123,7 +132,7 @@ def _decide_on_run(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
         item = run.review_items.order_by("-id").first()
     answer = run.stored_decision() | {"run": run.pk}
     if item is not None:
-        answer["review"] = review_ref(request, item)
+        answer["review"] = review_ref(item, absolute)
     return answer
 
 
@@ -133,20 +142,25 @@ def _nothing_to_decide(run: Run) -> str:
     return f"Run {run.pk} {run.status}: only a failed run gets a decision."
 
 
-def review_ref(request: HttpRequest, item: ReviewItem) -> dict[str, Any]:
+def review_ref(item: ReviewItem, absolute: Absolute) -> dict[str, Any]:
     """An item as a decision or an escalation names it: its id and its page's address."""
     url = reverse("dashboard:review_item", args=[item.pk])
-    return {"id": item.pk, "url": request.build_absolute_uri(url)}
+    return {"id": item.pk, "url": absolute(url)}
 
 
 @router.post("/classify", response={200: ClassificationOut, **error_responses(body=True)})
 def classify(request: HttpRequest, payload: ClassifyIn) -> dict[str, Any]:
     """Classify a raw error described as data, or an MCP tool result with isError true, with the
     enabled provider overrides (those scoped to `provider` too)."""
+    return classification(payload, EnvelopeParser.parsed(request))
+
+
+def classification(payload: ClassifyIn, raw: Any) -> dict[str, Any]:
+    """`POST /classify` of `payload`, parsed from the body `raw` (an MCP result is read as sent)."""
     if payload.is_error is not None:
         if payload.is_error is not True:
             raise invalid("An MCP tool result is classified only when isError is true.")
-        described = describe_mcp_result(EnvelopeParser.parsed(request))
+        described = describe_mcp_result(raw)
         _check_mcp_category(described)
     else:
         described = payload.model_dump(exclude_none=True, exclude=MCP_FIELDS)

@@ -16,6 +16,7 @@ from http import HTTPStatus
 from typing import Any
 
 import orjson
+import pydantic
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError
@@ -194,10 +195,39 @@ def _too_big() -> ApiError:
     )
 
 
-def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
-    logger.exception("API error on %s %s", request.method, request.path, exc_info=exc)
-    error = ApiError(500, FailureCategory.SERVER_FAULT, "Internal error; it has been logged.")
-    return error_response(request, error)
+def _pydantic_errors(exc: pydantic.ValidationError) -> list[FieldError]:
+    return [FieldError(".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()]
+
+
+# What each exception answers, for every way in: the REST API's handlers (`install_handlers`)
+# and the MCP tools (`api_error`). The most specific class first: `api_error` takes the first
+# match, as ninja picks the handler of the nearest class.
+ERRORS: tuple[tuple[type[Exception], Callable[[Any], ApiError]], ...] = (
+    (ApiError, lambda exc: exc),
+    (NinjaValidationError, lambda exc: invalid("Invalid request.", _validation_errors(exc))),
+    (pydantic.ValidationError, lambda exc: invalid("Invalid request.", _pydantic_errors(exc))),
+    (AuthenticationError, lambda exc: unauthenticated()),
+    (AuthorizationError, lambda exc: ApiError(403, FailureCategory.AUTH_FAILURE, str(exc))),
+    (Throttled, lambda exc: throttled(exc.wait)),
+    (HttpError, _http_error),
+    (Http404, lambda exc: not_found_error("Not found.")),
+    (RequestDataTooBig, lambda exc: _too_big()),
+    (OperationalError, lambda exc: database_unavailable()),
+    (InterfaceError, lambda exc: database_unavailable()),
+    # Validation should catch every value a column refuses; these are the backstop, never a 500.
+    (DataError, lambda exc: invalid("A value does not fit its database column.")),
+    (IntegrityError, lambda exc: invalid("The request conflicts with stored data.", (), 409)),
+)
+
+
+def api_error(exc: Exception, where: str) -> ApiError:
+    """The error the API answers for `exc`; an unexpected one is logged (`where` says what was
+    attempted) and answered as a server fault."""
+    for exc_class, make in ERRORS:
+        if isinstance(exc, exc_class):
+            return make(exc)
+    logger.exception("API error on %s", where, exc_info=exc)
+    return ApiError(500, FailureCategory.SERVER_FAULT, "Internal error; it has been logged.")
 
 
 def install_handlers(api: NinjaAPI) -> None:
@@ -208,20 +238,14 @@ def install_handlers(api: NinjaAPI) -> None:
             exc_class, lambda request, exc: error_response(request, make(exc))
         )
 
-    handle(ApiError, lambda exc: exc)
-    handle(NinjaValidationError, lambda exc: invalid("Invalid request.", _validation_errors(exc)))
-    handle(AuthenticationError, lambda exc: unauthenticated())
-    handle(AuthorizationError, lambda exc: ApiError(403, FailureCategory.AUTH_FAILURE, str(exc)))
-    handle(Throttled, lambda exc: throttled(exc.wait))
-    handle(HttpError, _http_error)
-    handle(Http404, lambda exc: not_found_error("Not found."))
-    handle(RequestDataTooBig, lambda exc: _too_big())
-    handle(OperationalError, lambda exc: database_unavailable())
-    handle(InterfaceError, lambda exc: database_unavailable())
-    # Validation should catch every value a column refuses; these are the backstop, never a 500.
-    handle(DataError, lambda exc: invalid("A value does not fit its database column."))
-    handle(IntegrityError, lambda exc: invalid("The request conflicts with stored data.", (), 409))
-    api.add_exception_handler(Exception, _unexpected)
+    for exc_class, make in ERRORS:
+        handle(exc_class, make)
+    api.add_exception_handler(
+        Exception,
+        lambda request, exc: error_response(
+            request, api_error(exc, f"{request.method} {request.path}")
+        ),
+    )
 
 
 @csrf_exempt
@@ -426,18 +450,26 @@ class ApiHostMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path_info.startswith(self.PREFIX):
-            try:
-                request.get_host()
-            except DisallowedHost as exc:
-                self.security.error(str(exc), extra={"status_code": 400, "request": request})
-                error = ApiError(
-                    400,
-                    FailureCategory.INVALID_INPUT,
-                    str(exc),
-                    alternatives=["call the server by a name it serves (its ALLOWED_HOSTS)"],
-                )
+            error = host_refusal(request)
+            if error is not None:
                 return error_response(request, error)
         return self.get_response(request)
+
+
+def host_refusal(request: HttpRequest) -> ApiError | None:
+    """The 400 for a request whose Host is not in ALLOWED_HOSTS (logged as Django logs it), or
+    None."""
+    try:
+        request.get_host()
+    except DisallowedHost as exc:
+        ApiHostMiddleware.security.error(str(exc), extra={"status_code": 400, "request": request})
+        return ApiError(
+            400,
+            FailureCategory.INVALID_INPUT,
+            str(exc),
+            alternatives=["call the server by a name it serves (its ALLOWED_HOSTS)"],
+        )
+    return None
 
 
 class RequestBodyMiddleware:

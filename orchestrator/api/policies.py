@@ -63,13 +63,18 @@ def current_policies(request: HttpRequest) -> dict[str, Any]:
     """The routing policy per failure type (the token's project's own rows where it overrides the
     global ones), the enabled provider overrides and scrub rules, with the version that every
     decision records."""
+    return policy_snapshot(request.auth.project_id)
+
+
+def policy_snapshot(project_id: int) -> dict[str, Any]:
+    """`GET /policies` for a token of this project."""
     # Re-read the version after the rows: an edit committed in between would pair new rows
     # with an old version (the version is what decisions record), so read again until stable.
     version = PolicyState.current_version()
     while True:
         snapshot = {
             "version": version,
-            "policies": _project_rows(request.auth.project_id),
+            "policies": _project_rows(project_id),
             "overrides": [o.snapshot() for o in ProviderOverride.objects.filter(enabled=True)],
             "scrub_rules": [r.snapshot() for r in ScrubRule.objects.filter(enabled=True)],
         }

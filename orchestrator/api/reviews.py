@@ -22,12 +22,19 @@ from ninja.responses import Status
 
 from orchestrator import keyset, notify
 from orchestrator.api import overload, scopes
-from orchestrator.api.decisions import review_ref
-from orchestrator.api.errors import ApiError, FieldError, error_responses, invalid, not_found_error
+from orchestrator.api.decisions import Absolute, review_ref
+from orchestrator.api.errors import (
+    ApiError,
+    Environ,
+    FieldError,
+    error_responses,
+    invalid,
+    not_found_error,
+)
 from orchestrator.api.schemas import ReviewFilters, ReviewIn, ReviewListOut, ReviewOut, ReviewWait
 from orchestrator.coordination.delivery import resolution_payload
 from orchestrator.coordination.escalation import CannotEscalate, escalate_reported
-from orchestrator.models import ReviewItem, Run
+from orchestrator.models import ApiToken, ReviewItem, Run
 from orchestrator.vocabulary import Delivery, FailureCategory
 
 router = Router(tags=["reviews"])
@@ -48,15 +55,23 @@ def escalate(request: HttpRequest, payload: ReviewIn) -> Status:
     open for that run. The item joins the review queue beside the built-in coordinator's, grouped
     by the failure's signature; its resolution comes back to the token that reported the run.
     Another token's run takes `act:all` (else 404)."""
-    run = scopes.actionable(request.auth, Run, payload.run)
+    answer, created = escalation(request.auth, payload, request.build_absolute_uri)
+    return Status(201 if created else 200, answer)
+
+
+def escalation(
+    token: ApiToken, payload: ReviewIn, absolute: Absolute
+) -> tuple[dict[str, Any], bool]:
+    """`POST /reviews` for `token`: the item, and whether it is new."""
+    run = scopes.actionable(token, Run, payload.run)
     if run is None:
         raise not_found_error(f"No run with id {payload.run}.")
     try:
-        item, created = escalate_reported(run, payload.reason, request.auth)
+        item, created = escalate_reported(run, payload.reason, token)
     except CannotEscalate as exc:
         raise ApiError(409, FailureCategory.INVALID_INPUT, str(exc)) from None
-    item = _item(request, item.pk, act=True)
-    return Status(201 if created else 200, resolution_payload(item) | review_ref(request, item))
+    item = _item(token, item.pk, act=True)
+    return resolution_payload(item) | review_ref(item, absolute), created
 
 
 @router.get("/{int:item_id}", response={200: ReviewOut, **error_responses(404, 422)})
@@ -64,16 +79,20 @@ def get_review(request: HttpRequest, item_id: int, params: Query[ReviewWait]) ->
     """One item and its resolution. With `wait=S` (at most 30) the answer comes as soon as the
     item is resolved, or after S seconds with its state then. Another token's item takes
     `read:all` (else 404)."""
-    item = _item(request, item_id)
-    if params.wait and item.state != ReviewItem.State.RESOLVED:
+    return review(request.auth, item_id, params.wait, request.META)
+
+
+def review(token: ApiToken, item_id: int, wait: float, environ: Environ) -> dict[str, Any]:
+    """`GET /reviews/{item_id}?wait=` for `token`; `environ` is the WSGI request's whose work
+    slot is given back while it waits (`overload.idle`)."""
+    item = _item(token, item_id)
+    if wait and item.state != ReviewItem.State.RESOLVED:
         resolved = ReviewItem.objects.filter(pk=item_id, state=ReviewItem.State.RESOLVED)
         # Waiting is not work: the server's work slot serves others meanwhile (`overload`), and
         # when too many wait already this one answers the state as it is now.
-        with overload.idle(request.META) as may_wait:
-            if may_wait and notify.wait_for(
-                notify.REVIEW_RESOLVED, item_id, params.wait, resolved.exists
-            ):
-                item = _item(request, item_id)
+        with overload.idle(environ) as may_wait:
+            if may_wait and notify.wait_for(notify.REVIEW_RESOLVED, item_id, wait, resolved.exists):
+                item = _item(token, item_id)
     return resolution_payload(item)
 
 
@@ -83,11 +102,16 @@ def list_reviews(request: HttpRequest, filters: Query[ReviewFilters]) -> dict[st
     resolutions its agent has not acknowledged yet, the earliest decision first. With
     `all_tokens=true`, every item the token may read instead (those of the workflows it started;
     with `read:all`, everyone's). Pass `next_cursor` back as `cursor` for the next page."""
+    return reviews_of(request.auth, filters)
+
+
+def reviews_of(token: ApiToken, filters: ReviewFilters) -> dict[str, Any]:
+    """`GET /reviews` for `token`."""
     if filters.all_tokens:
         # Its items and its workflows' items read apart, each from its own index, and merged.
-        parts = scopes.visible_parts(request.auth, ReviewItem.objects.all())
+        parts = scopes.visible_parts(token, ReviewItem.objects.all())
     else:
-        parts = [ReviewItem.objects.for_token(request.auth)]
+        parts = [ReviewItem.objects.for_token(token)]
     after = None
     if filters.cursor:
         try:
@@ -132,7 +156,12 @@ def acknowledge(request: HttpRequest, item_id: int) -> dict[str, Any]:
     """Mark this item's resolution picked up by the agent: it leaves the unacknowledged list.
     Repeating it changes nothing (the first pick-up's time stays). Another token's item takes
     `act:all` (else 404); an item of the built-in coordinator's is applied by it (409)."""
-    item = _item(request, item_id, act=True)
+    return acknowledgement(request.auth, item_id)
+
+
+def acknowledgement(token: ApiToken, item_id: int) -> dict[str, Any]:
+    """`POST /reviews/{item_id}/ack` for `token`."""
+    item = _item(token, item_id, act=True)
     if item.token_id is None:
         raise ApiError(
             409,
@@ -150,10 +179,10 @@ def acknowledge(request: HttpRequest, item_id: int) -> dict[str, Any]:
     return resolution_payload(item)
 
 
-def _item(request: HttpRequest, item_id: int, act: bool = False) -> ReviewItem:
+def _item(token: ApiToken, item_id: int, act: bool = False) -> ReviewItem:
     """The item if the token may read it (with `act`, act on it); else 404 as for no item."""
     find = scopes.actionable if act else scopes.readable
-    item = find(request.auth, ReviewItem, item_id, *RELATED)
+    item = find(token, ReviewItem, item_id, *RELATED)
     if item is None:
         raise not_found_error(f"No review item with id {item_id}.")
     return item

@@ -37,7 +37,7 @@ from orchestrator.api.schemas import (
     Str255,
 )
 from orchestrator.keyset import decode_cursor, encode_cursor
-from orchestrator.models import Run
+from orchestrator.models import ApiToken, Run
 from orchestrator.models.run_queries import keyset_page_of
 from orchestrator.vocabulary import FailureCategory
 
@@ -128,7 +128,12 @@ def finish_run(request: HttpRequest, run_id: int, payload: RunFinishIn) -> Run:
     is a finish after the run's running deadline (`RUN_RUNNING_TIMEOUT`, or the token's own),
     past which the sweeper finished it as a `timeout` failure. Another token's run takes
     `act:all` (else 404)."""
-    run = scopes.actionable(request.auth, Run, run_id)
+    return finish(request.auth, run_id, payload)
+
+
+def finish(token: ApiToken, run_id: int, payload: RunFinishIn) -> Run:
+    """`PATCH /runs/{run_id}` for `token`, wherever it comes from (the API, the MCP tools)."""
+    run = scopes.actionable(token, Run, run_id)
     if run is None:
         raise not_found_error(f"No run with id {run_id}.")
     if not run.is_reported:

@@ -12,7 +12,6 @@ from itertools import islice
 from typing import Any
 
 import anyio
-from mcp.server.stdio import stdio_server
 
 from orchestrator.client.api import AgentClient, ClientError, Review
 from orchestrator.client.mcp_tools import ToolFailure, build_server, failure_envelope
@@ -107,9 +106,7 @@ def _envelope(exc: ClientError, operation: str) -> dict[str, Any]:
 
 async def serve(client: AgentClient) -> None:
     backend = RemoteBackend(client)
-    server = build_server(lambda ctx: backend)
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+    await build_server(lambda: backend).run_stdio_async()
 
 
 def main() -> None:

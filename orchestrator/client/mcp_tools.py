@@ -1,8 +1,9 @@
 """Failsight as MCP tools, for agents that reach their tools through the Model Context Protocol.
 
-One set of tools with two backends: the web server answers them at /mcp with its own services
-(`orchestrator.api.mcp`), and `failsight-mcp` (`orchestrator.client.mcp_stdio`) answers them over
-stdio by calling a Failsight's REST API with `AgentClient`. A tool that fails returns an MCP tool
+The tools are typed functions on the SDK's high-level `MCPServer`, with two backends: the web
+server answers them at /mcp with the REST API's own services (`orchestrator.mcp`), and
+`failsight-mcp` (`orchestrator.client.mcp_stdio`) answers them over stdio by calling a
+Failsight's REST API with `AgentClient`. A tool that fails returns an MCP tool
 error (`isError`) whose content is the API's error envelope with MCP's own names for its verdict
 (`errorCategory`, `isRetryable`, `retryAfter`), so `classify` reads it back unchanged.
 
@@ -11,23 +12,17 @@ Needs the `mcp` package (`pip install 'failsight-sdk[mcp]'`); nothing here impor
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-import anyio.to_thread
-from mcp.server.lowlevel import Server
-from mcp.types import (
-    CallToolRequestParams,
-    CallToolResult,
-    ListToolsResult,
-    PaginatedRequestParams,
-    TextContent,
-    Tool,
-    ToolAnnotations,
-)
+from mcp.server.context import ServerRequestContext
+from mcp.server.extension import CallNext, Extension
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+from mcp.types import CallToolRequestParams, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from classifier import FailureCategory
@@ -114,11 +109,9 @@ class Backend(Protocol):
     def policies(self) -> dict[str, Any]: ...  # GET /policies
 
 
-class Args(BaseModel):
+class Outcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-
-class Outcome(Args):
     status: Literal["ok", "error"] = Field(
         description="ok: the call answered (zero results is still ok); error: it failed"
     )
@@ -141,194 +134,184 @@ class Outcome(Args):
     exception_type: str | None = Field(None, description="The exception's class name")
 
 
-class ReportRun(Args):
-    run_id: int | None = Field(
-        None, ge=1, description="Finish this started run with `outcome` (leave out to start one)"
-    )
-    agent: str | None = Field(None, description="Who ran it (to start or report a run)")
-    source: str | None = Field(None, description="Where it got data: web_search, news_api …")
-    operation: str | None = Field(None, description="What it did: search, lookup …")
-    attempted: dict[str, Any] | None = Field(None, description="What it attempted (the query)")
-    outcome: Outcome | None = Field(
-        None,
-        description="The envelope. Without run_id and outcome the run is reported as started "
-        "(running); without run_id, with outcome, as finished in one go",
-    )
-    workflow: int | None = Field(None, ge=1, description="The workflow the run belongs to")
-    topic: str | None = None
-    attempt: int | None = Field(None, ge=1, description="1 for a first try, 2 for its retry …")
-    retry_of: int | None = Field(None, ge=1, description="The id of the first attempt")
-    idempotency_key: str | None = Field(
-        None, description="The same key again returns the stored run instead of a second one"
-    )
-
-
-class Decide(Args):
-    run_id: int | None = Field(
-        None, ge=1, description="A failed run you reported: the decision is recorded on it"
-    )
-    failure: dict[str, Any] | None = Field(
-        None, description="Without run_id: the failure (an envelope, or classify's answer)"
-    )
-    source: str | None = Field(None, description="Without run_id: the source that failed")
-    attempt: int = Field(1, ge=1, description="The attempt that just failed")
-    workflow: int | None = Field(None, ge=1)
-    tried: list[str] | None = Field(None, description="Sources already tried: never proposed")
-
-
-class Escalate(Args):
-    run_id: int = Field(ge=1, description="A failed run you reported")
-    reason: str = Field(description="What the reviewer should know")
-
-
-class WaitForResolution(Args):
-    review_id: int = Field(ge=1)
-    timeout_seconds: float = Field(
-        LONGEST_WAIT,
-        ge=0,
-        le=LONGEST_WAIT,
-        description="Answer as soon as it is resolved, or after this long with its state then",
-    )
-
-
-class ListResolutions(Args):
-    limit: int = Field(50, ge=1, le=500)
-
-
-class Ack(Args):
-    review_id: int = Field(ge=1)
-
-
-class Classify(Args):
-    error: dict[str, Any] = Field(
-        description="An error described as data ({exception_type, message, status_code, "
-        "headers, body, cause …}) or an MCP tool result with isError true"
-    )
-    provider: str | None = Field(None, description="The provider, so its overrides apply")
-
-
-class GetPolicy(Args):
-    failure_type: str | None = Field(None, description="Only this failure type's routing")
+# The tools' argument types, shared by the functions below.
+Id = Annotated[int, Field(ge=1)]
+OptionalId = Annotated[int | None, Field(ge=1)]
+Answer = dict[str, Any]
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def report_run(backend: Backend, args: ReportRun) -> dict[str, Any]:
-    operation = "tools/call report_run"
-    outcome = args.outcome.model_dump(exclude_none=True) if args.outcome else None
-    if args.run_id is not None:
-        if outcome is None:
-            raise refused("A finish needs its outcome.", operation, [("outcome", "required")])
-        return backend.finish(args.run_id, outcome)
-    missing = [(name, "required") for name in ("agent", "source") if not getattr(args, name)]
-    if missing:
-        raise refused("A new run needs its agent and source.", operation, missing)
-    named = ("operation", "attempted", "workflow", "topic", "attempt", "retry_of")
-    fields = {name: value for name in named if (value := getattr(args, name)) is not None}
-    if outcome is None:
-        outcome, fields["started_at"] = {"status": "running"}, _now()
-    assert args.agent and args.source
-    return backend.report(outcome, args.agent, args.source, fields, args.idempotency_key or "")
+class Tools:
+    """Failsight's tools as typed functions: their signatures are the tools' input schemas (the
+    SDK derives and validates them), their docstrings the descriptions. `backend()` is called
+    on the SDK's worker thread for each call."""
 
+    def __init__(self, backend: Callable[[], Backend]) -> None:
+        self.backend = backend
 
-def decide(backend: Backend, args: Decide) -> dict[str, Any]:
-    body = {"run": args.run_id, "failure": args.failure, "attempt": args.attempt}
-    body |= {"source": args.source, "workflow": args.workflow, "tried": args.tried}
-    return backend.decide({name: value for name, value in body.items() if value not in (None, [])})
+    def report_run(
+        self,
+        run_id: Annotated[
+            OptionalId, Field(description="Finish this started run with `outcome`")
+        ] = None,
+        agent: Annotated[str | None, Field(description="Who ran it (to start or report)")] = None,
+        source: Annotated[
+            str | None, Field(description="Where it got data: web_search, news_api …")
+        ] = None,
+        operation: Annotated[str | None, Field(description="What it did: search …")] = None,
+        attempted: Annotated[
+            dict[str, Any] | None, Field(description="What it attempted (the query)")
+        ] = None,
+        outcome: Annotated[
+            Outcome | None,
+            Field(
+                description="The envelope. Without run_id and outcome the run is reported as "
+                "started (running); without run_id, with outcome, as finished in one go"
+            ),
+        ] = None,
+        workflow: Annotated[OptionalId, Field(description="The run's workflow")] = None,
+        topic: str | None = None,
+        attempt: Annotated[OptionalId, Field(description="1 for a first try, 2 …")] = None,
+        retry_of: Annotated[OptionalId, Field(description="The first attempt's id")] = None,
+        idempotency_key: Annotated[
+            str | None,
+            Field(description="The same key again returns the stored run, never a second one"),
+        ] = None,
+    ) -> Answer:
+        """Report a subagent's run: start it (agent, source, operation, attempted) and get its
+        id, then finish it (run_id, outcome); or report a finished one at once (outcome, no
+        run_id)."""
+        operation_name = "tools/call report_run"
+        envelope = outcome.model_dump(exclude_none=True) if outcome else None
+        if run_id is not None:
+            if envelope is None:
+                missing = [("outcome", "required")]
+                raise refused("A finish needs its outcome.", operation_name, missing)
+            return self.backend().finish(run_id, envelope)
+        if not agent or not source:
+            given = (("agent", agent), ("source", source))
+            missing = [(name, "required") for name, value in given if not value]
+            raise refused("A new run needs its agent and source.", operation_name, missing)
+        named = {
+            "operation": operation,
+            "attempted": attempted,
+            "workflow": workflow,
+            "topic": topic,
+            "attempt": attempt,
+            "retry_of": retry_of,
+        }
+        fields = {name: value for name, value in named.items() if value is not None}
+        if envelope is None:
+            envelope, fields["started_at"] = {"status": "running"}, _now()
+        return self.backend().report(envelope, agent, source, fields, idempotency_key or "")
 
+    def decide(
+        self,
+        run_id: Annotated[
+            OptionalId, Field(description="A failed run you reported: the decision is kept on it")
+        ] = None,
+        failure: Annotated[
+            dict[str, Any] | None,
+            Field(description="Without run_id: the failure (an envelope, or classify's answer)"),
+        ] = None,
+        source: Annotated[
+            str | None, Field(description="Without run_id: the source that failed")
+        ] = None,
+        attempt: Annotated[Id, Field(description="The attempt that just failed")] = 1,
+        workflow: OptionalId = None,
+        tried: Annotated[
+            list[str] | None, Field(description="Sources already tried: never proposed")
+        ] = None,
+    ) -> Answer:
+        """What to do after a failure: a failed run's id (the decision is recorded on it, once)
+        or a failure and its source. Answers action (retry, wait, switch_source, accept_partial,
+        escalate, abort), reason, delay_seconds, switch_to, and review for an escalation."""
+        body = {"run": run_id, "failure": failure, "attempt": attempt}
+        body |= {"source": source, "workflow": workflow, "tried": tried}
+        return self.backend().decide({k: v for k, v in body.items() if v not in (None, [])})
 
-def get_policy(backend: Backend, args: GetPolicy) -> dict[str, Any]:
-    data = backend.policies()
-    if args.failure_type is None:
-        return data
-    try:
-        wanted = parse_failure_type(args.failure_type).value
-    except UnknownFailureType as exc:
-        raise refused(str(exc), "tools/call get_policy", [("failure_type", str(exc))]) from None
-    return data | {"policies": [p for p in data["policies"] if p["failure_type"] == wanted]}
+    def escalate(
+        self,
+        run_id: Annotated[Id, Field(description="A failed run you reported")],
+        reason: Annotated[str, Field(description="What the reviewer should know")],
+    ) -> Answer:
+        """Send a failed run to human review; answers the review item (its id and page url)."""
+        return self.backend().escalate(run_id, reason)
 
+    def wait_for_resolution(
+        self,
+        review_id: Id,
+        timeout_seconds: Annotated[
+            float,
+            Field(
+                ge=0,
+                le=LONGEST_WAIT,
+                description="Answer as soon as it is resolved, or after this long with its state",
+            ),
+        ] = LONGEST_WAIT,
+    ) -> Answer:
+        """Wait (at most 30 s) for an operator to resolve a review item; answers the item with
+        state and resolution (action, input, source, note). Call again while it is pending."""
+        return self.backend().wait(review_id, timeout_seconds)
 
-@dataclass(frozen=True)
-class Spec:
-    name: str
-    args: type[Args]
-    run: Callable[[Backend, Any], dict[str, Any]]
-    description: str
-    read_only: bool = False
+    def list_resolutions(self, limit: Annotated[int, Field(ge=1, le=500)] = 50) -> Answer:
+        """The resolutions of your review items not acknowledged yet, the earliest first."""
+        return self.backend().resolutions(limit)
 
-    def tool(self) -> Tool:
-        hints = ToolAnnotations(read_only_hint=self.read_only, destructive_hint=False)
-        schema = self.args.model_json_schema()
-        return Tool(
-            name=self.name, description=self.description, input_schema=schema, annotations=hints
-        )
+    def ack(self, review_id: Id) -> Answer:
+        """Acknowledge a resolution once you applied it: it is never listed again."""
+        return self.backend().ack(review_id)
 
+    def classify(
+        self,
+        error: Annotated[
+            dict[str, Any],
+            Field(
+                description="An error described as data ({exception_type, message, "
+                "status_code, headers, body, cause …}) or an MCP tool result with isError true"
+            ),
+        ],
+        provider: Annotated[
+            str | None, Field(description="The provider, so its overrides apply")
+        ] = None,
+    ) -> Answer:
+        """Classify an error (described as data, or an MCP tool result with isError): its
+        failure_type, whether a retry can help, and how long to wait."""
+        return self.backend().classify(error | ({"provider": provider} if provider else {}))
 
-SPECS = (
-    Spec(
-        "report_run",
-        ReportRun,
-        report_run,
-        "Report a subagent's run: start it (agent, source, operation, attempted) and get its id, "
-        "then finish it (run_id, outcome); or report a finished one at once (outcome, no run_id).",
-    ),
-    Spec(
-        "decide",
-        Decide,
-        decide,
-        "What to do after a failure: a failed run's id (the decision is recorded on it, once) or "
-        "a failure and its source. Answers action (retry, wait, switch_source, accept_partial, "
-        "escalate, abort), reason, delay_seconds, switch_to, and review for an escalation.",
-    ),
-    Spec(
-        "escalate",
-        Escalate,
-        lambda backend, a: backend.escalate(a.run_id, a.reason),
-        "Send a failed run to human review; answers the review item (its id and page url).",
-    ),
-    Spec(
-        "wait_for_resolution",
-        WaitForResolution,
-        lambda backend, a: backend.wait(a.review_id, a.timeout_seconds),
-        "Wait (at most 30 s) for an operator to resolve a review item; answers the item with "
-        "state and resolution (action, input, source, note). Call again while it is pending.",
-        read_only=True,
-    ),
-    Spec(
-        "list_resolutions",
-        ListResolutions,
-        lambda backend, a: backend.resolutions(a.limit),
-        "The resolutions of your review items not acknowledged yet, the earliest first.",
-        read_only=True,
-    ),
-    Spec(
-        "ack",
-        Ack,
-        lambda backend, a: backend.ack(a.review_id),
-        "Acknowledge a resolution once you applied it: it is never listed again.",
-    ),
-    Spec(
-        "classify",
-        Classify,
-        lambda backend, a: backend.classify(
-            a.error | ({"provider": a.provider} if a.provider else {})
-        ),
-        "Classify an error (described as data, or an MCP tool result with isError): its "
-        "failure_type, whether a retry can help, and how long to wait.",
-        read_only=True,
-    ),
-    Spec(
-        "get_policy",
-        GetPolicy,
-        get_policy,
-        "The routing policy per failure type (attempts, delays, what happens when exhausted) "
-        "and the provider overrides, with their version.",
-        read_only=True,
-    ),
-)
-TOOLS = {spec.name: spec for spec in SPECS}
+    def get_policy(
+        self,
+        failure_type: Annotated[
+            str | None, Field(description="Only this failure type's routing (aliases work)")
+        ] = None,
+    ) -> Answer:
+        """The routing policy per failure type (attempts, delays, what happens when exhausted)
+        and the provider overrides, with their version."""
+        data = self.backend().policies()
+        if failure_type is None:
+            return data
+        try:
+            wanted = parse_failure_type(failure_type).value
+        except UnknownFailureType as exc:
+            errors = [("failure_type", str(exc))]
+            raise refused(str(exc), "tools/call get_policy", errors) from None
+        return data | {"policies": [p for p in data["policies"] if p["failure_type"] == wanted]}
+
+    def functions(self) -> dict[str, tuple[Callable[..., Answer], bool]]:
+        """Each tool's function and whether it only reads."""
+        return {
+            "report_run": (self.report_run, False),
+            "decide": (self.decide, False),
+            "escalate": (self.escalate, False),
+            "wait_for_resolution": (self.wait_for_resolution, True),
+            "list_resolutions": (self.list_resolutions, True),
+            "ack": (self.ack, False),
+            "classify": (self.classify, True),
+            "get_policy": (self.get_policy, True),
+        }
 
 
 def tool_error(envelope: dict[str, Any]) -> CallToolResult:
@@ -351,34 +334,73 @@ def _arguments_refused(name: str, exc: ValidationError) -> ToolFailure:
     return refused(f"Invalid arguments for {name}.", f"tools/call {name}", errors)
 
 
-def build_server(backend_for: Callable[[Any], Backend], version: str = "") -> Server:
-    """An MCP server of Failsight's tools; `backend_for(ctx)` is called on a worker thread for
-    each call with the request's context (`ctx.request` is the HTTP request, None over stdio)
-    and may raise ToolFailure."""
+def answering(name: str, function: Callable[..., Answer]) -> Callable[..., Answer]:
+    """`function` as a tool: a ToolFailure it raises is answered as our tool error (the SDK
+    would answer its bare text). The signature stays the function's, for the SDK to read."""
 
-    async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
-        return ListToolsResult(tools=[spec.tool() for spec in SPECS])
-
-    async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
-        spec = TOOLS.get(params.name)
+    @functools.wraps(function)
+    def tool(**arguments: Any) -> Answer | CallToolResult:
         try:
-            if spec is None:
-                known = ", ".join(TOOLS)
-                raise refused(f"No tool {params.name!r}: {known}.", "tools/call", [("name", known)])
-            try:
-                args = spec.args.model_validate(params.arguments or {})
-            except ValidationError as exc:
-                raise _arguments_refused(spec.name, exc) from None
-            # The backends block (the database, the REST API): never on the event loop.
-            data = await anyio.to_thread.run_sync(lambda: spec.run(backend_for(ctx), args))
+            return function(**arguments)
         except ToolFailure as failure:
             return tool_error(failure.envelope)
-        return CallToolResult(content=[_text(data)], structured_content=data)
 
-    return Server(
+    return tool
+
+
+class ErrorEnvelopes(Extension):
+    """Arguments that the SDK refuses (they do not fit the tool's signature) and unknown tools
+    are answered as our other tool errors are, with one `{path, message}` per field, instead of
+    the SDK's bare text. The SDK's text answer carries no structured content; ours always does."""
+
+    identifier = "io.failsight/error-envelopes"
+
+    def __init__(self, functions: dict[str, Callable[..., Answer]]) -> None:
+        self.functions = functions
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> Any:
+        result = await call_next(ctx)
+        sdk_refusal = isinstance(result, CallToolResult) and result.structured_content is None
+        if sdk_refusal and result.is_error:
+            return tool_error(self.refusal(params).envelope)
+        return result
+
+    def refusal(self, params: CallToolRequestParams) -> ToolFailure:
+        function = self.functions.get(params.name)
+        if function is None:
+            known = ", ".join(self.functions)
+            return refused(f"No tool {params.name!r}: {known}.", "tools/call", [("name", known)])
+        try:
+            func_metadata(function).arg_model.model_validate(params.arguments or {})
+        except ValidationError as exc:
+            return _arguments_refused(params.name, exc)
+        # The arguments fit: the tool itself broke (the SDK has logged it).
+        return ToolFailure(
+            failure_envelope(
+                FailureCategory.SERVER_FAULT,
+                "Internal error; it has been logged.",
+                f"tools/call {params.name}",
+                retryable=True,
+            )
+        )
+
+
+def build_server(backend: Callable[[], Backend], version: str = "") -> MCPServer:
+    """An MCP server of Failsight's tools; `backend()` is called on the SDK's worker thread for
+    each call, in the context of the request it serves, and may raise ToolFailure."""
+    functions = Tools(backend).functions()
+    server = MCPServer(
         SERVER_NAME,
         version=version,
         instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        extensions=[ErrorEnvelopes({name: f for name, (f, _) in functions.items()})],
     )
+    for name, (function, read_only) in functions.items():
+        hints = ToolAnnotations(read_only_hint=read_only, destructive_hint=False)
+        server.add_tool(answering(name, function), name=name, annotations=hints)
+    return server

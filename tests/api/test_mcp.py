@@ -1,6 +1,7 @@
-"""The /mcp endpoint's WSGI layer, in process: what is refused before the MCP app (a host not
-served, a missing or unknown token, too many requests, an overloaded server) is refused in the
-API's envelope, and only /mcp reaches the app. The tools themselves: test_mcp_live.py."""
+"""The /mcp endpoint in process, as the WSGI server mounts it (the ASGI endpoint through
+a2wsgi): what is refused before the MCP app (a host not served, a missing or unknown token, too
+many requests, an overloaded server) is refused in the API's envelope, an admitted request's
+token reaches the tools, and only /mcp reaches the app. The whole loop: test_mcp_live.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from orchestrator.api.mcp import TOKEN, McpApp, mounted
+from orchestrator.api.mcp import McpApp, mounted
 from orchestrator.api.overload import shed
 from orchestrator.models import ApiToken
 from tests.api.helpers import ENVELOPE_KEYS
@@ -21,8 +22,11 @@ from tests.api.helpers import ENVELOPE_KEYS
 serving = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
-def environ(path: str = "/mcp", **headers: str) -> dict[str, Any]:
-    body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
+LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+
+
+def environ(path: str = "/mcp", message: dict[str, Any] = LIST, **headers: str) -> dict[str, Any]:
+    body = json.dumps(message).encode()
     return {
         "REQUEST_METHOD": "POST",
         "PATH_INFO": path,
@@ -30,6 +34,7 @@ def environ(path: str = "/mcp", **headers: str) -> dict[str, Any]:
         "SERVER_PORT": "8000",
         "HTTP_HOST": headers.pop("host", "127.0.0.1"),
         "CONTENT_TYPE": "application/json",
+        "HTTP_ACCEPT": "application/json, text/event-stream",
         "CONTENT_LENGTH": str(len(body)),
         "wsgi.input": io.BytesIO(body),
         "wsgi.url_scheme": "http",
@@ -41,7 +46,8 @@ def call(app: Any, env: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, 
     started: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
-        started.update(status=status, headers=dict(headers))
+        # Header names are case-insensitive: Starlette sends them in lower case.
+        started.update(status=status, headers={name.lower(): value for name, value in headers})
 
     body = b"".join(app(env, start_response))
     return started["status"], started["headers"], json.loads(body)
@@ -59,7 +65,7 @@ def envelope_of(body: dict[str, Any], failure_type: str) -> dict[str, Any]:
 def test_a_request_without_a_known_token_is_a_401_envelope():
     for headers in ({}, {"authorization": "Bearer fs_unknown"}, {"authorization": "Basic x"}):
         status, sent, body = call(McpApp(), environ(**headers))
-        assert status.startswith("401") and sent["WWW-Authenticate"].startswith("Bearer")
+        assert status.startswith("401") and sent["www-authenticate"].startswith("Bearer")
         assert envelope_of(body, "auth_failure")["retryable"] is False
 
 
@@ -86,19 +92,36 @@ def test_a_host_not_served_is_a_400_envelope_before_any_token_is_read():
 def test_the_rate_limit_of_the_api_counts_mcp_requests_per_token():
     _, secret = ApiToken.issue("agent")
     app = McpApp()
-    refusals = [app.refusal(environ(authorization=f"Bearer {secret}")) for _ in range(3)]
-    assert refusals[:2] == [None, None]
-    assert (refusals[2].status, refusals[2].failure_type) == (429, "rate_limited")
-    assert refusals[2].retry_after is not None
+    answers = [call(app, environ(authorization=f"Bearer {secret}")) for _ in range(3)]
+    assert [status[:3] for status, _, _ in answers] == ["200", "200", "429"]
+    assert {tool["name"] for tool in answers[0][2]["result"]["tools"]} >= {"decide", "ack"}
+    _, headers, body = answers[2]
+    assert envelope_of(body, "rate_limited")["retry_after"] is not None
+    assert "retry-after" in headers
 
 
 @serving
 @override_settings(ALLOWED_HOSTS=["127.0.0.1"], API_RATE_LIMIT_PER_MINUTE=0)
-def test_an_accepted_request_carries_its_token_to_the_tools():
-    token, secret = ApiToken.issue("agent")
-    env = environ(authorization=f"Bearer {secret}")
-    assert McpApp().refusal(env) is None
-    assert env[TOKEN] == token
+def test_an_admitted_request_calls_the_tools_as_its_own_token():
+    from django.contrib.auth.models import User
+
+    from orchestrator.models import ReviewItem, Run
+
+    mine, secret = ApiToken.issue("agent-a")
+    _, other = ApiToken.issue("agent-b")
+    run = Run.objects.create(token=mine, agent="a", source="s", status=Run.Status.FAILED)
+    item = ReviewItem.objects.create(run=run, token=mine, reason="stale key")
+    item.resolve(User.objects.create_user("olga"), "abort", note="stop")
+    listed = {"name": "list_resolutions", "arguments": {}}
+    message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": listed}
+
+    def resolutions(secret: str) -> list[int]:
+        status, _, body = call(McpApp(), environ(message=message, authorization=f"Bearer {secret}"))
+        assert status.startswith("200") and not body["result"].get("isError"), body
+        return [entry["id"] for entry in body["result"]["structuredContent"]["items"]]
+
+    assert resolutions(secret) == [item.pk]
+    assert resolutions(other) == []
 
 
 def test_only_the_mcp_path_reaches_the_mcp_app():

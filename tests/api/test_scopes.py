@@ -16,10 +16,10 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestrator.api.mcp import TOKEN, InProcess
 from orchestrator.client.mcp_tools import ToolFailure
 from orchestrator.models import ApiToken, AuditEntry, ReviewItem, Run
-from tests.api.test_mcp import environ, serving
+from orchestrator.mcp.services import Caller, InProcess
+from tests.api.test_mcp import serving
 
 
 def test_createtoken_grants_the_scopes_it_is_given_and_none_by_default(db):
@@ -100,9 +100,7 @@ def test_a_grant_counts_at_once_though_the_token_was_remembered(client, db):
 
 
 def tools(token: ApiToken) -> InProcess:
-    env = environ(authorization="Bearer unused")
-    env[TOKEN] = token
-    return InProcess(env)
+    return InProcess(Caller(token, lambda path: f"http://127.0.0.1{path}", {}))
 
 
 def refused(call: Any) -> dict[str, Any]:
