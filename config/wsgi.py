@@ -1,5 +1,5 @@
 """The WSGI entry point `config.serve` serves: Django, and the MCP endpoint at /mcp (an ASGI app
-through a2wsgi, `orchestrator.api.mcp`), behind `Admission` (WEB_THREADS requests at once, a fast
+through a2wsgi, `orchestrator.mcp`), behind `Admission` (WEB_THREADS requests at once, a fast
 503 for the excess) behind `ChunkedBodies` (a chunked API body read whole)."""
 
 import gc
@@ -20,9 +20,9 @@ from orchestrator.api.errors import (  # noqa: E402  # needs the apps loaded abo
     StartResponse,
     WsgiApp,
 )
-from orchestrator.api.mcp import McpApp, mounted  # noqa: E402
 from orchestrator.api.overload import Admission  # noqa: E402
 from orchestrator.health import PATHS as PROBES  # noqa: E402
+from orchestrator.mcp.wsgi import McpApp, mounted  # noqa: E402
 
 # PEP 3333's CGI names: any other name of the process's environment in a request's environ
 # came from the process, not the request.

@@ -2,7 +2,7 @@
 streamable_http_app`, stateless and answering in JSON) behind the REST API's own admission of
 agents (`auth.admitted`: the Host, the bearer token, the rate limit), each refusal in the API's
 error envelope. An ASGI server mounts `asgi_app()` at PATH; the WSGI server mounts it through
-a2wsgi (`orchestrator.api.mcp`).
+a2wsgi (`orchestrator.mcp.wsgi`).
 
 Stateless, every request stands alone: no session to pin to a process, no event stream held
 open. The SDK's session manager still runs each request in its task group, which its `run()`

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from orchestrator.api.mcp import McpApp, mounted
 from orchestrator.api.overload import shed
+from orchestrator.mcp.wsgi import McpApp, mounted
 from orchestrator.models import ApiToken
 from tests.api.helpers import ENVELOPE_KEYS
 

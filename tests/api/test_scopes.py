@@ -17,8 +17,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from orchestrator.client.mcp_tools import ToolFailure
-from orchestrator.models import ApiToken, AuditEntry, ReviewItem, Run
 from orchestrator.mcp.services import Caller, InProcess
+from orchestrator.models import ApiToken, AuditEntry, ReviewItem, Run
 from tests.api.test_mcp import serving
 
 
