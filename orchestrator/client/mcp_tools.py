@@ -16,6 +16,7 @@ import functools
 import json
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from inspect import signature
 from typing import Annotated, Any, Literal, Protocol
 
 from mcp.server.context import ServerRequestContext
@@ -357,6 +358,7 @@ class ErrorEnvelopes(Extension):
 
     def __init__(self, functions: dict[str, Callable[..., Answer]]) -> None:
         self.functions = functions
+        self.names = {name: set(signature(f).parameters) for name, f in functions.items()}
 
     async def intercept_tool_call(
         self,
@@ -364,6 +366,14 @@ class ErrorEnvelopes(Extension):
         ctx: ServerRequestContext[Any, Any],
         call_next: CallNext,
     ) -> Any:
+        # The SDK ignores an argument the tool does not take: a misspelt `run_id` would start
+        # a new run instead of finishing one. Refused, as the REST API refuses unknown fields.
+        unknown = sorted(set(params.arguments or {}) - self.names.get(params.name, set()))
+        if params.name in self.names and unknown:
+            errors = [(name, "not an argument of this tool") for name in unknown]
+            operation = f"tools/call {params.name}"
+            detail = f"Invalid arguments for {params.name}."
+            return tool_error(refused(detail, operation, errors).envelope)
         result = await call_next(ctx)
         sdk_refusal = isinstance(result, CallToolResult) and result.structured_content is None
         if sdk_refusal and result.is_error:

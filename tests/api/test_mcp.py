@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from orchestrator.api.overload import shed
 from orchestrator.mcp.wsgi import McpApp, mounted
-from orchestrator.models import ApiToken
+from orchestrator.models import ApiToken, Run
 from tests.api.helpers import ENVELOPE_KEYS
 
 # The layer checks connections out and gives them back as Django's handler does around a request,
@@ -105,7 +105,7 @@ def test_the_rate_limit_of_the_api_counts_mcp_requests_per_token():
 def test_an_admitted_request_calls_the_tools_as_its_own_token():
     from django.contrib.auth.models import User
 
-    from orchestrator.models import ReviewItem, Run
+    from orchestrator.models import ReviewItem
 
     mine, secret = ApiToken.issue("agent-a")
     _, other = ApiToken.issue("agent-b")
@@ -122,6 +122,30 @@ def test_an_admitted_request_calls_the_tools_as_its_own_token():
 
     assert resolutions(secret) == [item.pk]
     assert resolutions(other) == []
+
+
+@serving
+@override_settings(ALLOWED_HOSTS=["127.0.0.1"], API_RATE_LIMIT_PER_MINUTE=0)
+def test_arguments_a_tool_does_not_take_or_cannot_read_are_refused_in_the_envelope():
+    _, secret = ApiToken.issue("agent")
+
+    def refused(arguments: dict[str, Any]) -> dict[str, Any]:
+        params = {"name": "report_run", "arguments": arguments}
+        message = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}
+        status, _, body = call(McpApp(), environ(message=message, authorization=f"Bearer {secret}"))
+        assert status.startswith("200") and body["result"]["isError"], body
+        data = body["result"]["structuredContent"]
+        assert (data["failure_type"], data["errorCategory"]) == ("invalid_input", "invalid_input")
+        assert data["attempted"] == {"operation": "tools/call report_run"}
+        return {error["path"] for error in data["errors"]}
+
+    # A misspelt run_id would otherwise start a new run.
+    assert refused({"runid": 7, "outcome": {"status": "ok"}}) == {"runid"}
+    assert refused({"run_id": "seven", "outcome": {"status": "maybe"}}) == {
+        "run_id",
+        "outcome.status",
+    }
+    assert not Run.objects.exists()
 
 
 def test_only_the_mcp_path_reaches_the_mcp_app():
