@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -30,6 +29,7 @@ from orchestrator.api.auth import TokenRateThrottle, admitted
 from orchestrator.api.errors import ApiError, api_error, envelope, envelope_headers
 from orchestrator.client.mcp_tools import build_server
 from orchestrator.mcp.services import CALLER, Caller, caller_backend, database_work
+from orchestrator.models import ApiToken
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Endpoint:
             await self.lifespan(receive, send)
             return
         if scope["type"] != "http":
-            return
+            return  # no WebSocket here: the server closes the connection unanswered
         # Django's own view of this request, for its Host and Authorization rules; the body
         # stays with the MCP app.
         request = ASGIRequest(scope, io.BytesIO())
@@ -74,6 +74,8 @@ class Endpoint:
         if isinstance(admission, ApiError):
             await refuse(request, admission)(scope, receive, send)
             return
+        # Under the WSGI mount a2wsgi hands the WSGI environ on in the scope: the admission's
+        # work slot, which a long poll gives back while it waits.
         caller = Caller(admission, request.build_absolute_uri, scope.get("wsgi_environ", {}))
         await self.started()
         reset = CALLER.set(caller)
@@ -82,7 +84,7 @@ class Endpoint:
         finally:
             CALLER.reset(reset)
 
-    def admit(self, request: ASGIRequest) -> Any:
+    def admit(self, request: ASGIRequest) -> ApiToken | ApiError:
         with database_work():
             try:
                 return admitted(request, self.throttle)
