@@ -186,11 +186,12 @@ class RunFilters(QueryForm):
     def flag_labels(self) -> list[str]:
         return [FLAGS[x][0] for x in self.cleaned_data.get("flag", [])]
 
-    def unmatched(self) -> list[str]:
-        """The source and agent prefixes no known name starts with (said on an empty result)."""
+    def unmatched(self, projects: tuple[int, ...] | None = None) -> list[str]:
+        """The source and agent prefixes no name of `projects`' runs starts with (said on an
+        empty result)."""
         out = []
         for column in ("source", "agent"):
-            names = known_names(column, fresh=True)
+            names = known_names(column, fresh=True, projects=projects)
             if len(names) > KNOWN_NAMES_MAX:
                 continue
             for prefix in self.cleaned_data[column]:
@@ -212,31 +213,46 @@ class RunExport(RunFilters):
 # Prefix matching on known names
 
 
-def known_names(column: str, fresh: bool = False) -> list[str]:
-    """The distinct values of a run column, at most KNOWN_NAMES_MAX + 1. Suggestions read them
-    cached; a filter reads them `fresh`, so a name that appeared a second ago is matched."""
+def known_names(
+    column: str, fresh: bool = False, projects: tuple[int, ...] | None = None
+) -> list[str]:
+    """The distinct values of a run column, at most KNOWN_NAMES_MAX + 1, in the runs of
+    `projects` (None: every project). Suggestions read them cached; a filter reads them `fresh`,
+    so a name that appeared a second ago is matched."""
     key = f"dashboard:known:{column}"
+    if projects is not None:
+        key += ":" + ",".join(map(str, sorted(projects)))
     names = None if fresh else cache.get(key)
     if names is None:
-        names = _skip_scan(column, KNOWN_NAMES_MAX + 1)
+        names = _skip_scan(column, KNOWN_NAMES_MAX + 1, projects)
         cache.set(key, names, KNOWN_NAMES_SECONDS)
     return names
 
 
-def _skip_scan(column: str, limit: int) -> list[str]:
-    """A recursive "next name after the last" query: one index entry per name, not per run."""
+def _skip_scan(column: str, limit: int, projects: tuple[int, ...] | None) -> list[str]:
+    """A recursive "next name after the last" query: one index entry per name, not per run.
+    Within some projects, the runs of a name held by none of them are stepped over one by one."""
     quote = connection.ops.quote_name
     col, table = quote(Run._meta.get_field(column).column), quote(Run._meta.db_table)
+    within, params = "", []
+    if projects is not None:
+        if not projects:
+            return []
+        project = quote(Run._meta.get_field("project").column)
+        within = f"{project} IN ({', '.join(['%s'] * len(projects))})"
+        params = list(projects)
+    first = f" WHERE {within}" if within else ""
+    further = f" AND {within}" if within else ""
     query = (
         f"WITH RECURSIVE names(name) AS ("
-        f" SELECT min({col}) FROM {table}"
+        f" SELECT min({col}) FROM {table}{first}"
         f" UNION ALL"
-        f" SELECT (SELECT min({col}) FROM {table} WHERE {col} > names.name)"
+        f" SELECT (SELECT min({col}) FROM {table} WHERE {col} > names.name{further})"
         f" FROM names WHERE names.name IS NOT NULL"
         f") SELECT name FROM names WHERE name IS NOT NULL LIMIT %s"
     )
     with connection.cursor() as cursor:
-        cursor.execute(query, [limit])
+        cursor.execute(query, [*params, *params, limit])
         return [row[0] for row in cursor.fetchall()]
 
 
