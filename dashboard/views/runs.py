@@ -19,7 +19,7 @@ from dashboard.filters import (
     RunExport,
     RunFilters,
     Total,
-    known_names,
+    names_within,
     total,
 )
 from dashboard.forms import BulkActionForm
@@ -59,8 +59,8 @@ def runs(request: HttpRequest) -> HttpResponse:
         "ranges": RANGES.items(),
         "can_review": request.user.has_perm(REVIEW),
         # The suggestions name only what the projects the page shows hold.
-        "known_sources": known_names("source", projects=project_scope(request.user)),
-        "known_agents": known_names("agent", projects=project_scope(request.user)),
+        "known_sources": names_within("source", project_scope(request.user))[0],
+        "known_agents": names_within("agent", project_scope(request.user))[0],
         # Row links built from one prefix instead of a reverse() per row.
         "runs_prefix": reverse("dashboard:runs"),
         "workflows_prefix": reverse("dashboard:workflows"),
