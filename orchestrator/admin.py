@@ -421,8 +421,9 @@ class ApiTokenAdmin(ScopedAdmin):
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         field = super().formfield_for_foreignkey(db_field, request, **kwargs)
-        if db_field.name == "project":
-            field.required = False  # none chosen: the default project
+        # None chosen: the default project, for an operator who may see it (the others choose).
+        if db_field.name == "project" and field.queryset.filter(pk=DEFAULT_PROJECT_ID).exists():
+            field.required = False
             field.empty_label = "default project"
         return field
 

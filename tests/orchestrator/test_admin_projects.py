@@ -318,3 +318,17 @@ def test_audit_entries_follow_their_objects_project(alpha, bravo, alpha_operator
     assert url(AuditEntry, "change", ours) in page and url(AuditEntry, "change", shared) in page
     assert url(AuditEntry, "change", theirs) not in page
     assert url(AuditEntry, "change", lockout) not in page
+
+
+def test_an_operator_kept_from_the_default_project_chooses_a_new_tokens_project(
+    alpha, alpha_operator
+):
+    Project.default().groups.add(Group.objects.create(name="default team"))
+    client = signed_in(alpha_operator)
+    response = client.post(url(ApiToken, "add"), {"name": "unplaced", "running_timeout": ""})
+    assert response.status_code == 200 and not ApiToken.objects.filter(name="unplaced").exists()
+    response = client.post(
+        url(ApiToken, "add"), {"name": "placed", "project": alpha.pk, "running_timeout": ""}
+    )
+    assert response.status_code == 302
+    assert ApiToken.objects.get(name="placed").project == alpha
