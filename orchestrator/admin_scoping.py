@@ -163,7 +163,10 @@ class ScopedAdmin(admin.ModelAdmin):
 
 
 def rescope(site: admin.AdminSite, model: type, scoping: Scoping) -> None:
-    """Register `model` again (another app registered it) with its admin made a ScopedAdmin."""
+    """Register `model` again (another app registered it) with its admin made a ScopedAdmin;
+    nothing when that app registered none (django-axes without AXES_ENABLE_ADMIN)."""
+    if not site.is_registered(model):
+        return
     registered = type(site.get_model_admin(model))
     site.unregister(model)
     scoped = type(registered.__name__, (ScopedAdmin, registered), {"scoping": scoping})
