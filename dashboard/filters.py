@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
@@ -51,6 +51,12 @@ QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by i
 # is matched with LIKE instead (correct, but not served by the index on every collation).
 KNOWN_NAMES_MAX = 500
 KNOWN_NAMES_SECONDS = 60
+# Names within some projects: the skip scan steps over the other projects' runs one by one, so
+# past this budget it is cancelled and the names are those of the projects' latest runs.
+NAMES_WITHIN_BUDGET_MS = 100
+LATEST_RUNS_NAMED = timedelta(hours=1)
+
+T = TypeVar("T")
 # Drill-downs (`?flag=wasted`): the RunQuerySet methods the tiles count with, so the numbers agree.
 FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
     "retry": ("retries only", RunQuerySet.retries),
@@ -186,12 +192,13 @@ class RunFilters(QueryForm):
     def flag_labels(self) -> list[str]:
         return [FLAGS[x][0] for x in self.cleaned_data.get("flag", [])]
 
-    def unmatched(self) -> list[str]:
-        """The source and agent prefixes no known name starts with (said on an empty result)."""
+    def unmatched(self, projects: tuple[int, ...] | None = None) -> list[str]:
+        """The source and agent prefixes no name of `projects`' runs starts with (said on an
+        empty result, when those names are known in full)."""
         out = []
         for column in ("source", "agent"):
-            names = known_names(column, fresh=True)
-            if len(names) > KNOWN_NAMES_MAX:
+            names, complete = names_within(column, projects, fresh=True)
+            if not complete or len(names) > KNOWN_NAMES_MAX:
                 continue
             for prefix in self.cleaned_data[column]:
                 if not matching(names, prefix):
@@ -223,20 +230,55 @@ def known_names(column: str, fresh: bool = False) -> list[str]:
     return names
 
 
-def _skip_scan(column: str, limit: int) -> list[str]:
-    """A recursive "next name after the last" query: one index entry per name, not per run."""
+def names_within(
+    column: str, projects: tuple[int, ...] | None, fresh: bool = False
+) -> tuple[list[str], bool]:
+    """The names of `projects`' runs (None: every project's, `known_names`), and whether they
+    are all of them: past NAMES_WITHIN_BUDGET_MS, only those of their runs of the last
+    LATEST_RUNS_NAMED. Cached per set of projects as `known_names` is."""
+    if projects is None:
+        return known_names(column, fresh), True
+    key = f"dashboard:known:{column}:" + ",".join(map(str, sorted(projects)))
+    found = None if fresh else cache.get(key)
+    if found is None:
+        names = _in_budget(
+            lambda: _skip_scan(column, KNOWN_NAMES_MAX + 1, projects), NAMES_WITHIN_BUDGET_MS
+        )
+        found = (names, True) if names is not None else (_latest_names(column, projects), False)
+        cache.set(key, found, KNOWN_NAMES_SECONDS)
+    return found
+
+
+def _latest_names(column: str, projects: tuple[int, ...]) -> list[str]:
+    since = timezone.now() - LATEST_RUNS_NAMED
+    runs = Run.objects.filter(project_id__in=projects, created_at__gte=since).order_by(column)
+    return list(runs.values_list(column, flat=True).distinct()[: KNOWN_NAMES_MAX + 1])
+
+
+def _skip_scan(column: str, limit: int, projects: tuple[int, ...] | None = None) -> list[str]:
+    """A recursive "next name after the last" query: one index entry per name, not per run.
+    Within some projects, the runs of a name held by none of them are stepped over one by one."""
     quote = connection.ops.quote_name
     col, table = quote(Run._meta.get_field(column).column), quote(Run._meta.db_table)
+    within, params = "", []
+    if projects is not None:
+        if not projects:
+            return []
+        project = quote(Run._meta.get_field("project").column)
+        within = f"{project} IN ({', '.join(['%s'] * len(projects))})"
+        params = list(projects)
+    first = f" WHERE {within}" if within else ""
+    further = f" AND {within}" if within else ""
     query = (
         f"WITH RECURSIVE names(name) AS ("
-        f" SELECT min({col}) FROM {table}"
+        f" SELECT min({col}) FROM {table}{first}"
         f" UNION ALL"
-        f" SELECT (SELECT min({col}) FROM {table} WHERE {col} > names.name)"
+        f" SELECT (SELECT min({col}) FROM {table} WHERE {col} > names.name{further})"
         f" FROM names WHERE names.name IS NOT NULL"
         f") SELECT name FROM names WHERE name IS NOT NULL LIMIT %s"
     )
     with connection.cursor() as cursor:
-        cursor.execute(query, [limit])
+        cursor.execute(query, [*params, *params, limit])
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -307,19 +349,25 @@ def total(qs: QuerySet) -> Total:
 
 
 def _capped_count(qs: QuerySet) -> int | None:
-    """The matching runs counted up to EXACT_TOTAL + 1, or None when cancelled at COUNT_BUDGET_MS.
-    The budget is local to a savepoint and put back, so the view's transaction keeps its timeout."""
+    """The matching runs counted up to EXACT_TOTAL + 1, or None when cancelled at
+    COUNT_BUDGET_MS."""
     # In the list's order, so PostgreSQL plans it as the page: an index scan stopping at the cap.
     capped = qs.order_by("-created_at", "-id").values("pk")[: EXACT_TOTAL + 1]
+    return _in_budget(capped.count, COUNT_BUDGET_MS)
+
+
+def _in_budget(read: Callable[[], T], ms: int) -> T | None:
+    """`read()`, or None when PostgreSQL cancelled it after `ms` (elsewhere it always runs). The
+    budget is local to a savepoint and put back, so the view's transaction keeps its timeout."""
     if connection.vendor != "postgresql":
-        return capped.count()
+        return read()
     with connection.cursor() as cursor, transaction.atomic():
         cursor.execute("SELECT current_setting('statement_timeout')")
         (previous,) = cursor.fetchone()
-        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{COUNT_BUDGET_MS}ms"])
+        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{ms}ms"])
         try:
             with transaction.atomic():
-                return capped.count()
+                return read()
         except OperationalError as exc:
             if getattr(exc.__cause__, "sqlstate", None) != QUERY_CANCELED:
                 raise

@@ -1,5 +1,6 @@
 """Alert rules are configured in the admin, where a new rule's signing secret is shown once;
-firings and failure groups are read-only (a group's state changes on its page, audited)."""
+firings and failure groups are read-only (a group's state changes on its page, audited). How each
+one's rows belong to projects: its `scoping` (orchestrator.admin_scoping)."""
 
 from typing import Any
 
@@ -9,10 +10,12 @@ from django.forms import ModelForm
 from django.http import HttpRequest
 
 from insights.models import AlertDelivery, AlertRule, FailureGroup
+from orchestrator.admin_scoping import EveryProjectOnly, InProjects, ScopedAdmin
 
 
 @admin.register(AlertRule)
-class AlertRuleAdmin(admin.ModelAdmin):
+class AlertRuleAdmin(ScopedAdmin):
+    scoping = InProjects("project", why="a rule watches its project's runs and review items")
     list_display = [
         "name",
         "project",
@@ -24,6 +27,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
         "signed",
     ]
     list_filter = ["kind", "enabled", "project"]
+    autocomplete_fields = ["project"]
     actions = ["issue_signing_secrets"]
 
     @admin.display(boolean=True, description="signed")
@@ -49,13 +53,17 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
 
 @admin.register(AlertDelivery)
-class AlertDeliveryAdmin(admin.ModelAdmin):
+class AlertDeliveryAdmin(ScopedAdmin):
+    scoping = InProjects("rule__project", why="a firing is its rule's project's")
     list_display = ["rule", "webhook", "created_at"]
     readonly_fields = ["rule", "webhook", "created_at"]
 
 
 @admin.register(FailureGroup)
-class FailureGroupAdmin(admin.ModelAdmin):
+class FailureGroupAdmin(ScopedAdmin):
+    scoping = EveryProjectOnly(
+        "a group folds every project's failures (its pages are every-project operators' too)"
+    )
     list_display = ["id", "source", "failure_type", "pattern", "count", "last_seen", "state"]
     list_filter = ["state", "failure_type"]
     search_fields = ["pattern", "source", "signature"]

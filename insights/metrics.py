@@ -2,8 +2,9 @@
 SLOs and the folded observations (`insights.observations`), all read from the database at each
 scrape by one collector, so that any web process answers for the whole cluster. Agent and source
 labels are bounded (`Bounds`). Scrapers send `Authorization: Bearer <METRICS_TOKEN>` or come from
-METRICS_ALLOWED_IPS (empty by default), and a signed-in staff user reads it in the browser; a wrong
-token is refused even from an allowed address or a staff session."""
+METRICS_ALLOWED_IPS (empty by default), and a signed-in staff user who may see every project reads
+it in the browser (its figures are the whole deployment's, never split by who asks); a wrong token
+is refused even from an allowed address or a staff session."""
 
 from __future__ import annotations
 
@@ -88,7 +89,9 @@ def allowed(request: HttpRequest) -> bool:
 
 def _staff(request: HttpRequest) -> bool:
     user = getattr(request, "user", None)
-    return bool(user and user.is_authenticated and user.is_active and user.is_staff)
+    if not (user and user.is_authenticated and user.is_active and user.is_staff):
+        return False
+    return Project.objects.ids_limiting(user) is None
 
 
 def refusal(request: HttpRequest) -> HttpResponse:
@@ -98,11 +101,14 @@ def refusal(request: HttpRequest) -> HttpResponse:
         "- the header `Authorization: Bearer <METRICS_TOKEN>`, the token the server's "
         "METRICS_TOKEN environment variable sets (docs/configuration.md);",
         "- scraping from an address listed in METRICS_ALLOWED_IPS;",
-        f"- signing in as a staff user: {resolve_url(settings.LOGIN_URL)}?next={request.path}",
+        f"- signing in as a staff user: {resolve_url(settings.LOGIN_URL)}?next={request.path} "
+        "(one who may see every project: the figures are every project's).",
     ]
     user = getattr(request, "user", None)
     if request.headers.get("Authorization", "").startswith("Bearer "):
         lines += ["", "The bearer token sent is not the METRICS_TOKEN."]
+    elif user is not None and user.is_authenticated and user.is_staff:
+        lines += ["", f"You are signed in as {user.get_username()}, who may not see every project."]
     elif user is not None and user.is_authenticated:
         lines += ["", f"You are signed in as {user.get_username()}, who is not staff."]
     text = "\n".join(lines) + "\n"

@@ -1,15 +1,26 @@
 """Admin for every model. Policy and override edits go through `save_policy_change`, audited and
-version-bumping like every other writer."""
+version-bumping like every other writer. Each admin says how its rows belong to projects
+(`scoping`, orchestrator.admin_scoping), with why."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.models import Group, User
 from django.db import models
 from django.http import HttpRequest, StreamingHttpResponse
 
+from orchestrator.admin_scoping import (
+    EveryProjectOnly,
+    InProjects,
+    ScopedAdmin,
+    Shared,
+    ThroughAuditedObject,
+    rescope,
+)
 from orchestrator.analytics import export
 from orchestrator.coordination import spend
 from orchestrator.coordination.policy_changes import delete_policy_object, save_policy_change
@@ -37,7 +48,8 @@ from orchestrator.models.tokens import SCOPES
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(admin.ModelAdmin):
+class WorkflowAdmin(ScopedAdmin):
+    scoping = InProjects("project", why="a workflow is its token's project's")
     list_display = [
         "id",
         "name",
@@ -54,7 +66,8 @@ class WorkflowAdmin(admin.ModelAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ScopedAdmin):
+    scoping = InProjects("project", why="a run is its token's (or workflow's) project's")
     list_display = [
         "id",
         "created_at",
@@ -107,7 +120,11 @@ class PolicyAuditMixin:
 
 
 @admin.register(RoutingPolicy)
-class RoutingPolicyAdmin(PolicyAuditMixin, admin.ModelAdmin):
+class RoutingPolicyAdmin(PolicyAuditMixin, ScopedAdmin):
+    scoping = Shared(
+        "the global routing table: every project routes by it, edited on the "
+        "policies page by every policy editor"
+    )
     list_display = [
         "failure_type",
         "max_attempts",
@@ -131,10 +148,11 @@ class RoutingPolicyAdmin(PolicyAuditMixin, admin.ModelAdmin):
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(ScopedAdmin):
     """Projects and the groups that may see them (none: every operator). The default project
     holds everything that names no other and is never deleted."""
 
+    scoping = InProjects("pk", why="an operator sees the projects open to them")
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     filter_horizontal = ["groups"]
@@ -147,10 +165,11 @@ class ProjectAdmin(admin.ModelAdmin):
 
 
 @admin.register(ProjectPolicy)
-class ProjectPolicyAdmin(PolicyAuditMixin, admin.ModelAdmin):
+class ProjectPolicyAdmin(PolicyAuditMixin, ScopedAdmin):
     """A project's routing of a failure type in place of the global policy's: a new version of
     the policy each, audited."""
 
+    scoping = InProjects("project", why="a project's own routing row")
     list_display = [
         "project",
         "failure_type",
@@ -163,10 +182,12 @@ class ProjectPolicyAdmin(PolicyAuditMixin, admin.ModelAdmin):
         "updated_at",
     ]
     list_filter = ["project", "failure_type"]
+    autocomplete_fields = ["project"]
 
 
 @admin.register(ProviderOverride)
-class ProviderOverrideAdmin(PolicyAuditMixin, admin.ModelAdmin):
+class ProviderOverrideAdmin(PolicyAuditMixin, ScopedAdmin):
+    scoping = Shared("classification rules every project's failures are read by")
     list_display = [
         "provider",
         "match_on",
@@ -187,10 +208,11 @@ class ProviderOverrideAdmin(PolicyAuditMixin, admin.ModelAdmin):
 
 
 @admin.register(ScrubRule)
-class ScrubRuleAdmin(PolicyAuditMixin, admin.ModelAdmin):
+class ScrubRuleAdmin(PolicyAuditMixin, ScopedAdmin):
     """The operators' secret filters on top of the built-in ones; a new version of the policy
     each (agents' clients fetch them with it)."""
 
+    scoping = Shared("secret filters every project's reports go through")
     list_display = ["kind", "value", "enabled", "note", "created_at"]
     list_filter = ["kind", "enabled"]
     search_fields = ["value", "note"]
@@ -203,10 +225,14 @@ class ScrubRuleAdmin(PolicyAuditMixin, admin.ModelAdmin):
 
 
 @admin.register(SpendBudget)
-class SpendBudgetAdmin(admin.ModelAdmin):
+class SpendBudgetAdmin(ScopedAdmin):
     """Daily spend limits per source or agent; every save and delete is audited
     (spendbudget.create, .update, .delete)."""
 
+    scoping = EveryProjectOnly(
+        "a daily limit per source or agent, whoever calls it: spent by every project (the "
+        "Costs page shows budgets to operators who may see every project only)"
+    )
     list_display = ["scope", "name", "daily_limit", "currency", "enabled", "note", "updated_at"]
     list_filter = ["scope", "enabled", "currency"]
     search_fields = ["name", "note"]
@@ -226,11 +252,12 @@ class SpendBudgetAdmin(admin.ModelAdmin):
 
 
 @admin.register(Price)
-class PriceAdmin(PolicyAuditMixin, admin.ModelAdmin):
+class PriceAdmin(PolicyAuditMixin, ScopedAdmin):
     """The price table: what runs reported without a cost are priced at. Part of the policy:
     each edit is a version with an audit row, and one reaching into the past prices the runs of
     the window it changed again (through the outbox, `orchestrator.pricing.reprice`)."""
 
+    scoping = Shared("the price table every project's runs are priced at")
     list_display = [
         "kind",
         "name",
@@ -258,7 +285,8 @@ class PriceAdmin(PolicyAuditMixin, admin.ModelAdmin):
 
 
 @admin.register(PolicyState)
-class PolicyStateAdmin(admin.ModelAdmin):
+class PolicyStateAdmin(ScopedAdmin):
+    scoping = Shared("the policy's version number, the same for every project")
     list_display = ["version", "changed_at"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -269,9 +297,10 @@ class PolicyStateAdmin(admin.ModelAdmin):
 
 
 @admin.register(OutboxMessage)
-class OutboxMessageAdmin(admin.ModelAdmin):
+class OutboxMessageAdmin(ScopedAdmin):
     """Read only: the sweeper sends each row and deletes it."""
 
+    scoping = EveryProjectOnly("tasks about every project's rows, named by id only")
     list_display = ["id", "task", "args", "created_at", "available_at", "attempts", "last_error"]
     list_filter = ["task"]
 
@@ -283,7 +312,11 @@ class OutboxMessageAdmin(admin.ModelAdmin):
 
 
 @admin.register(SourceHealth)
-class SourceHealthAdmin(admin.ModelAdmin):
+class SourceHealthAdmin(ScopedAdmin):
+    scoping = EveryProjectOnly(
+        "a source's breaker and retry budget count every project's calls, and name every "
+        "project's sources"
+    )
     list_display = [
         "source",
         "breaker_state",
@@ -299,7 +332,8 @@ class SourceHealthAdmin(admin.ModelAdmin):
 
 
 @admin.register(ReviewItem)
-class ReviewItemAdmin(admin.ModelAdmin):
+class ReviewItemAdmin(ScopedAdmin):
+    scoping = InProjects("project", why="an item is its run's project's")
     list_display = [
         "id",
         "created_at",
@@ -349,7 +383,8 @@ class ApiTokenForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(ScopedAdmin):
+    scoping = InProjects("project", why="a token reports into its project")
     form = ApiTokenForm
     list_display = [
         "name",
@@ -386,8 +421,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         field = super().formfield_for_foreignkey(db_field, request, **kwargs)
-        if db_field.name == "project":
-            field.required = False  # none chosen: the default project
+        # None chosen: the default project, for an operator who may see it (the others choose).
+        if db_field.name == "project" and field.queryset.filter(pk=DEFAULT_PROJECT_ID).exists():
+            field.required = False
             field.empty_label = "default project"
         return field
 
@@ -457,7 +493,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ScopedAdmin):
+    scoping = ThroughAuditedObject("an entry is its object's project's")
     list_display = ["created_at", "actor_label", "action", "object_type", "object_id", "note"]
     list_filter = ["action", "object_type"]
     search_fields = ["actor_label", "object_id", "note"]
@@ -485,9 +522,14 @@ class WebhookAttemptInline(admin.TabularInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):
+class WebhookDeliveryAdmin(ScopedAdmin):
     """Read only: the sweeper and the delivery task own these rows."""
 
+    scoping = InProjects(
+        "item__project",
+        "alert__rule__project",
+        why="a review's resolution is its item's project's, an alert's its rule's",
+    )
     list_display = [
         "id",
         "event",
@@ -511,3 +553,21 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+# Other apps' models, registered by them.
+
+# Group membership decides who sees which project: an operator kept to some projects who could
+# edit users or groups could let themselves into the others.
+PEOPLE = EveryProjectOnly("users and groups decide who sees which project")
+# The sign-in lockouts are the whole deployment's security log.
+SIGN_IN = EveryProjectOnly("every operator's sign-in attempts, whatever their projects")
+
+for model, scoping in (
+    (User, PEOPLE),
+    (Group, PEOPLE),
+    (AccessAttempt, SIGN_IN),
+    (AccessLog, SIGN_IN),
+    (AccessFailureLog, SIGN_IN),
+):
+    rescope(admin.site, model, scoping)

@@ -12,14 +12,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.access import REVIEW, VIEW, get_visible, requires, visible
+from dashboard.access import REVIEW, VIEW, get_visible, project_scope, requires, visible
 from dashboard.filters import (
     PAGE_SIZE,
     RANGES,
     RunExport,
     RunFilters,
     Total,
-    known_names,
+    names_within,
     total,
 )
 from dashboard.forms import BulkActionForm
@@ -58,8 +58,9 @@ def runs(request: HttpRequest) -> HttpResponse:
         "failure_types": FailureType.choices,
         "ranges": RANGES.items(),
         "can_review": request.user.has_perm(REVIEW),
-        "known_sources": known_names("source"),
-        "known_agents": known_names("agent"),
+        # The suggestions name only what the projects the page shows hold.
+        "known_sources": names_within("source", project_scope(request.user))[0],
+        "known_agents": names_within("agent", project_scope(request.user))[0],
         # Row links built from one prefix instead of a reverse() per row.
         "runs_prefix": reverse("dashboard:runs"),
         "workflows_prefix": reverse("dashboard:workflows"),
@@ -112,7 +113,7 @@ def _runs_results(request: HttpRequest, filters: RunFilters) -> dict[str, Any]:
         "runs": page.rows,
         "total": Total(len(page.rows), True) if alone else None,
         "bulk_actions": [a for a in actions.RunAction if a in offered],
-        "unmatched": [] if page.rows else filters.unmatched(),
+        "unmatched": [] if page.rows else filters.unmatched(project_scope(request.user)),
         "any_runs": bool(page.rows) or visible(request.user, Run).exists(),
     }
 

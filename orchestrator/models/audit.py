@@ -4,14 +4,47 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db import models
+from django.db.models import BigIntegerField, Case, Exists, OuterRef, Q, When
+from django.db.models.functions import Cast
 from django.utils import timezone
+
+from orchestrator.models.projects import Project
+
+# The audited objects that belong to a project (their `object_type`, the model's name): an entry
+# belongs to its object's project.
+IN_A_PROJECT = ("run", "workflow", "reviewitem", "apitoken")
+# Every project's configuration (the routing table, overrides, secret filters, prices, and the
+# policy versions restoring them): its entries are every operator's, as the policies page shows.
+SHARED = ("routingpolicy", "provideroverride", "scrubrule", "price", "policyversion")
 
 
 def actor_label(actor: Any) -> str:
     """How the audit trail and reason sentences name who acted: a username, a token, 'system'."""
     return getattr(actor, "get_username", lambda: "")() or str(actor or "system")
+
+
+class AuditEntryQuerySet(models.QuerySet):
+    def in_projects(self, ids: tuple[int, ...]) -> AuditEntryQuerySet:
+        """The entries of objects in the projects `ids`, and those of the shared configuration.
+        A project routing row's entries name its project (the row may be gone); any other kind
+        (spend budgets, failure groups, sign-in lockouts) counts every project: none here."""
+        # The id read as a number only for the kinds whose ids are numbers (a lockout's is a name).
+        number = Case(When(object_type__in=IN_A_PROJECT, then=Cast("object_id", BigIntegerField())))
+        entries = self.annotate(object_number=number)
+        condition = Q(object_type__in=SHARED)
+        for name in IN_A_PROJECT:
+            owned = apps.get_model("orchestrator", name).objects.filter(
+                pk=OuterRef("object_number"), project_id__in=ids
+            )
+            condition |= Q(Exists(owned), object_type=name)
+        slugs = list(Project.objects.filter(pk__in=ids).values_list("slug", flat=True))
+        condition |= Q(object_type="projectpolicy") & (
+            Q(after__project__in=slugs) | Q(before__project__in=slugs)
+        )
+        return entries.filter(condition)
 
 
 class AuditEntry(models.Model):
@@ -26,6 +59,8 @@ class AuditEntry(models.Model):
     after = models.JSONField(null=True, blank=True)
     note = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = AuditEntryQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -33,6 +33,14 @@ class ProjectQuerySet(models.QuerySet):
         named = Project.groups.through.objects.values("project_id")
         return self.filter(Q(pk__in=mine) | ~Q(pk__in=named))
 
+    def ids_limiting(self, user: Any) -> tuple[int, ...] | None:
+        """The ids of the projects `user` may see, or None when that is every project (no
+        filter needed: superusers, and every operator while no project names groups)."""
+        if getattr(user, "is_superuser", False):
+            return None
+        mine = tuple(self.visible_to(user).values_list("pk", flat=True))
+        return None if len(mine) == self.count() else mine
+
 
 class Project(models.Model):
     """A team's or product's share of the work, as Sentry and Langfuse have them."""
