@@ -19,6 +19,7 @@ import anyio
 import httpx
 import httpx2
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 from mcp import ClientSession
@@ -158,3 +159,27 @@ def test_an_app_that_does_not_answer_is_a_502_in_the_envelope():
     assert body["failure_type"] == "server_fault" and body["retryable"] is True
     assert body["attempted"] == {"operation": "POST /api/v1/runs"}
     assert answer.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("extra", "status", "detail"),
+    [
+        (0, 400, "not valid JSON"),  # the app's: the body reached it
+        (1, 413, "larger than the proxy accepts"),  # nginx's: the body never reached the app
+    ],
+    ids=["at", "past"],
+)
+def test_nginx_bounds_bodies_exactly_where_the_app_does(topology, extra, status, detail):
+    """A body of API_MAX_BODY_BYTES reaches the app (which refuses it as JSON: it is spaces);
+    one byte more is nginx's 413, in the envelope."""
+    secret = ApiToken.issue("bounded-agent")[1]
+    answer = httpx.post(
+        f"{topology.proxy.url}/api/v1/runs",
+        content=b" " * (settings.API_MAX_BODY_BYTES + extra),
+        headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+        timeout=60,
+    )
+    assert answer.status_code == status, answer.text
+    assert set(answer.json()) == ENVELOPE_KEYS
+    assert answer.json()["failure_type"] == "invalid_input"
+    assert detail in answer.json()["detail"]
