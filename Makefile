@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test fast lint bench browser-deps
+.PHONY: run test fast lint bench browser-deps proxy-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ WORKERS ?= 2
 # kill-and-recover bounds, cluster-wide reads) in one process, alone. Every slow test uses a
 # transactional database (restored at its start) or none, so a module never finds a database that
 # another one flushed. Exit 5 is "none selected": each run may select none, not all three.
-test: $(STAMP) browser-deps
+test: $(STAMP) browser-deps proxy-deps
 	@mkdir -p var
 	$(PY) -m pytest -m "not slow" -n $(WORKERS) --junitxml=var/junit-fast.xml $(PYTEST_ARGS); \
 	fast=$$?; \
@@ -49,3 +49,7 @@ lint: $(STAMP)
 
 browser-deps:
 	@bash scripts/ensure-chromium
+
+# The framing suite runs through nginx too (deploy/nginx/).
+proxy-deps:
+	@bash scripts/ensure-nginx

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import string
 import subprocess
 import sys
 import tempfile
@@ -286,3 +287,96 @@ def bench_database_url(suffix: str) -> str | None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     name = parts.path.strip("/") + suffix + (f"_{worker}" if worker else "")
     return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+NGINX_TEMPLATE = ROOT / "deploy" / "nginx" / "failsight.conf.template"
+
+
+def nginx_bin() -> str | None:
+    """Debian's nginx (scripts/ensure-nginx installs it), if installed."""
+    return shutil.which("nginx") or next(
+        (path for path in ("/usr/sbin/nginx",) if os.access(path, os.X_OK)), None
+    )
+
+
+@dataclass
+class PrivateNginx:
+    """nginx with the shipped config (deploy/nginx/failsight.conf.template) in front of an app
+    server, on a free port, with its prefix, temp folders and logs in a folder of its own."""
+
+    upstream: str
+    static_root: Path
+    port: int = field(default_factory=free_port)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="failsight-nginx-")))
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def error_log(self) -> Path:
+        return self.root / "error.log"
+
+    def site(self) -> str:
+        """The shipped file rendered as envsubst renders it, with this instance's values."""
+        values = {
+            "FAILSIGHT_LISTEN": f"127.0.0.1:{self.port}",
+            "FAILSIGHT_UPSTREAM": self.upstream,
+            "FAILSIGHT_SERVER_NAME": "127.0.0.1",
+            "FAILSIGHT_STATIC_ROOT": str(self.static_root),
+        }
+        # safe_substitute leaves nginx's own $variables as they are, as envsubst with a list does.
+        return string.Template(NGINX_TEMPLATE.read_text()).safe_substitute(values)
+
+    def main_config(self) -> str:
+        """What Debian's /etc/nginx/nginx.conf sets around conf.d, with this folder's paths."""
+        temp = "\n".join(
+            f"    {kind}_temp_path {self.root / kind};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        # As root, workers would run as `nobody`, which cannot enter pytest's private folders.
+        user = "user root;\n" if os.geteuid() == 0 else ""
+        return (
+            f"{user}worker_processes 1;\npid {self.root / 'nginx.pid'};\n"
+            f"error_log {self.error_log} info;\nevents {{ worker_connections 512; }}\n"
+            f"http {{\n    include /etc/nginx/mime.types;\n"
+            f"    default_type application/octet-stream;\n{temp}\n"
+            f"    access_log {self.root / 'access.log'};\n"
+            f"    include {self.root / 'failsight.conf'};\n}}\n"
+        )
+
+    def start(self) -> PrivateNginx:
+        binary = nginx_bin()
+        if binary is None:
+            raise RuntimeError("nginx is not installed (scripts/ensure-nginx installs it)")
+        (self.root / "failsight.conf").write_text(self.site())
+        (self.root / "nginx.conf").write_text(self.main_config())
+        command = [binary, "-p", str(self.root), "-c", str(self.root / "nginx.conf")]
+        command += ["-e", str(self.error_log), "-g", "daemon off;"]
+        with (self.root / "stderr.log").open("ab") as out:
+            self.proc = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+        def up() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                log = (self.root / "stderr.log").read_text() + self.error_log.read_text()
+                raise RuntimeError(f"nginx exited:\n{log[-3000:]}")
+            return listening(self.port)
+
+        wait_until(up, 30, "nginx to listen")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)  # graceful: answers in flight are finished
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
