@@ -8,6 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from orchestrator.vocabulary import Channel
+
 
 def actor_label(actor: Any) -> str:
     """How the audit trail and reason sentences name who acted: a username, a token, 'system'."""
@@ -25,6 +27,8 @@ class AuditEntry(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     note = models.TextField(blank=True)
+    # Blank for the changes no operator action makes (an agent's token, a sign-in lockout).
+    channel = models.CharField(max_length=10, choices=Channel.choices(), blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -50,6 +54,7 @@ class AuditEntry(models.Model):
         before: dict | None,
         after: dict | None,
         note: str = "",
+        channel: str = "",
     ) -> AuditEntry:
         label = actor_label(actor)
         user = actor if getattr(actor, "is_authenticated", False) else None
@@ -62,6 +67,7 @@ class AuditEntry(models.Model):
             before=before,
             after=after,
             note=note,
+            channel=channel,
         )
 
     @classmethod
