@@ -1,5 +1,5 @@
-"""Operators' actions, one `do_*` function each: retry, cancel or escalate runs; claim or
-resolve a review item; restore a policy version.
+"""Operators' actions, one `do_*` function each: retry, cancel or escalate runs; abort a
+workflow; claim or resolve a review item; restore a policy version.
 
 Each reads top to bottom in one transaction: the conditional update (the model's transition,
 which one caller wins), the audit row naming the `channel` the action came from, the
@@ -18,7 +18,14 @@ from orchestrator import notify, scrubbing
 from orchestrator.coordination import clock, delivery, dispatch, policy_changes
 from orchestrator.coordination.escalation import escalate
 from orchestrator.coordination.workflow import reopen, retry
-from orchestrator.models import AuditEntry, PolicyVersion, ReviewItem, Run, actor_label
+from orchestrator.models import (
+    AuditEntry,
+    PolicyVersion,
+    ReviewItem,
+    Run,
+    Workflow,
+    actor_label,
+)
 from orchestrator.vocabulary import Action, Channel, Vocabulary
 
 
@@ -151,6 +158,32 @@ def do_run_action(
     if action == RunAction.CANCEL:
         return do_cancel_runs(run_ids, actor, channel=channel)
     return do_retry_runs(run_ids, actor, channel=channel)
+
+
+# Workflows
+
+
+def do_abort_workflow(workflow_id: int, actor: Any, *, channel: Channel, note: str = "") -> bool:
+    """Stop a workflow: its pending runs are cancelled and it fails; False if it had finished."""
+    with transaction.atomic():
+        wf = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
+        if wf is None or wf.is_finished:
+            return False
+        before = {"status": wf.status}
+        now = clock.now()
+        wf.runs.pending().update(status=Run.Status.CANCELLED, finished_at=now)
+        summary = f"Aborted by {actor_label(actor)}" + (f": {note}" if note else "")
+        wf.move_to(Workflow.Status.FAILED, finished_at=now, coverage_summary=summary)
+        AuditEntry.record(
+            actor=actor,
+            action="workflow.abort",
+            obj=wf,
+            before=before,
+            after={"status": Workflow.Status.FAILED},
+            note=note,
+            channel=channel,
+        )
+    return True
 
 
 # Review items

@@ -160,3 +160,11 @@ def test_every_action_takes_its_channel_by_keyword():
             assert parameter is None  # the beat's own: always the system channel
             continue
         assert parameter is not None and parameter.kind is inspect.Parameter.KEYWORD_ONLY, name
+
+
+def test_an_abort_is_audited_once_with_its_channel_and_note(sim, operator):  # noqa: F811
+    wf = sim.start(["film"], {"news_api:film": "missing", "news_wire:film": ["auth", "ok"]})
+    assert actions.do_abort_workflow(wf.pk, operator, channel=Channel.SLACK, note="wrong goal")
+    assert not actions.do_abort_workflow(wf.pk, operator, channel=Channel.SLACK)
+    entry = AuditEntry.objects.get(action="workflow.abort")
+    assert (entry.channel, entry.note, entry.after) == ("slack", "wrong goal", {"status": "failed"})

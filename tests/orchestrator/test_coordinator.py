@@ -451,10 +451,10 @@ def test_bulk_operator_actions_are_conditional_and_audited(sim, operator):
 
 def test_an_operator_abort_fails_the_workflow(sim, operator):
     wf = sim.start(["film"], {})
-    assert workflow.abort_workflow(wf.pk, operator) is True
+    assert actions.do_abort_workflow(wf.pk, operator, channel=Channel.DASHBOARD) is True
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.FAILED and "Aborted by olga" in wf.coverage_summary
-    assert workflow.abort_workflow(wf.pk, operator) is False
+    assert actions.do_abort_workflow(wf.pk, operator, channel=Channel.DASHBOARD) is False
 
 
 def test_the_breaker_opens_after_consecutive_failures_and_lets_three_probes_through(db):

@@ -91,11 +91,11 @@ def test_a_retry_says_which_run_it_started(sim, operator):  # noqa: F811
 
 
 def test_a_finished_workflow_is_offered_no_new_attempt(sim, operator):  # noqa: F811
-    from orchestrator.coordination.workflow import abort_workflow
+    from orchestrator.coordination.actions import do_abort_workflow
 
     wf = sim.start(["film"], {"news_api:film": "auth"})
     sim.drive()
-    abort_workflow(wf.pk, operator, note="wrong goal")
+    do_abort_workflow(wf.pk, operator, channel=Channel.DASHBOARD, note="wrong goal")
     item = ReviewItem.objects.select_related("workflow").get()
     opts = options(item)
     assert not opts["retry"][0] and "The workflow has finished (Failed)" in opts["retry"][1]
