@@ -4,8 +4,9 @@ workflow; claim or resolve a review item; restore a policy version.
 Each reads top to bottom in one transaction: the conditional update (the model's transition,
 which one caller wins), the audit row naming the `channel` the action came from, the
 notification, and the workflow's continuation (an outbox message sent after the commit, applied
-once by its ids). The dashboard, the admin, the API and the chat and e-mail channels call these
-and nothing else: no step of an action waits in a signal receiver."""
+once by its ids). Every way in calls these (the dashboard's views now, chat and e-mail next,
+the admin and the API as they gain operator verbs): no step of an action waits in a signal
+receiver."""
 
 from __future__ import annotations
 
