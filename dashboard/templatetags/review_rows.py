@@ -30,18 +30,50 @@ from orchestrator.models import ReviewItem
 
 register = template.Library()
 
-SUMMARY = (
+# The row's format, assembled from these constant pieces by which parts an item has (`_summary`):
+# one format_html call a row, every value escaped by it.
+HEAD = (
     "{badge}\n"
     '<a class="qid" href="{prefix}{pk}/">#{pk}</a>\n'
     '<span class="qwho"><bdi{agent_warning}>{agent}</bdi> <span class="muted">@</span> '
     "<bdi{source_warning}>{source}</bdi></span>\n"
     '<span class="qreason"><bdi{reason_warning}>{reason}</bdi></span>\n'
-    "{group}\n"
-    '<span class="qmeta muted small">{workflow}{origin}</span>\n'
-    '<span class="qstate">{state}</span>\n'
-    '<span class="qage muted small nowrap">{age}</span>\n'
 )
-OPEN = format_html('<span class="badge st-open">{}</span>', "open")
+GROUP_PILL = (
+    '<a class="pill" href="{prefix}?view=groups&amp;signature={signature}" '
+    'title="Open items with the same signature">\u00d7{size} like this</a>'
+)
+META = '\n<span class="qmeta muted small">'
+WORKFLOW = "<bdi{name_warning}>{name}</bdi> · "
+STATE = {
+    ReviewItem.State.OPEN: '<span class="badge st-open">open</span>',
+    ReviewItem.State.CLAIMED: '<span class="badge st-claimed">claimed by {who}</span>',
+    ReviewItem.State.RESOLVED: '<span class="badge st-succeeded">{resolution}</span>',
+}
+WAITING = "waiting {waited}"
+RESOLVED = "by {resolver}, {ago} ago"
+# After RESOLVED, for an agent's item: whether its agent picked the resolution up.
+PICKUP = {
+    "built_in": "",
+    "delivered": ' · <span title="{when}">picked up by the agent ({via})</span>',
+    "overdue": ' · <span class="pill warn">not picked up (agent gone?)</span>',
+    "waiting": " · not picked up yet",
+}
+
+
+@lru_cache(maxsize=64)
+def _summary(group: bool, workflow: bool, state: str, pickup: str | None) -> str:
+    return (
+        HEAD
+        + (GROUP_PILL if group else "")
+        + META
+        + (WORKFLOW if workflow else "")
+        + '{origin}</span>\n<span class="qstate">'
+        + STATE[state]
+        + '</span>\n<span class="qage muted small nowrap">'
+        + (WAITING if pickup is None else RESOLVED + PICKUP[pickup])
+        + "</span>\n"
+    )
 
 
 @lru_cache(maxsize=64)
@@ -52,78 +84,50 @@ def _badge(failure_type: str | None) -> SafeString:
 @register.simple_tag(takes_context=True)
 def review_summary(context: template.Context, item: ReviewItem) -> SafeString:
     """Every agent-sent string is escaped inside a <bdi> (`isolate`'s markup)."""
-    prefix = context.get("review_prefix", "")
-    return format_html(
-        SUMMARY,
-        badge=_badge(item.failure_type),
-        prefix=prefix,
-        pk=item.pk,
+    values = {
+        "badge": _badge(item.failure_type),
+        "prefix": context.get("review_prefix", ""),
+        "pk": item.pk,
         **isolated("agent", item.agent),
         **isolated("source", item.source),
         **isolated("reason", clip(first_line(item.reason), 140)),
-        group=_group_pill(item, prefix),
-        workflow=_workflow(item),
-        origin=item.get_origin_display(),
-        state=_state(item),
-        age=_age(item),
-    )
-
-
-def _group_pill(item: ReviewItem, prefix: str) -> SafeString | str:
+        "origin": item.get_origin_display(),
+    }
     size = getattr(item, "group_size", 1)
-    if not size or size <= 1:
-        return ""
-    return format_html(
-        '<a class="pill" href="{}?view=groups&amp;signature={}" '
-        'title="Open items with the same signature">\u00d7{} like this</a>',
-        prefix,
-        item.signature,
-        size,
-    )
+    group = bool(size and size > 1)
+    if group:
+        values |= {"signature": item.signature, "size": size}
+    if item.workflow_id:
+        values |= isolated("name", clip(item.workflow.name, 40))
+    if item.state == ReviewItem.State.CLAIMED:
+        mine = getattr(item, "mine", False)
+        values["who"] = "you" if mine else _username(item.assignee, "?")
+    pickup = None
+    if item.state == ReviewItem.State.RESOLVED:
+        values["resolution"] = item.get_resolution_display()
+        values["resolver"] = _username(item.resolved_by, "the fallback")
+        values["ago"] = age(item.resolved_at)
+        pickup = _pickup(item, values)
+    else:
+        values["waited"] = age(item.created_at)
+    summary = _summary(group, bool(item.workflow_id), item.state, pickup)
+    return format_html(summary, **values)
 
 
-def _workflow(item: ReviewItem) -> SafeString | str:
-    if not item.workflow_id:
-        return ""
-    return format_html("{} · ", isolate(clip(item.workflow.name, 40)))
+def _pickup(item: ReviewItem, values: dict[str, Any]) -> str:
+    """Which PICKUP a resolved item shows, its values added to `values`."""
+    if item.is_built_in:
+        return "built_in"
+    if item.delivered_at:
+        values["when"] = date_format(timezone.localtime(item.delivered_at), "c")
+        values["via"] = item.get_delivered_via_display()
+        return "delivered"
+    return "overdue" if item.is_pickup_overdue else "waiting"
 
 
 def _username(user: Any, default: str) -> str:
     name = user.get_username() if user is not None else ""
     return name or default
-
-
-def _state(item: ReviewItem) -> SafeString:
-    if item.state == ReviewItem.State.RESOLVED:
-        return format_html(
-            '<span class="badge st-succeeded">{}</span>', item.get_resolution_display()
-        )
-    if item.state == ReviewItem.State.CLAIMED:
-        who = "you" if getattr(item, "mine", False) else _username(item.assignee, "?")
-        return format_html('<span class="badge st-claimed">claimed by {}</span>', who)
-    return OPEN
-
-
-def _age(item: ReviewItem) -> SafeString:
-    if item.state != ReviewItem.State.RESOLVED:
-        return format_html("waiting {}", age(item.created_at))
-    text = format_html(
-        "by {}, {} ago", _username(item.resolved_by, "the fallback"), age(item.resolved_at)
-    )
-    if item.is_built_in:
-        return text
-    if item.delivered_at:
-        return format_html(
-            '{} · <span title="{}">picked up by the agent ({})</span>',
-            text,
-            date_format(timezone.localtime(item.delivered_at), "c"),
-            item.get_delivered_via_display(),
-        )
-    if item.is_pickup_overdue:
-        return format_html(
-            '{} · <span class="pill warn">{}</span>', text, "not picked up (agent gone?)"
-        )
-    return format_html("{} · not picked up yet", text)
 
 
 # The queue's facets and its signature groups, one string each, for the same reason as the rows:
