@@ -22,6 +22,13 @@ p95 as a ratio of two baselines measured in the same run (a `SELECT 1` round tri
 page, the favicon's redirect). The target is a p95 of at most 50 ms per page. It prints the load
 average first and before timing (the machines are shared), and drops its database at the end (unless
 --keep-database).
+
+    .venv/bin/python benchmarks/dashboard.py --row-cost 2000 [--repeat 9]
+
+times instead, in memory and without a database, the rows the runs list and the review queue
+build by tag (dashboard_rows.py's samples, hostile text included): the median per-row CPU µs of
+--repeat passes for the tags and for the same rows through their reference templates, and the
+ratio tag / template (the reason the tags exist; below 1 is faster).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import sys
 import time
 from urllib.parse import quote
 
+import dashboard_rows
 from dashboard_data import (
     DAYS,
     METRICS_TOKEN,
@@ -43,6 +51,7 @@ from dashboard_data import (
     load,
     postgres_url,
     runs_this_hour,
+    setup_django,
 )
 from machine import cpu_probe_ms
 
@@ -242,6 +251,31 @@ def measure(repeat: int, only: list[str] | None = None) -> bool:
     return ok
 
 
+def row_cost(count: int, repeat: int) -> None:
+    """Print the CPU µs per row of the hot rows, by tag and by reference template, and the
+    ratio (CPU time, not wall time: the shared machines' load would swamp a wall clock)."""
+    print(f"load average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    runs, items = dashboard_rows.sample_runs(count), dashboard_rows.sample_items(count)
+    tags, templates = dashboard_rows.render_tags, dashboard_rows.render_templates
+    tags(runs[:50], items[:50])  # warm-up: template compilation, caches
+    templates(runs[:50], items[:50])
+    samples: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        # Each pass times both, back to back, so that a ratio compares like with like.
+        for key, args in (("runs", (runs, [])), ("items", ([], items))):
+            for label, render in (("tag", tags), ("template", templates)):
+                started = time.process_time()
+                render(*args)
+                cpu = (time.process_time() - started) / count * 1e6
+                samples.setdefault(f"{key} {label}", []).append(cpu)
+    print(f"{count} rows of each, in memory, CPU time, median of {repeat} passes")
+    print(f"{'row':<24} {'tag µs':>8} {'template µs':>12} {'tag / template':>15}")
+    for name, key in (("runs list row", "runs"), ("review queue row", "items")):
+        tag = statistics.median(samples[f"{key} tag"])
+        reference = statistics.median(samples[f"{key} template"])
+        print(f"{name:<24} {tag:8.1f} {reference:12.1f} {tag / reference:15.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", "--rows", dest="runs", type=int, default=1_000_000)
@@ -262,7 +296,17 @@ def main(argv: list[str] | None = None) -> int:
         help="Time only the pages whose label holds one of these comma-separated words "
         "(case ignored; a page's total comes with it), e.g. 'review queue,group detail'",
     )
+    parser.add_argument(
+        "--row-cost",
+        type=int,
+        metavar="N",
+        help="Only time N rows of the runs list and of the review queue in memory (no database)",
+    )
     args = parser.parse_args(argv)
+    if args.row_cost:
+        setup_django(args.database_url)
+        row_cost(args.row_cost, args.repeat)
+        return 0
     with benchmark_database(postgres_url(parser, args), args.keep_database):
         if not args.skip_load:
             load(args.runs, args.reviews, min(args.current_hour, args.runs // 10))

@@ -32,7 +32,7 @@ Per arm, the table counts:
 * settled or waiting only on a human: simulated seconds until every workflow has settled or has
   an open review item and no run pending;
 * the modelled operator: it answers each review item `--operator-delay` simulated seconds
-  (default 300) after the item opened, through coordination.review.resolve, as a reasonable
+  (default 300) after the item opened, through actions.do_resolve_review, as a reasonable
   operator would (switch source when one is left, abort a request that is itself invalid, else
   accept the partial results); then the time until every workflow has settled;
 * dollars wasted: the wasted calls at a fixed price a call (PRICE_PER_CALL: $0.002 on a primary
@@ -217,8 +217,9 @@ def operate(ids: list[int], timeline: Timeline, delay: float) -> int:
     through the product's own resolution, and let the coordinator continue; return how many."""
     from django.contrib.auth import get_user_model
 
-    from orchestrator.coordination import review
+    from orchestrator.coordination.actions import do_resolve_review
     from orchestrator.models import ReviewItem
+    from orchestrator.vocabulary import Channel
 
     operator, _ = get_user_model().objects.get_or_create(username="benchmark-operator")
     answered = 0
@@ -234,7 +235,9 @@ def operate(ids: list[int], timeline: Timeline, delay: float) -> int:
         for item, at in due.items():
             if at <= timeline.now():
                 note = "The benchmark's modelled operator."
-                answered += review.resolve(item, operator, operator_answer(item), note=note)
+                answered += do_resolve_review(
+                    item, operator, operator_answer(item), channel=Channel.DASHBOARD, note=note
+                )
         timeline.drive()
     return answered
 
@@ -349,7 +352,7 @@ def report(blind: dict, classified: dict, bound: Bound, delay: float, seconds: f
         f"bound (target <= 1.5x), {times(auto, bound.retry_after)} the longest Retry-After "
         f"({bound.retry_after:.0f} s); blind {blind['automatic settle time (s)']:.1f} s",
         f"modelled operator: answers each review item {delay:.0f} s after it opened, through "
-        "coordination.review.resolve (switch source if one is left, abort an invalid request, "
+        "actions.do_resolve_review (switch source if one is left, abort an invalid request, "
         "else accept the partial results)",
         f"wasted calls: {ratio(blind['wasted calls'], classified['wasted calls'])} than blind "
         f"(target 100 % fewer); calls made: {ratio(blind['calls made'], classified['calls made'])}",

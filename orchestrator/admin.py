@@ -45,6 +45,7 @@ from orchestrator.models import (
     Workflow,
 )
 from orchestrator.models.tokens import SCOPES
+from orchestrator.vocabulary import Channel
 
 
 @admin.register(Workflow)
@@ -108,15 +109,15 @@ class PolicyAuditMixin:
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         note = form.cleaned_data.get("change_note") or "edited in the admin"
-        version = save_policy_change(obj, request.user, note=note)
+        version = save_policy_change(obj, request.user, note=note, channel=Channel.ADMIN)
         messages.info(request, f"Routing policy is now at version {version}.")
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        delete_policy_object(obj, request.user, note="deleted in the admin")
+        delete_policy_object(obj, request.user, "deleted in the admin", Channel.ADMIN)
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         for obj in queryset:
-            delete_policy_object(obj, request.user, note="deleted in the admin")
+            delete_policy_object(obj, request.user, "deleted in the admin", Channel.ADMIN)
 
 
 @admin.register(RoutingPolicy)

@@ -9,6 +9,4 @@ class OrchestratorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Connects the receivers of a resolution.
-        from orchestrator import checks  # noqa: F401
-        from orchestrator.coordination import delivery, review  # noqa: F401
+        from orchestrator import checks  # noqa: F401  (registers the system checks)

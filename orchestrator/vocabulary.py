@@ -11,6 +11,7 @@ __all__ = [
     "RETRYABLE",
     "Action",
     "Breaker",
+    "Channel",
     "Coordinator",
     "Delivery",
     "FailureCategory",
@@ -99,3 +100,19 @@ class Delivery(Vocabulary):
 
     ACK = "ack"
     WEBHOOK = "webhook"
+
+
+class Channel(Vocabulary):
+    """Where an operator's action came from, as its audit row records it: the same action
+    function serves every way in."""
+
+    DASHBOARD = "dashboard"
+    ADMIN = "admin"
+    API = "api"
+    SLACK = "slack"
+    EMAIL = "email"
+    SYSTEM = "system"  # the beat's own actions (a review deadline's fallback)
+
+    @property
+    def label(self) -> str:
+        return "e-mail" if self is Channel.EMAIL else self.value

@@ -1,111 +1,133 @@
-"""A review item on one line (the queue's row, the head of the item's page and of its card), built
-as one string: as an included template it was about a third of the queue page's time, fifty
-includes of ten lines of tags and filters each."""
+"""A review item on one line (the queue's row, the head of the item's page and of its card), the
+queue's facets and its signature groups, each built by one tag: as included templates and loops
+they were about a third of the queue page's time, fifty includes of ten lines of tags and filters
+each. Built through `format_html`/`format_html_join`, which escape every value they are given; the
+row's reference template, which it equals byte for byte, is benchmarks/dashboard_rows.py's
+REVIEW_SUMMARY."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from html import escape  # what django.utils.html.escape does, without its lazy-string check
 from typing import Any
 from urllib.parse import quote
 
 from django import template
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from dashboard.templatetags.dashboard import (
-    BIDI_CONTROLS,
     age,
     clip,
     failure_badge,
     failure_icon,
     first_line,
     isolate,
+    isolated,
 )
 from orchestrator.models import ReviewItem
 
 register = template.Library()
 
-
-def bdi(value: Any) -> str:
-    """`isolate`, with its common case (no direction control) in line: for the rows built as
-    one string here and in run_rows."""
-    text = "" if value is None else str(value)
-    if BIDI_CONTROLS.search(text):
-        return isolate(text)
-    return f"<bdi>{escape(text)}</bdi>"
+# The row's format, assembled from these constant pieces by which parts an item has (`_summary`):
+# one format_html call a row, every value escaped by it.
+HEAD = (
+    "{badge}\n"
+    '<a class="qid" href="{prefix}{pk}/">#{pk}</a>\n'
+    '<span class="qwho"><bdi{agent_warning}>{agent}</bdi> <span class="muted">@</span> '
+    "<bdi{source_warning}>{source}</bdi></span>\n"
+    '<span class="qreason"><bdi{reason_warning}>{reason}</bdi></span>\n'
+)
+GROUP_PILL = (
+    '<a class="pill" href="{prefix}?view=groups&amp;signature={signature}" '
+    'title="Open items with the same signature">\u00d7{size} like this</a>'
+)
+META = '\n<span class="qmeta muted small">'
+WORKFLOW = "<bdi{name_warning}>{name}</bdi> · "
+STATE = {
+    ReviewItem.State.OPEN: '<span class="badge st-open">open</span>',
+    ReviewItem.State.CLAIMED: '<span class="badge st-claimed">claimed by {who}</span>',
+    ReviewItem.State.RESOLVED: '<span class="badge st-succeeded">{resolution}</span>',
+}
+WAITING = "waiting {waited}"
+RESOLVED = "by {resolver}, {ago} ago"
+# After RESOLVED, for an agent's item: whether its agent picked the resolution up.
+PICKUP = {
+    "built_in": "",
+    "delivered": ' · <span title="{when}">picked up by the agent ({via})</span>',
+    "overdue": ' · <span class="pill warn">not picked up (agent gone?)</span>',
+    "waiting": " · not picked up yet",
+}
 
 
 @lru_cache(maxsize=64)
-def _badge(failure_type: str | None) -> str:
+def _summary(group: bool, workflow: bool, state: str, pickup: str | None) -> str:
+    return (
+        HEAD
+        + (GROUP_PILL if group else "")
+        + META
+        + (WORKFLOW if workflow else "")
+        + '{origin}</span>\n<span class="qstate">'
+        + STATE[state]
+        + '</span>\n<span class="qage muted small nowrap">'
+        + (WAITING if pickup is None else RESOLVED + PICKUP[pickup])
+        + "</span>\n"
+    )
+
+
+@lru_cache(maxsize=64)
+def _badge(failure_type: str | None) -> SafeString:
     return failure_badge(failure_type)
 
 
 @register.simple_tag(takes_context=True)
 def review_summary(context: template.Context, item: ReviewItem) -> SafeString:
-    """Every agent-sent string goes through `isolate` (escaped inside a <bdi>); every other value
-    is escaped here."""
-    prefix = escape(context.get("review_prefix", ""))
-    pk = int(item.pk)
-    parts = [
-        _badge(item.failure_type),
-        f'<a class="qid" href="{prefix}{pk}/">#{pk}</a>',
-        f'<span class="qwho">{bdi(item.agent)} <span class="muted">@</span> '
-        f"{bdi(item.source)}</span>",
-        f'<span class="qreason">{bdi(clip(first_line(item.reason), 140))}</span>',
-        _group_pill(item, prefix),
-        f'<span class="qmeta muted small">{_workflow(item)}{escape(item.get_origin_display())}'
-        "</span>",
-        f'<span class="qstate">{_state(item)}</span>',
-        f'<span class="qage muted small nowrap">{_age(item)}</span>',
-    ]
-    return mark_safe("\n".join(parts) + "\n")  # each part escaped above
-
-
-def _group_pill(item: ReviewItem, prefix: str) -> str:
+    """Every agent-sent string is escaped inside a <bdi> (`isolate`'s markup)."""
+    values = {
+        "badge": _badge(item.failure_type),
+        "prefix": context.get("review_prefix", ""),
+        "pk": item.pk,
+        **isolated("agent", item.agent),
+        **isolated("source", item.source),
+        **isolated("reason", clip(first_line(item.reason), 140)),
+        "origin": item.get_origin_display(),
+    }
     size = getattr(item, "group_size", 1)
-    if not size or size <= 1:
-        return ""
-    return (
-        f'<a class="pill" href="{prefix}?view=groups&amp;signature={escape(item.signature)}" '
-        f'title="Open items with the same signature">\u00d7{int(size)} like this</a>'
-    )
+    group = bool(size and size > 1)
+    if group:
+        values |= {"signature": item.signature, "size": size}
+    if item.workflow_id:
+        values |= isolated("name", clip(item.workflow.name, 40))
+    if item.state == ReviewItem.State.CLAIMED:
+        mine = getattr(item, "mine", False)
+        values["who"] = "you" if mine else _username(item.assignee, "?")
+    pickup = None
+    if item.state == ReviewItem.State.RESOLVED:
+        values["resolution"] = item.get_resolution_display()
+        values["resolver"] = _username(item.resolved_by, "the fallback")
+        values["ago"] = age(item.resolved_at)
+        pickup = _pickup(item, values)
+    else:
+        values["waited"] = age(item.created_at)
+    summary = _summary(group, bool(item.workflow_id), item.state, pickup)
+    return format_html(summary, **values)
 
 
-def _workflow(item: ReviewItem) -> str:
-    if not item.workflow_id:
-        return ""
-    return f"{bdi(clip(item.workflow.name, 40))} · "
+def _pickup(item: ReviewItem, values: dict[str, Any]) -> str:
+    """Which PICKUP a resolved item shows, its values added to `values`."""
+    if item.is_built_in:
+        return "built_in"
+    if item.delivered_at:
+        values["when"] = date_format(timezone.localtime(item.delivered_at), "c")
+        values["via"] = item.get_delivered_via_display()
+        return "delivered"
+    return "overdue" if item.is_pickup_overdue else "waiting"
 
 
 def _username(user: Any, default: str) -> str:
     name = user.get_username() if user is not None else ""
-    return escape(name or default)
-
-
-def _state(item: ReviewItem) -> str:
-    if item.state == ReviewItem.State.RESOLVED:
-        return f'<span class="badge st-succeeded">{escape(item.get_resolution_display())}</span>'
-    if item.state == ReviewItem.State.CLAIMED:
-        who = "you" if getattr(item, "mine", False) else _username(item.assignee, "?")
-        return f'<span class="badge st-claimed">claimed by {who}</span>'
-    return '<span class="badge st-open">open</span>'
-
-
-def _age(item: ReviewItem) -> str:
-    if item.state != ReviewItem.State.RESOLVED:
-        return f"waiting {escape(age(item.created_at))}"
-    text = f"by {_username(item.resolved_by, 'the fallback')}, {escape(age(item.resolved_at))} ago"
-    if item.is_built_in:
-        return text
-    if item.delivered_at:
-        when = escape(date_format(timezone.localtime(item.delivered_at), "c"))
-        via = escape(item.get_delivered_via_display())
-        return f'{text} · <span title="{when}">picked up by the agent ({via})</span>'
-    if item.is_pickup_overdue:
-        return f'{text} · <span class="pill warn">not picked up (agent gone?)</span>'
-    return f"{text} · not picked up yet"
+    return name or default
 
 
 # The queue's facets and its signature groups, one string each, for the same reason as the rows:
@@ -116,65 +138,106 @@ def _age(item: ReviewItem) -> str:
 def queue_facets(facets: list[tuple[str, str, list[Any]]]) -> SafeString:
     """Each facet with options as a <section> of links (htmx-swapped by the enclosing aside);
     option labels come from agents, so each goes through `isolate`."""
-    out = []
-    for name, title, options in facets:
-        if not options:
-            continue
-        items = [
-            f'<section class="facet" data-facet="{escape(name)}">',
-            f"  <h3>{escape(str(title))}</h3>",
-            "  <ul>",
-        ]
-        icon = name == "failure_type"
-        for o in options:
-            href = escape(o.href)
-            classes = ("selected" if o.selected else "") + ("" if o.count else " zero")
-            current = ' aria-current="true"' if o.selected else ""
-            mark = str(failure_icon(o.value)) if icon else ""
-            items.append(
-                f'    <li><a href="{href}" hx-get="{href}" class="{classes}"{current} '
-                f'data-value="{escape(o.value)}"><span>{mark}{bdi(o.label)}</span>'
-                f"<b>{int(o.count)}</b></a></li>"
-            )
-        items += ["  </ul>", "</section>"]
-        out.append("\n".join(items))
-    return mark_safe("\n".join(out) + "\n")  # each value escaped above
+    sections = [
+        format_html(
+            '<section class="facet" data-facet="{}">\n  <h3>{}</h3>\n  <ul>\n{}\n  </ul>\n'
+            "</section>",
+            name,
+            title,
+            format_html_join("\n", FACET_OPTION, _options(name, options)),
+        )
+        for name, title, options in facets
+        if options
+    ]
+    return format_html("{}\n", format_html_join("\n", "{}", ((section,) for section in sections)))
+
+
+FACET_OPTION = (
+    '    <li><a href="{href}" hx-get="{href}" class="{classes}"{current} data-value="{value}">'
+    "<span>{mark}{label}</span><b>{count}</b></a></li>"
+)
+CURRENT = format_html(' aria-current="{}"', "true")
+
+
+def _options(name: str, options: list[Any]) -> list[dict[str, Any]]:
+    """Each option's values for FACET_OPTION (format_html_join takes a mapping per item)."""
+    icon = name == "failure_type"
+    return [
+        {
+            "href": o.href,
+            "classes": ("selected" if o.selected else "") + ("" if o.count else " zero"),
+            "current": CURRENT if o.selected else "",
+            "value": o.value,
+            "mark": failure_icon(o.value) if icon else "",
+            "label": isolate(o.label),
+            "count": int(o.count),
+        }
+        for o in options
+    ]
+
+
+SIGNATURE_GROUP = (
+    '<li class="card sig-group" data-signature="{signature}">\n'
+    '  <div class="sig-head">\n'
+    "    {badge} <strong>{source}</strong>\n"
+    '    <span class="count-big">{count}</span> <span class="muted small">'
+    "item{plural} you can resolve{held} · oldest waiting {oldest}</span>\n"
+    '    <a class="small" href="?signature={quoted}">show them</a>\n'
+    "{failure_group}"
+    "  </div>\n"
+    "{oldest_item}"
+    "</li>\n"
+)
 
 
 @register.simple_tag(takes_context=True)
 def signature_group(context: template.Context, g: Any) -> SafeString:
     """One group of the grouped queue: its badge, source, counts, links, its oldest item's reason
     and (for a reviewer) the resolve form that loads when opened."""
-    review_prefix = escape(context.get("review_prefix", ""))
-    groups_prefix = escape(context.get("groups_prefix", ""))
     count = int(g.count)
-    held = f" · {int(g.held_by_others)} held by others" if g.held_by_others else ""
-    parts = [
-        f'<li class="card sig-group" data-signature="{escape(g.signature)}">',
-        '  <div class="sig-head">',
-        f"    {_badge(g.failure_type)} <strong>{bdi(g.source)}</strong>",
-        f'    <span class="count-big">{count}</span> <span class="muted small">'
-        f"item{'' if count == 1 else 's'} you can resolve{held} · oldest waiting "
-        f"{escape(age(g.oldest))}</span>",
-        f'    <a class="small" href="?signature={escape(quote(g.signature))}">show them</a>',
-    ]
-    if g.failure_group:
-        pk = int(g.failure_group)
-        parts.append(f'    <a class="small" href="{groups_prefix}{pk}/">failure group #{pk}</a>')
-    parts.append("  </div>")
-    if g.item is not None:
-        reason = bdi(clip(first_line(g.item.reason), 200))
-        parts.append(f'  <p class="sig-reason">{reason}</p>')
-        if context.get("can_review") and count:
-            item = f"{review_prefix}{int(g.item.pk)}/"
-            following = escape(context.get("group_next", ""))
-            parts += [
-                f'  <details class="sig-resolve" hx-get="{item}?part=group&amp;next={following}" '
-                'hx-trigger="toggle once" hx-target="find .group-form" hx-swap="innerHTML">',
-                "    <summary>Resolve all like this…</summary>",
-                '    <div class="group-form"><p class="muted small">Loading the resolutions… or '
-                f'open <a href="{item}">review #{int(g.item.pk)}</a>.</p></div>',
-                "  </details>",
-            ]
-    parts.append("</li>")
-    return mark_safe("\n".join(parts) + "\n")  # each value escaped above
+    return format_html(
+        SIGNATURE_GROUP,
+        signature=g.signature,
+        badge=_badge(g.failure_type),
+        source=isolate(g.source),
+        count=count,
+        plural="" if count == 1 else "s",
+        held=format_html(" · {} held by others", g.held_by_others) if g.held_by_others else "",
+        oldest=age(g.oldest),
+        quoted=quote(g.signature),
+        failure_group=format_html(
+            '    <a class="small" href="{}{}/">failure group #{}</a>\n',
+            context.get("groups_prefix", ""),
+            g.failure_group,
+            g.failure_group,
+        )
+        if g.failure_group
+        else "",
+        oldest_item=_oldest_item(context, g, count),
+    )
+
+
+GROUP_FORM = (
+    '  <details class="sig-resolve" hx-get="{item}?part=group&amp;next={following}" '
+    'hx-trigger="toggle once" hx-target="find .group-form" hx-swap="innerHTML">\n'
+    "    <summary>Resolve all like this…</summary>\n"
+    '    <div class="group-form"><p class="muted small">Loading the resolutions… or '
+    'open <a href="{item}">review #{pk}</a>.</p></div>\n'
+    "  </details>\n"
+)
+
+
+def _oldest_item(context: template.Context, g: Any, count: int) -> SafeString | str:
+    """The oldest item's reason and, for a reviewer, the group's resolve form."""
+    if g.item is None:
+        return ""
+    form = ""
+    if context.get("can_review") and count:
+        form = format_html(
+            GROUP_FORM,
+            item=f"{context.get('review_prefix', '')}{int(g.item.pk)}/",
+            following=context.get("group_next", ""),
+            pk=g.item.pk,
+        )
+    reason = isolate(clip(first_line(g.item.reason), 200))
+    return format_html('  <p class="sig-reason">{}</p>\n{}', reason, form)

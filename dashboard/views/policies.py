@@ -17,12 +17,9 @@ from dashboard.access import EDIT_POLICIES, get_visible, project_scope, requires
 from dashboard.forms import ProviderOverrideForm, RoutingPolicyForm
 from dashboard.views.common import wants_fragment
 from orchestrator.analytics import dryrun
+from orchestrator.coordination import actions
 from orchestrator.coordination.policy import preview_delays
-from orchestrator.coordination.policy_changes import (
-    delete_policy_object,
-    restore_policy_version,
-    save_policy_change,
-)
+from orchestrator.coordination.policy_changes import delete_policy_object, save_policy_change
 from orchestrator.models import (
     AuditEntry,
     PolicyState,
@@ -31,6 +28,7 @@ from orchestrator.models import (
     ProviderOverride,
     RoutingPolicy,
 )
+from orchestrator.vocabulary import Channel
 
 
 def _history(user: Any) -> list[dict[str, Any]]:
@@ -123,7 +121,9 @@ def policy_edit(request: HttpRequest, pk: int) -> HttpResponse:
     form = RoutingPolicyForm(request.POST or None, instance=policy)
     if request.method == "POST" and form.is_valid():
         try:
-            save_policy_change(form.instance, request.user, form.cleaned_data["note"])
+            save_policy_change(
+                form.instance, request.user, form.cleaned_data["note"], Channel.DASHBOARD
+            )
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
@@ -231,7 +231,9 @@ def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
     if not PolicyVersion.objects.filter(version=version).exists():
         raise Http404
     note = (request.POST.get("note") or "").strip()[:300] or f"restored version {version}"
-    restored = restore_policy_version(version, request.user, note)
+    restored = actions.do_restore_policy_version(
+        version, request.user, channel=Channel.DASHBOARD, note=note
+    )
     messages.success(request, f"Version {version} restored as version {restored.version}.")
     return redirect(reverse("dashboard:policies") + "#versions")
 
@@ -263,7 +265,9 @@ def override_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
         if not override.pk:
             form.instance.created_by = request.user
         try:
-            save_policy_change(form.instance, request.user, "edited on the policies page")
+            save_policy_change(
+                form.instance, request.user, "edited on the policies page", Channel.DASHBOARD
+            )
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
@@ -277,6 +281,6 @@ def override_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
 def override_delete(request: HttpRequest, pk: int) -> HttpResponse:
     override = get_visible(request.user, ProviderOverride, pk=pk)
     label = str(override)
-    delete_policy_object(override, request.user, "deleted on the policies page")
+    delete_policy_object(override, request.user, "deleted on the policies page", Channel.DASHBOARD)
     messages.success(request, f"Override deleted: {label}.")
     return redirect(reverse("dashboard:policies") + "#overrides")

@@ -21,8 +21,9 @@ from dashboard.forms import ResolveForm
 from dashboard.views.common import safe_next, wants_fragment
 from insights.models import FailureGroup
 from orchestrator import keyset
-from orchestrator.coordination import review
+from orchestrator.coordination import actions, review
 from orchestrator.models import ReviewItem
+from orchestrator.vocabulary import Channel
 
 
 def _signature_counts(items: list[ReviewItem], user: Any) -> dict[str, int]:
@@ -208,7 +209,7 @@ def _item_response(
 @require_POST
 def review_claim(request: HttpRequest, pk: int) -> HttpResponse:
     item = get_visible(request.user, ReviewItem, related=("assignee",), pk=pk)
-    if item.claim(request.user):
+    if actions.do_claim_review(item, request.user, channel=Channel.DASHBOARD):
         return _item_response(request, item, notice="Claimed: it is yours to resolve.")
     item.refresh_from_db()
     return _item_response(request, item, notice=_already(item))
@@ -247,10 +248,11 @@ def review_resolve(request: HttpRequest, pk: int) -> HttpResponse:
         return _item_response(request, item, form=form)
     data = form.cleaned_data
     try:
-        resolved = review.resolve(
+        resolved = actions.do_resolve_review(
             item,
             request.user,
             data["resolution"],
+            channel=Channel.DASHBOARD,
             note=data["note"],
             edited_input=data.get("edited_input"),
             failure_type=data.get("failure_type") or None,

@@ -40,6 +40,7 @@ from orchestrator.models import (
     FailureType,
     Run,
 )
+from orchestrator.vocabulary import Channel
 
 
 @requires(VIEW)
@@ -183,7 +184,9 @@ def run_actions(request: HttpRequest) -> HttpResponse:
     if not data["confirmed"] and not single:
         return _confirm_actions(request, action, list(runs_qs.defer(*LIST_DEFER)), data, back)
     ids = list(runs_qs.values_list("pk", flat=True))
-    done = actions.act_on_runs(action, ids, request.user, data["reason"])
+    done = actions.do_run_action(
+        action, ids, request.user, channel=Channel.DASHBOARD, reason=data["reason"]
+    )
     skipped = len(data["run"]) - done
     text = f"{action.label.capitalize()}: {done} run{'s' if done != 1 else ''} done"
     if skipped:

@@ -17,12 +17,13 @@ from dashboard.views.common import LIST_DEFER
 from insights.stats import WINDOWS
 from orchestrator import counters, keyset
 from orchestrator.analytics import export
-from orchestrator.coordination.workflow import abort_workflow
+from orchestrator.coordination.actions import do_abort_workflow
 from orchestrator.models import (
     ReviewItem,
     Run,
     Workflow,
 )
+from orchestrator.vocabulary import Channel
 
 
 @requires(VIEW)
@@ -128,7 +129,7 @@ def workflow_abort(request: HttpRequest, pk: int) -> HttpResponse:
     if not note:
         messages.error(request, "Say why the workflow is aborted: the reason is kept in the audit.")
         return back
-    if abort_workflow(workflow.pk, request.user, note=note):
+    if do_abort_workflow(workflow.pk, request.user, channel=Channel.DASHBOARD, note=note):
         messages.success(request, "Workflow aborted: its pending runs were cancelled.")
     else:
         messages.info(request, "The workflow had already finished: nothing changed.")

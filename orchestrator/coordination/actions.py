@@ -1,16 +1,33 @@
-"""Operators' actions on runs: retry now, cancel, send to human review. Audited, one row each."""
+"""Operators' actions, one `do_*` function each: retry, cancel or escalate runs; abort a
+workflow; claim or resolve a review item; restore a policy version.
+
+Each reads top to bottom in one transaction: the conditional update (the model's transition,
+which one caller wins), the audit row naming the `channel` the action came from, the
+notification, and the workflow's continuation (an outbox message sent after the commit, applied
+once by its ids). Every way in calls these (the dashboard's views now, chat and e-mail next,
+the admin and the API as they gain operator verbs): no step of an action waits in a signal
+receiver."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 
-from orchestrator.coordination import clock, dispatch
+from orchestrator import notify, scrubbing
+from orchestrator.coordination import clock, delivery, dispatch, policy_changes
 from orchestrator.coordination.escalation import escalate
 from orchestrator.coordination.workflow import reopen, retry
-from orchestrator.models import AuditEntry, Run, actor_label
-from orchestrator.vocabulary import Action, Vocabulary
+from orchestrator.models import (
+    AuditEntry,
+    PolicyVersion,
+    ReviewItem,
+    Run,
+    Workflow,
+    actor_label,
+)
+from orchestrator.vocabulary import Action, Channel, Vocabulary
 
 
 class RunAction(Vocabulary):
@@ -50,7 +67,10 @@ def with_actions(runs: list[Run]) -> list[Run]:
     return runs
 
 
-def retry_runs(run_ids: list[int], actor: Any) -> int:
+# Runs
+
+
+def do_retry_runs(run_ids: list[int], actor: Any, *, channel: Channel) -> int:
     """Queue a new attempt of each finished, unsuccessful run now; return how many were queued."""
     done = 0
     runs = list(Run.objects.filter(pk__in=run_ids, status__in=RunAction.RETRY.statuses))
@@ -73,6 +93,7 @@ def retry_runs(run_ids: list[int], actor: Any) -> int:
                 obj=run,
                 before={"status": run.status},
                 after={"retry_attempt": attempts},
+                channel=channel,
             )
             dispatch.dispatch_due(workflow_id=run.workflow_id)
             dispatch.step(run.workflow_id)
@@ -80,7 +101,7 @@ def retry_runs(run_ids: list[int], actor: Any) -> int:
     return done
 
 
-def cancel_runs(run_ids: list[int], actor: Any) -> int:
+def do_cancel_runs(run_ids: list[int], actor: Any, *, channel: Channel) -> int:
     """Cancel queued or running runs (a running task's result is then discarded); return count."""
     done = 0
     runs = Run.objects.filter(pk__in=run_ids, status__in=RunAction.CANCEL.statuses)
@@ -96,13 +117,14 @@ def cancel_runs(run_ids: list[int], actor: Any) -> int:
                 obj=run,
                 before={"status": old},
                 after={"status": Run.Status.CANCELLED},
+                channel=channel,
             )
             dispatch.step(run.workflow_id)
             done += 1
     return done
 
 
-def escalate_runs(run_ids: list[int], actor: Any, reason: str = "") -> int:
+def do_escalate_runs(run_ids: list[int], actor: Any, *, channel: Channel, reason: str = "") -> int:
     """Send failed runs to human review; return how many review items were opened."""
     done = 0
     runs = Run.objects.filter(pk__in=run_ids, status__in=RunAction.ESCALATE.statuses)
@@ -121,16 +143,168 @@ def escalate_runs(run_ids: list[int], actor: Any, reason: str = "") -> int:
                 before={"status": Run.Status.FAILED},
                 after={"status": Run.Status.ESCALATED, "review_item": item.pk},
                 note=reason,
+                channel=channel,
             )
             dispatch.step(run.workflow_id)
             done += 1
     return done
 
 
-def act_on_runs(action: str, run_ids: list[int], actor: Any, reason: str = "") -> int:
+def do_run_action(
+    action: str, run_ids: list[int], actor: Any, *, channel: Channel, reason: str = ""
+) -> int:
     """Retry, cancel or escalate runs; return how many were acted on."""
     if action == RunAction.ESCALATE:
-        return escalate_runs(run_ids, actor, reason=reason)
+        return do_escalate_runs(run_ids, actor, channel=channel, reason=reason)
     if action == RunAction.CANCEL:
-        return cancel_runs(run_ids, actor)
-    return retry_runs(run_ids, actor)
+        return do_cancel_runs(run_ids, actor, channel=channel)
+    return do_retry_runs(run_ids, actor, channel=channel)
+
+
+# Workflows
+
+
+def do_abort_workflow(workflow_id: int, actor: Any, *, channel: Channel, note: str = "") -> bool:
+    """Stop a workflow: its pending runs are cancelled and it fails; False if it had finished."""
+    with transaction.atomic():
+        wf = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
+        if wf is None or wf.is_finished:
+            return False
+        before = {"status": wf.status}
+        now = clock.now()
+        wf.runs.pending().update(status=Run.Status.CANCELLED, finished_at=now)
+        summary = f"Aborted by {actor_label(actor)}" + (f": {note}" if note else "")
+        wf.move_to(Workflow.Status.FAILED, finished_at=now, coverage_summary=summary)
+        AuditEntry.record(
+            actor=actor,
+            action="workflow.abort",
+            obj=wf,
+            before=before,
+            after={"status": Workflow.Status.FAILED},
+            note=note,
+            channel=channel,
+        )
+    return True
+
+
+# Review items
+
+
+def do_claim_review(item: ReviewItem, user: Any, *, channel: Channel) -> bool:
+    """Claim an open item for `user`; True if they hold it now (a second claim by them too)."""
+    with transaction.atomic():
+        if item.claim(user):
+            AuditEntry.record(
+                actor=user,
+                action="review.claim",
+                obj=item,
+                before={"state": ReviewItem.State.OPEN, "assignee": None},
+                after={"state": item.state, "assignee": item.assignee_id},
+                channel=channel,
+            )
+    return item.is_held_by(user)
+
+
+def do_resolve_review(
+    item: ReviewItem,
+    user: Any,
+    resolution: str,
+    *,
+    channel: Channel,
+    note: str = "",
+    edited_input: dict | None = None,
+    failure_type: str | None = None,
+    save_override: bool = False,
+    apply_to_group: bool = False,
+) -> int:
+    """Resolve `item` (with `apply_to_group`, every pending item like it that no other operator
+    holds) and continue each one's work; with `save_override` also save a provider override
+    from its raw error. Return how many items were resolved (0: someone was first).
+
+    The edited input's and the note's secrets are filtered before they are kept: a credential
+    belongs in the agent's own store, never in a resolution that pages, webhooks and the API
+    show."""
+    edited_input = scrubbing.scrub_data(edited_input)
+    note = scrubbing.scrub_text(note)
+    with transaction.atomic():
+        won = item.mark_resolved(
+            user,
+            resolution,
+            note=note,
+            edited_input=edited_input,
+            failure_type=failure_type,
+            apply_to_group=apply_to_group,
+        )
+        for resolved, before in won:
+            AuditEntry.record(
+                actor=user,
+                action="review.resolve",
+                obj=resolved,
+                before=before,
+                after=resolved.snapshot(),
+                note=note,
+                channel=channel,
+            )
+            _continue_after_resolution(resolved)
+        if won and save_override and failure_type:
+            policy_changes.save_override_from_review(item, user, failure_type, note, channel)
+    return len(won)
+
+
+def do_apply_review_fallback(item: ReviewItem, action: str, note: str, now: datetime) -> int:
+    """Resolve an item left past its deadline with its failure type's fallback `action` and
+    continue its work; 1 if this call won, 0 if an operator was first."""
+    with transaction.atomic():
+        before = item.mark_resolved_by_fallback(action, note, now)
+        if before is None:
+            return 0
+        AuditEntry.record(
+            actor="system",
+            action="review.fallback",
+            obj=item,
+            before=before,
+            after=item.snapshot(),
+            note=note,
+            channel=Channel.SYSTEM,
+        )
+        _continue_after_resolution(item)
+    return 1
+
+
+def _continue_after_resolution(item: ReviewItem) -> None:
+    """Wake whoever waits on the item (`GET /reviews/{id}?wait=`), then hand the resolution on:
+    the built-in coordinator's step applies it (once, by the item's id), an agent's own
+    coordinator gets it by its webhook or picks it up. Both leave only after the commit."""
+    notify.announce(notify.REVIEW_RESOLVED, item.pk)
+    if item.is_built_in:
+        dispatch.step(item.workflow_id, item.pk)
+    else:
+        delivery.queue_webhook(item)
+
+
+# Policies
+
+
+def do_restore_policy_version(
+    number: int, actor: Any, *, channel: Channel, note: str = ""
+) -> PolicyVersion:
+    """Write version `number`'s routing table, overrides and scrub rules back as a new version,
+    audited; raise PolicyVersion.DoesNotExist for an unknown version.
+
+    Never a rewind: decisions recorded under the versions in between keep their meaning."""
+    note = note or f"restored version {number}"
+    with transaction.atomic():
+        before = policy_changes.lock_versions()
+        target = PolicyVersion.objects.get(version=number)
+        policy_changes.write_back(target)
+        restored = policy_changes.capture_restore(actor, note, restored_from=number)
+        AuditEntry.record(
+            actor=actor,
+            action="policyversion.restore",
+            obj=restored,
+            before={"version": before},
+            after={"version": restored.version, "restored_from": number},
+            note=note,
+            channel=channel,
+        )
+    return restored

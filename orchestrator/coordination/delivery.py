@@ -1,6 +1,7 @@
 """Resolutions delivered back to the agents that reported the runs: the shape an agent reads, and
 the signed webhook to a token's callback URL, exactly once (whichever comes first, an ack or a
-2xx). The webhook is queued in the resolving transaction and sent by `webhooks`.
+2xx). The webhook is queued in the resolving transaction (`actions.do_resolve_review`) and sent
+by `webhooks`.
 """
 
 from __future__ import annotations
@@ -8,11 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.dispatch import receiver
-
 from orchestrator.coordination import webhooks
 from orchestrator.coordination.registry import registry
-from orchestrator.models import ReviewItem, WebhookDelivery, review_resolved
+from orchestrator.models import ReviewItem, WebhookDelivery
 
 
 def resolution_payload(item: ReviewItem) -> dict[str, Any]:
@@ -59,8 +58,7 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
-@receiver(review_resolved, dispatch_uid="coordination.delivery.queue_webhook")
-def queue_webhook(sender: Any, item: ReviewItem, **kwargs: Any) -> None:
+def queue_webhook(item: ReviewItem) -> None:
     """If the item's token has a callback URL, queue the resolution's webhook (once)."""
     if item.is_built_in or item.token_id is None:
         return

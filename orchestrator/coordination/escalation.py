@@ -12,7 +12,7 @@ from orchestrator import scrubbing
 from orchestrator.coordination import clock, policy
 from orchestrator.fingerprint import signature
 from orchestrator.models import AuditEntry, PolicyState, ReviewItem, Run
-from orchestrator.vocabulary import Action, FailureCategory
+from orchestrator.vocabulary import Action, Channel, FailureCategory
 
 
 class CannotEscalate(Exception):
@@ -63,6 +63,7 @@ def escalate_reported(run: Run, reason: str, actor: Any) -> tuple[ReviewItem, bo
             before={"status": Run.Status.FAILED},
             after={"status": Run.Status.ESCALATED, "review_item": item.pk},
             note=reason,
+            channel=Channel.API,
         )
     return item, True
 

@@ -1,7 +1,8 @@
 """Changing the routing policy (its routing table, provider overrides and scrub rules): every
-edit, deletion and restore goes through here, in one transaction with a version bump, the version's
+edit and deletion goes through here, in one transaction with a version bump, the version's
 snapshot and an audit row, so no change escapes the audit trail or leaves decisions (or the secret
-filters) on a stale cached snapshot."""
+filters) on a stale cached snapshot. A restore is an operator action
+(`actions.do_restore_policy_version`) built from the steps here."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ from orchestrator.models import (
 PolicyObject = RoutingPolicy | ProjectPolicy | ProviderOverride | ScrubRule | Price
 
 
-def save_policy_change(obj: PolicyObject, actor: Any, note: str = "") -> int:
-    """Save a policy, override or scrub rule edit with its audit row and a version bump; return
-    the version."""
+def save_policy_change(obj: PolicyObject, actor: Any, note: str = "", channel: str = "") -> int:
+    """Save a policy, override or scrub rule edit with its audit row (naming the `channel` it
+    came from) and a version bump; return the version."""
     with transaction.atomic():
         before = None
         if obj.pk:
@@ -42,11 +43,14 @@ def save_policy_change(obj: PolicyObject, actor: Any, note: str = "") -> int:
         if isinstance(obj, Price):
             _reprice_edit(obj, before, obj.effective_from)
         change = "update" if before else "create"
-        return _new_version(obj, actor, note, change, before, obj.snapshot())
+        return _new_version(obj, actor, note, change, before, obj.snapshot(), channel)
 
 
 def delete_policy_object(
-    obj: ProjectPolicy | ProviderOverride | ScrubRule | Price, actor: Any, note: str = ""
+    obj: ProjectPolicy | ProviderOverride | ScrubRule | Price,
+    actor: Any,
+    note: str = "",
+    channel: str = "",
 ) -> int:
     """Delete an override, a scrub rule or a price with its audit row and a version bump; return
     the version."""
@@ -57,7 +61,7 @@ def delete_policy_object(
         obj.pk = pk
         if isinstance(obj, Price):
             _reprice_edit(obj, before, None)
-        return _new_version(obj, actor, note, "delete", before, {})
+        return _new_version(obj, actor, note, "delete", before, {}, channel)
 
 
 def _new_version(
@@ -67,6 +71,7 @@ def _new_version(
     change: str,
     before: dict[str, Any] | None,
     after: dict[str, Any],
+    channel: str,
 ) -> int:
     """Bump the version, keep its snapshot and audit the change; return the version."""
     scrubbing.forget()
@@ -80,52 +85,48 @@ def _new_version(
         before=before,
         after=after | {"version": version},
         note=note,
+        channel=channel,
     )
     return version
 
 
-def restore_policy_version(number: int, actor: Any, note: str = "") -> PolicyVersion:
-    """Write version `number`'s routing table, overrides and scrub rules back as a new version,
-    audited.
+def lock_versions() -> int:
+    """Lock the version counter for this transaction (one restore at a time); return the
+    current version."""
+    PolicyState.objects.get_or_create(pk=1)
+    PolicyState.objects.select_for_update().filter(pk=1).first()
+    return PolicyState.current_version()
 
-    Never a rewind: decisions recorded under the versions in between keep their meaning.
-    """
-    with transaction.atomic():
-        PolicyState.objects.get_or_create(pk=1)
-        PolicyState.objects.select_for_update().filter(pk=1).first()  # one restore at a time
-        target = PolicyVersion.objects.get(version=number)
-        for row in target.policies:
-            fields = {k: v for k, v in row.items() if k != "failure_type"}
-            ftype = row["failure_type"]
-            RoutingPolicy.objects.update_or_create(failure_type=ftype, defaults=fields)
-        wanted = target.overrides_by_match()
-        for override in ProviderOverride.objects.all():
-            key = (override.provider, override.match_on, override.match_value)
-            if key not in wanted:
-                override.delete()
-        for (provider, match_on, value), row in wanted.items():
-            fields = {k: row[k] for k in ("failure_type", "retryable", "note", "enabled")}
-            ProviderOverride.objects.update_or_create(
-                provider=provider, match_on=match_on, match_value=value, defaults=fields
-            )
-        _restore_scrub_rules(target)
-        _restore_project_policies(target)
-        _restore_prices(target)
-        before = PolicyState.current_version()
-        scrubbing.forget()
-        pricing.forget()
-        version = PolicyState.bump()
-        note = note or f"restored version {number}"
-        restored = PolicyVersion.capture(version, actor, note, restored_from=number)
-        AuditEntry.record(
-            actor=actor,
-            action="policyversion.restore",
-            obj=restored,
-            before={"version": before},
-            after={"version": version, "restored_from": number},
-            note=note,
+
+def write_back(target: PolicyVersion) -> None:
+    """Write `target`'s routing table, overrides, scrub rules, projects' overrides and prices
+    back over the current ones (their repricing is enqueued in this transaction)."""
+    for row in target.policies:
+        fields = {k: v for k, v in row.items() if k != "failure_type"}
+        ftype = row["failure_type"]
+        RoutingPolicy.objects.update_or_create(failure_type=ftype, defaults=fields)
+    wanted = target.overrides_by_match()
+    for override in ProviderOverride.objects.all():
+        key = (override.provider, override.match_on, override.match_value)
+        if key not in wanted:
+            override.delete()
+    for (provider, match_on, value), row in wanted.items():
+        fields = {k: row[k] for k in ("failure_type", "retryable", "note", "enabled")}
+        ProviderOverride.objects.update_or_create(
+            provider=provider, match_on=match_on, match_value=value, defaults=fields
         )
-    return restored
+    _restore_scrub_rules(target)
+    _restore_project_policies(target)
+    _restore_prices(target)
+
+
+def capture_restore(actor: Any, note: str, restored_from: int) -> PolicyVersion:
+    """Bump the version after a `write_back` and keep its snapshot (cached filters and prices
+    forgotten)."""
+    scrubbing.forget()
+    pricing.forget()
+    version = PolicyState.bump()
+    return PolicyVersion.capture(version, actor, note, restored_from=restored_from)
 
 
 def _restore_project_policies(target: PolicyVersion) -> None:
@@ -199,7 +200,7 @@ def _reprice_edit(price: Price, before: dict[str, Any] | None, after: datetime |
 
 
 def save_override_from_review(
-    item: ReviewItem, user: Any, failure_type: str, note: str
+    item: ReviewItem, user: Any, failure_type: str, note: str, channel: str
 ) -> int | None:
     """Turn a review item's raw error into a provider override classifying it as `failure_type`;
     return the version, or None if the run carried no signal to match on."""
@@ -217,4 +218,4 @@ def save_override_from_review(
     override.note = (note or f"From review item {item.pk}")[:300]
     if override.pk is None:
         override.created_by = user if getattr(user, "is_authenticated", False) else None
-    return save_policy_change(override, user, note=f"saved from review item {item.pk}")
+    return save_policy_change(override, user, f"saved from review item {item.pk}", channel)

@@ -1,19 +1,14 @@
-"""Human review, on the coordinator's side: which resolutions can work, resolving with a saved
-provider override, continuing after a resolution, and overdue fallbacks."""
+"""Human review, on the coordinator's side: which resolutions can work, and overdue fallbacks.
+Resolving is an operator action: `orchestrator.coordination.actions.do_resolve_review`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from django.db import transaction
-from django.dispatch import receiver
-
-from orchestrator import scrubbing
-from orchestrator.coordination import clock, dispatch, policy, policy_changes
+from orchestrator.coordination import actions, clock, policy
 from orchestrator.coordination.registry import registry
-from orchestrator.models import CREATED_AFTER_MARGIN, ReviewItem, Run, review_resolved
+from orchestrator.models import CREATED_AFTER_MARGIN, ReviewItem, Run
 from orchestrator.vocabulary import FailureCategory
 
 Resolution = ReviewItem.Resolution
@@ -117,45 +112,6 @@ def group_options(
     ]
 
 
-def resolve(
-    item: ReviewItem,
-    user: Any,
-    resolution: str,
-    *,
-    note: str = "",
-    edited_input: dict | None = None,
-    failure_type: str | None = None,
-    save_override: bool = False,
-    apply_to_group: bool = False,
-) -> int:
-    """Resolve `item`, with `save_override` also saving a provider override from its raw error,
-    in one transaction; return how many items were resolved. The edited input's and the note's
-    secrets are filtered before they are kept: a credential belongs in the agent's own store,
-    never in a resolution that pages, webhooks and the API show."""
-    edited_input = scrubbing.scrub_data(edited_input)
-    note = scrubbing.scrub_text(note)
-    with transaction.atomic():
-        resolved = item.resolve(
-            user,
-            resolution,
-            note=note,
-            edited_input=edited_input,
-            failure_type=failure_type,
-            apply_to_group=apply_to_group,
-        )
-        if resolved and save_override and failure_type:
-            policy_changes.save_override_from_review(item, user, failure_type, note)
-    return resolved
-
-
-@receiver(review_resolved, dispatch_uid="coordination.review.continue_workflow")
-def continue_workflow(sender: Any, item: ReviewItem, **kwargs: Any) -> None:
-    """Write the message of the step that applies `item`'s resolution, in the resolution's own
-    transaction (an agent's item goes back to the agent instead)."""
-    if item.is_built_in:
-        dispatch.step(item.workflow_id, item.pk)
-
-
 def apply_overdue_fallbacks(now: datetime | None = None) -> int:
     """Resolve every pending item past its deadline with its failure type's fallback action."""
     now = now or clock.now()
@@ -164,6 +120,5 @@ def apply_overdue_fallbacks(now: datetime | None = None) -> int:
         snap = policy.current_snapshot(item.project_id)
         action = snap.rule(item.failure_type or FailureCategory.UNCLASSIFIED).review_fallback
         note = f"No decision before the deadline; the {action} fallback applied."
-        with transaction.atomic():
-            done += item.resolve_by_fallback(action, note, now)
+        done += actions.do_apply_review_fallback(item, action, note, now)
     return done

@@ -17,11 +17,9 @@ from orchestrator.coordination.escalation import escalate
 from orchestrator.coordination.registry import registry
 from orchestrator.models import (
     DEFAULT_PROJECT_ID,
-    AuditEntry,
     ReviewItem,
     Run,
     Workflow,
-    actor_label,
 )
 from orchestrator.vocabulary import Action, Coordinator, FailureCategory
 
@@ -94,22 +92,6 @@ def start_workflow_once(
             raise
         return Workflow.objects.get(token=token, idempotency_key=idempotency_key), True
     return wf, False
-
-
-def abort_workflow(workflow_id: int, actor: Any, note: str = "") -> bool:
-    """An operator stops a workflow: pending runs are cancelled and the workflow fails."""
-    with transaction.atomic():
-        wf = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
-        if wf is None or wf.is_finished:
-            return False
-        before = {"status": wf.status}
-        now = clock.now()
-        wf.runs.pending().update(status=Run.Status.CANCELLED, finished_at=now)
-        summary = f"Aborted by {actor_label(actor)}" + (f": {note}" if note else "")
-        wf.move_to(Workflow.Status.FAILED, finished_at=now, coverage_summary=summary)
-        after = {"status": Workflow.Status.FAILED}
-        AuditEntry.record(actor=actor, action="workflow.abort", obj=wf, before=before, after=after)
-    return True
 
 
 def step(workflow_id: int, review_item_id: int | None = None) -> str:

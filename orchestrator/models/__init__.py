@@ -15,7 +15,7 @@ from orchestrator.models.policies import (
 )
 from orchestrator.models.prices import Price
 from orchestrator.models.projects import DEFAULT_PROJECT_ID, Project
-from orchestrator.models.review import ReviewItem, review_resolved
+from orchestrator.models.review import ReviewItem
 from orchestrator.models.run_keys import RunKey, WorkflowCounter, WorkflowRunDelta
 from orchestrator.models.run_queries import (
     CREATED_AFTER_MARGIN,
@@ -63,5 +63,4 @@ __all__ = [
     "WorkflowCounter",
     "WorkflowRunDelta",
     "actor_label",
-    "review_resolved",
 ]

@@ -12,6 +12,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from orchestrator.models.projects import Project
+from orchestrator.vocabulary import Channel
 
 # The audited objects that belong to a project (their `object_type`, the model's name): an entry
 # belongs to its object's project.
@@ -58,6 +59,8 @@ class AuditEntry(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     note = models.TextField(blank=True)
+    # Blank for the changes no operator action makes (an agent's token, a sign-in lockout).
+    channel = models.CharField(max_length=10, choices=Channel.choices(), blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = AuditEntryQuerySet.as_manager()
@@ -85,6 +88,7 @@ class AuditEntry(models.Model):
         before: dict | None,
         after: dict | None,
         note: str = "",
+        channel: str = "",
     ) -> AuditEntry:
         label = actor_label(actor)
         user = actor if getattr(actor, "is_authenticated", False) else None
@@ -97,6 +101,7 @@ class AuditEntry(models.Model):
             before=before,
             after=after,
             note=note,
+            channel=channel,
         )
 
     @classmethod

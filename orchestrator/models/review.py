@@ -1,5 +1,6 @@
 """Human review: escalations waiting for an operator, whose resolutions feed back into the
-coordinator (`orchestrator.coordination.review`)."""
+coordinator. The model holds the state transitions; claiming and resolving as operator actions
+(audit row, notification, the workflow's continuation) are `orchestrator.coordination.actions`."""
 
 from __future__ import annotations
 
@@ -8,13 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
-from django.db import models, transaction
+from django.db import models
 from django.db.models import Q
-from django.dispatch import Signal
 from django.utils import timezone
 
-from orchestrator import notify
-from orchestrator.models.audit import AuditEntry
 from orchestrator.models.projects import DEFAULT_PROJECT_ID
 from orchestrator.models.runs import FailureType, Run
 from orchestrator.models.tokens import ApiToken
@@ -22,10 +20,6 @@ from orchestrator.vocabulary import Delivery, FailureCategory, Origin
 
 if TYPE_CHECKING:
     from orchestrator.models.delivery import WebhookDelivery
-
-# Sent inside the transaction that resolves a review item, with `item`; the coordinator continues
-# the item's workflow once that transaction commits.
-review_resolved = Signal()
 
 
 class ReviewItemQuerySet(models.QuerySet):
@@ -282,26 +276,17 @@ class ReviewItem(models.Model):
         return Q(state=cls.State.OPEN) | mine
 
     def claim(self, user: Any, now: datetime | None = None) -> bool:
-        """Claim an open item for `user`; True if they hold it now (a second claim by them too)."""
-        now = now or timezone.now()
-        with transaction.atomic():
-            changed = ReviewItem.objects.filter(pk=self.pk, state=self.State.OPEN).update(
-                state=self.State.CLAIMED, assignee=user, claimed_at=now
-            )
-            self.refresh_from_db(fields=["state", "assignee", "claimed_at"])
-            if changed:
-                AuditEntry.record(
-                    actor=user,
-                    action="review.claim",
-                    obj=self,
-                    before={"state": self.State.OPEN, "assignee": None},
-                    after={"state": self.state, "assignee": self.assignee_id},
-                )
-        return bool(changed) or (
-            self.state == self.State.CLAIMED and self.assignee_id == getattr(user, "pk", None)
+        """Claim an open item for `user`; True for the one caller whose update changed it."""
+        changed = ReviewItem.objects.filter(pk=self.pk, state=self.State.OPEN).update(
+            state=self.State.CLAIMED, assignee=user, claimed_at=now or timezone.now()
         )
+        self.refresh_from_db(fields=["state", "assignee", "claimed_at"])
+        return bool(changed)
 
-    def resolve(
+    def is_held_by(self, user: Any) -> bool:
+        return self.state == self.State.CLAIMED and self.assignee_id == getattr(user, "pk", None)
+
+    def mark_resolved(
         self,
         user: Any,
         resolution: str,
@@ -309,51 +294,56 @@ class ReviewItem(models.Model):
         edited_input: dict | None = None,
         failure_type: str | None = None,
         apply_to_group: bool = False,
-    ) -> int:
-        """Resolve this item (and, if asked, every pending item with its signature that no other
-        operator holds); return how many (0: another operator or the fallback was first).
-        `failure_type` reclassifies an unclassified item."""
+    ) -> list[tuple[ReviewItem, dict[str, Any]]]:
+        """Resolve this item (and, if asked, every pending item with its signature), each only if
+        no other operator holds it; return each item this call resolved with its state before
+        (none: another operator or the fallback was first). `failure_type` reclassifies an
+        unclassified item."""
         if resolution not in self.Resolution.values:
             raise ValueError(f"unknown resolution {resolution!r}")
         if failure_type is not None and failure_type not in FailureType.values:
             raise ValueError(f"unknown failure type {failure_type!r}")
         if resolution != self.Resolution.RETRY_EDITED:
             edited_input = None  # only "retry with edited input" sends an input
-        with transaction.atomic():
-            items = [self]
-            if apply_to_group and self.signature:
-                # Items another operator holds stay theirs: the group takes the rest, in this
-                # item's project only (an operator may see no other).
-                group = (
-                    ReviewItem.objects.with_signature(self.signature)
-                    .resolvable_by(user)
-                    .filter(project_id=self.project_id)
-                )
-                items += list(group.exclude(pk=self.pk))
-            changes = dict(
-                resolution=resolution, note=note, edited_input=edited_input, resolved_by=user
+        items = [self]
+        if apply_to_group and self.signature:
+            # Items another operator holds stay theirs: the group takes the rest, in this
+            # item's project only (an operator may see no other).
+            group = (
+                ReviewItem.objects.with_signature(self.signature)
+                .resolvable_by(user)
+                .filter(project_id=self.project_id)
             )
-            # The others' conditional update re-checks the claim: one taken meanwhile is skipped.
-            others = ReviewItem.resolvable(user)
-            return sum(
-                i._resolve_once(user, changes, failure_type, guard=None if i is self else others)
-                for i in items
-            )
+            items += list(group.exclude(pk=self.pk))
+        changes = dict(
+            resolution=resolution, note=note, edited_input=edited_input, resolved_by=user
+        )
+        # Each conditional update re-checks the claim: an item another operator holds, or took
+        # meanwhile, stays theirs, whichever channel this resolution came from.
+        mine = ReviewItem.resolvable(user)
+        won = []
+        for i in items:
+            before = i._resolve_once(changes, failure_type, guard=mine)
+            if before is not None:
+                won.append((i, before))
+        return won
 
-    def resolve_by_fallback(self, action: str, note: str, now: datetime) -> int:
-        """Resolve an item left past its deadline with its type's fallback; 1 if this won."""
+    def mark_resolved_by_fallback(
+        self, action: str, note: str, now: datetime
+    ) -> dict[str, Any] | None:
+        """Resolve an item left past its deadline with its type's fallback; return its state
+        before if this call won, else None."""
         changes = {"resolution": action, "note": note, "resolved_by": None}
-        return self._resolve_once("system", changes, fallback=True, now=now)
+        return self._resolve_once(changes, fallback=True, now=now)
 
     def _resolve_once(
         self,
-        actor: Any,
         changes: dict[str, Any],
         failure_type: str | None = None,
         fallback: bool = False,
         now: datetime | None = None,
         guard: Q | None = None,
-    ) -> int:
+    ) -> dict[str, Any] | None:
         before = self.snapshot()
         fields = changes | {"state": self.State.RESOLVED, "resolved_at": now or timezone.now()}
         if failure_type and self.failure_type == FailureCategory.UNCLASSIFIED:
@@ -363,21 +353,10 @@ class ReviewItem(models.Model):
         target = ReviewItem.objects.filter(pk=self.pk, state__in=self.PENDING)
         if guard is not None:
             target = target.filter(guard)
-        won = target.update(**fields)
-        if not won:
-            return 0
+        if not target.update(**fields):
+            return None
         self.refresh_from_db()
-        AuditEntry.record(
-            actor=actor,
-            action="review.fallback" if fallback else "review.resolve",
-            obj=self,
-            before=before,
-            after=self.snapshot(),
-            note=changes.get("note", ""),
-        )
-        review_resolved.send(sender=ReviewItem, item=self)
-        notify.announce(notify.REVIEW_RESOLVED, self.pk)
-        return 1
+        return before
 
     def snapshot(self) -> dict[str, Any]:
         return {

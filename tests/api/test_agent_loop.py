@@ -15,6 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from orchestrator.coordination import dispatch
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import (
     ApiToken,
     OutboxMessage,
@@ -23,6 +24,7 @@ from orchestrator.models import (
     SourceHealth,
     Workflow,
 )
+from orchestrator.vocabulary import Channel
 from tests.api.helpers import assert_envelope, failed_run, post_json
 
 API = "/api/v1"
@@ -239,7 +241,14 @@ def test_a_resolution_reads_in_the_documented_shape(client, auth_headers, operat
         "delivered_at": None,
     }
     item = ReviewItem.objects.get(pk=item_id)
-    item.resolve(operator, "retry_edited", note="use the new key", edited_input={"key": "k2"})
+    do_resolve_review(
+        item,
+        operator,
+        "retry_edited",
+        channel=Channel.DASHBOARD,
+        note="use the new key",
+        edited_input={"account": "acme-2"},
+    )
     body = client.get(f"{API}/reviews/{item_id}?wait=5", **auth_headers).json()
     assert body["state"] == "resolved"
     resolution = body["resolution"]
@@ -252,7 +261,7 @@ def test_a_resolution_reads_in_the_documented_shape(client, auth_headers, operat
         "resolved_by",
         "resolved_at",
     }
-    assert resolution["action"] == "retry_edited" and resolution["input"] == {"key": "k2"}
+    assert resolution["action"] == "retry_edited" and resolution["input"] == {"account": "acme-2"}
     assert (resolution["note"], resolution["resolved_by"]) == ("use the new key", "olga")
     assert resolution["source"] is None and resolution["failure_type"] is None
 
@@ -281,7 +290,7 @@ def test_the_unacknowledged_feed_lists_this_tokens_resolutions_until_acked(
     foreign = failed(client, other)
     post_json(client, "/reviews", {"run": foreign, "reason": "r"}, **other)
     for item in ReviewItem.objects.order_by("pk"):
-        item.resolve(operator, "abort", note="stop")
+        do_resolve_review(item, operator, "abort", channel=Channel.DASHBOARD, note="stop")
     feed = f"{API}/reviews?state=resolved&delivered=false&limit=2"
     page = client.get(feed, **auth_headers).json()
     assert [i["id"] for i in page["items"]] == ids[:2] and page["next_cursor"]
@@ -343,7 +352,13 @@ def test_finishing_an_external_workflow_computes_its_coverage(client, auth_heade
     item = post_json(client, "/reviews", {"run": music, "reason": "r"}, **auth_headers).json()
     waiting = post_json(client, f"/workflows/{wf['id']}/finish", {}, **auth_headers)
     assert waiting.status_code == 200 and waiting.json()["status"] == "awaiting_review"
-    ReviewItem.objects.get(pk=item["id"]).resolve(operator, "accept_partial", note="fine")
+    do_resolve_review(
+        ReviewItem.objects.get(pk=item["id"]),
+        operator,
+        "accept_partial",
+        channel=Channel.DASHBOARD,
+        note="fine",
+    )
     done = post_json(client, f"/workflows/{wf['id']}/finish", {}, **auth_headers).json()
     assert done["status"] == "degraded"
     coverage = client.get(f"{API}/workflows/{wf['id']}/coverage", **auth_headers).json()

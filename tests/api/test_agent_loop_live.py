@@ -26,6 +26,7 @@ import pytest
 from django.db import connections
 
 from orchestrator.client import AgentClient, verify_signature
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import (
     ApiToken,
     AuditEntry,
@@ -34,6 +35,7 @@ from orchestrator.models import (
     WebhookAttempt,
     WebhookDelivery,
 )
+from orchestrator.vocabulary import Channel
 from tests.conftest import require_service
 from tests.dashboard.test_browser import browser, login, page  # noqa: F401  (fixtures)
 from tests.orchestrator.test_worker import (
@@ -249,7 +251,14 @@ def test_a_webhook_answered_500_once_is_delivered_signed_and_acked_once(
         client = agent(live_server, secret)
         _, decision = escalated(client)
         item = ReviewItem.objects.get(pk=decision["review"]["id"])
-        item.resolve(operator, "retry_edited", note="new key", edited_input=EDITED)
+        do_resolve_review(
+            item,
+            operator,
+            "retry_edited",
+            channel=Channel.DASHBOARD,
+            note="new key",
+            edited_input=EDITED,
+        )
         hook = wait_until(
             lambda: WebhookDelivery.objects.filter(item=item, state="delivered").first(),
             30,
@@ -285,7 +294,13 @@ def test_exactly_once_under_concurrent_waits_a_killed_worker_and_a_slow_receiver
     with ThreadPoolExecutor(20) as pool:
         futures = [pool.submit(wait_and_ack, i) for i in range(20)]
         time.sleep(1)  # the waits are in the server by now
-        ReviewItem.objects.get(pk=item_id).resolve(operator, "abort", note="stop for good")
+        do_resolve_review(
+            ReviewItem.objects.get(pk=item_id),
+            operator,
+            "abort",
+            channel=Channel.DASHBOARD,
+            note="stop for good",
+        )
         results = [f.result(timeout=90) for f in futures]
     assert len({json.dumps(r, sort_keys=True) for r, _ in results}) == 1
     assert results[0][0]["action"] == "abort"
@@ -312,9 +327,9 @@ def test_exactly_once_under_concurrent_waits_a_killed_worker_and_a_slow_receiver
         _, answer = escalated(agent(live_server, fast_secret))
         items["fast"] = ReviewItem.objects.get(pk=answer["review"]["id"])
 
-        items["slow"].resolve(operator, "abort", note="x")
+        do_resolve_review(items["slow"], operator, "abort", channel=Channel.DASHBOARD, note="x")
         assert slow.arrived.wait(20), celery_worker.tail()
-        items["fast"].resolve(operator, "abort", note="x")
+        do_resolve_review(items["fast"], operator, "abort", channel=Channel.DASHBOARD, note="x")
         fast_done = wait_until(
             lambda: WebhookDelivery.objects.filter(item=items["fast"], state="delivered").first(),
             20,
@@ -327,7 +342,7 @@ def test_exactly_once_under_concurrent_waits_a_killed_worker_and_a_slow_receiver
         fast_attempt = WebhookAttempt.objects.get(delivery=fast_done, acked=True)
         assert slow_first.finished_at is None or fast_attempt.finished_at < slow_first.finished_at
         # Then, with the pool steady again, a child killed in the middle of a delivery.
-        items["killed"].resolve(operator, "abort", note="x")
+        do_resolve_review(items["killed"], operator, "abort", channel=Channel.DASHBOARD, note="x")
         assert killed.arrived.wait(20), celery_worker.tail()
         holder = WebhookDelivery.objects.get(item=items["killed"]).lease_owner
         os.kill(int(holder.rpartition(":")[2]), signal.SIGKILL)  # the child mid-request

@@ -18,12 +18,13 @@ from django.urls import reverse
 
 from orchestrator import pricing, tasks
 from orchestrator.analytics import export
+from orchestrator.coordination.actions import do_restore_policy_version
 from orchestrator.coordination.policy_changes import (
     delete_policy_object,
-    restore_policy_version,
     save_policy_change,
 )
 from orchestrator.models import AuditEntry, OutboxMessage, PolicyState, PolicyVersion, Price, Run
+from orchestrator.vocabulary import Channel
 from tests.api.helpers import assert_envelope, error_paths, failed_run, ok_run, post_json
 
 pytestmark = pytest.mark.django_db
@@ -281,7 +282,7 @@ def test_restoring_a_version_brings_its_prices_back_and_reprices(client, auth_he
     later = model_price(FEB_15, inp="1.00", out="4.00", cached="0.50")
     feb_20 = report(client, auth_headers, usage=USAGE, started_at=FEB_20.isoformat())["id"]
     OutboxMessage.objects.all().delete()
-    restore_policy_version(before, actor=None)
+    do_restore_policy_version(before, None, channel=Channel.DASHBOARD)
     assert not Price.objects.filter(pk=later.pk).exists()
     args = OutboxMessage.objects.get(task=pricing.REPRICE_TASK).args
     assert args[:3] == ["model", "gpt-4o", FEB_15.isoformat()]

@@ -18,8 +18,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from orchestrator.coordination import review
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import ApiToken, AuditEntry, ReviewItem, Run
+from orchestrator.vocabulary import Channel
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -81,7 +82,13 @@ def test_the_langgraph_example_interrupts_and_resumes_with_the_resolution(
         item = ReviewItem.objects.get()
         time.sleep(0.5)  # the graph is waiting on it now
         key_file.write_text(ROTATED_KEY)  # the operator rotates the key in the store
-        review.resolve(item, operator, "retry", note="rotated the CRM key in the vault")
+        do_resolve_review(
+            item,
+            operator,
+            "retry",
+            channel=Channel.DASHBOARD,
+            note="rotated the CRM key in the vault",
+        )
         output, _ = agent.communicate(timeout=60)
     finally:
         if agent.poll() is None:

@@ -105,13 +105,17 @@ def test_the_rate_limit_of_the_api_counts_mcp_requests_per_token():
 def test_an_admitted_request_calls_the_tools_as_its_own_token():
     from django.contrib.auth.models import User
 
+    from orchestrator.coordination.actions import do_resolve_review
     from orchestrator.models import ReviewItem
+    from orchestrator.vocabulary import Channel
 
     mine, secret = ApiToken.issue("agent-a")
     _, other = ApiToken.issue("agent-b")
     run = Run.objects.create(token=mine, agent="a", source="s", status=Run.Status.FAILED)
     item = ReviewItem.objects.create(run=run, token=mine, reason="stale key")
-    item.resolve(User.objects.create_user("olga"), "abort", note="stop")
+    do_resolve_review(
+        item, User.objects.create_user("olga"), "abort", channel=Channel.DASHBOARD, note="stop"
+    )
     listed = {"name": "list_resolutions", "arguments": {}}
     message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": listed}
 

@@ -27,8 +27,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from orchestrator.coordination.review import resolve
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import ApiToken, ReviewItem, Run
+from orchestrator.vocabulary import Channel
 from tests.api.helpers import ENVELOPE_KEYS, web_env
 from tests.services import free_port, start_web
 
@@ -120,7 +121,14 @@ def resolve_soon(item_id: int, operator: User, started: threading.Event) -> None
         started.wait(10)
         time.sleep(1.0)
         item = ReviewItem.objects.get(pk=item_id)
-        assert resolve(item, operator, "retry_edited", note="key rotated", edited_input=EDITED)
+        assert do_resolve_review(
+            item,
+            operator,
+            "retry_edited",
+            channel=Channel.DASHBOARD,
+            note="key rotated",
+            edited_input=EDITED,
+        )
     finally:
         connection.close()  # this thread's
 

@@ -22,8 +22,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import ApiToken, Project, ReviewItem, Run, Workflow
 from orchestrator.models.tokens import ACT_ALL, READ_ALL
+from orchestrator.vocabulary import Channel
 from tests.api.helpers import assert_envelope, failed_run, ok_run, post_json
 
 API = "/api/v1"
@@ -61,7 +63,7 @@ def work_of(token: ApiToken, operator: Any) -> Work:
     item = ReviewItem.objects.create(
         run=escalated, reason=f"{token.name} needs a human", project_id=project
     )
-    assert item.resolve(operator, "abort", note="stop")
+    assert do_resolve_review(item, operator, "abort", channel=Channel.DASHBOARD, note="stop")
     now = timezone.now()
     return Work(
         token=token,

@@ -25,8 +25,9 @@ from django.db import connection
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from orchestrator.coordination.review import resolve
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import ApiToken, ReviewItem
+from orchestrator.vocabulary import Channel
 from tests.api.helpers import ENVELOPE_KEYS, failed_run, web_env
 from tests.conftest import require_service
 from tests.services import ROOT, PrivateNginx, free_port, manage, nginx_bin, start_web
@@ -116,7 +117,13 @@ def test_a_long_poll_is_answered_through_nginx_when_the_review_is_resolved(topol
     def resolve_soon() -> None:
         try:
             time.sleep(1.0)
-            assert resolve(ReviewItem.objects.get(pk=item_id), operator, "abort", note="no")
+            assert do_resolve_review(
+                ReviewItem.objects.get(pk=item_id),
+                operator,
+                "abort",
+                channel=Channel.DASHBOARD,
+                note="no",
+            )
         finally:
             connection.close()  # this thread's
 

@@ -17,8 +17,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from orchestrator.client.mcp_tools import ToolFailure
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.mcp.services import Caller, InProcess
 from orchestrator.models import ApiToken, AuditEntry, ReviewItem, Run
+from orchestrator.vocabulary import Channel
 from tests.api.test_mcp import serving
 
 
@@ -123,7 +125,7 @@ def test_mcp_tools_answer_another_tokens_work_as_the_api_does():
     )
     escalated = Run.objects.create(token=them, agent="b", source="s", **failed)
     item = ReviewItem.objects.create(run=escalated, reason="agent-b's reason")
-    item.resolve(operator, "abort", note="stop")
+    do_resolve_review(item, operator, "abort", channel=Channel.DASHBOARD, note="stop")
 
     me, _ = ApiToken.issue("agent-a")
     mine = tools(me)

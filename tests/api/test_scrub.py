@@ -17,9 +17,10 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from classifier.scrub import FILTERED
 from orchestrator import scrubbing
-from orchestrator.coordination import review
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.coordination.policy_changes import save_policy_change
 from orchestrator.models import AuditEntry, ReviewItem, Run, ScrubRule, TraceSpan
+from orchestrator.vocabulary import Channel
 from tests.api import otel
 from tests.api.helpers import post_json
 from tests.classifier import secrets_corpus as corpus
@@ -168,8 +169,13 @@ def test_an_escalation_s_reason_and_a_resolution_s_input_and_note_lose_their_sec
     assert response.status_code == 201, response.content
     item = ReviewItem.objects.get()
     edited = corpus.attempted(depth=30)
-    review.resolve(
-        item, operator, "retry_edited", note=f"new key {corpus.OPENAI_KEY}", edited_input=edited
+    do_resolve_review(
+        item,
+        operator,
+        "retry_edited",
+        channel=Channel.DASHBOARD,
+        note=f"new key {corpus.OPENAI_KEY}",
+        edited_input=edited,
     )
     item.refresh_from_db()
     answer = client.get(f"/api/v1/reviews/{item.pk}", **auth_headers).json()

@@ -8,6 +8,7 @@ the server of DATABASE_URL.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -172,3 +173,25 @@ def test_pages_chosen_by_a_word_of_their_label_keep_their_totals(monkeypatch):
     chosen = bench.chosen(pages, ["group DETAIL", "queue"])
     assert [path for _, path, _ in chosen] == ["/review/", "/groups/1/", "/runs/total/?group=1"]
     assert bench.chosen(pages, None) == pages
+
+
+def test_the_row_cost_mode_prints_each_rows_cost_and_its_ratio_without_a_database():
+    done = subprocess.run(
+        [sys.executable, "benchmarks/dashboard.py", "--row-cost", "60", "--repeat", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "DATABASE_URL": "sqlite:////nonexistent/never-opened.db"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("load average (1, 5, 15 min): ")
+    rows = {}
+    for line in done.stdout.splitlines():
+        name, _, figures = line.rpartition("row ")
+        if name in ("runs list ", "review queue "):
+            rows[name.strip()] = [float(x) for x in figures.split()]
+    assert set(rows) == {"runs list", "review queue"}
+    for tag, template, ratio in rows.values():
+        assert tag > 0 and template > 0 and ratio == pytest.approx(tag / template, abs=0.01)

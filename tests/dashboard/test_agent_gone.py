@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from dashboard.tiles import overview_tiles
 from insights.stats import WINDOWS
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import ApiToken, ReviewItem, Run, Workflow
-from orchestrator.vocabulary import Delivery, Origin
+from orchestrator.vocabulary import Channel, Delivery, Origin
 
 from .conftest import make_failure, make_review, make_run, signed_in
 
@@ -30,7 +31,7 @@ def _ten_minutes(settings) -> None:
 def resolution(operator: Any, minutes_ago: float, token: ApiToken | None, **fields: Any) -> Any:
     run = make_failure("auth_failure", token=token, **fields)
     item = make_review(run)
-    item.resolve(operator, "abort", note="stop")
+    do_resolve_review(item, operator, "abort", channel=Channel.DASHBOARD, note="stop")
     resolved_at = timezone.now() - timedelta(minutes=minutes_ago)
     ReviewItem.objects.filter(pk=item.pk).update(resolved_at=resolved_at)
     item.refresh_from_db()

@@ -8,8 +8,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from orchestrator.coordination import workflow as coordination
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import ApiToken, Run, Workflow
-from orchestrator.vocabulary import Coordinator, Delivery
+from orchestrator.vocabulary import Channel, Coordinator, Delivery
 
 from .conftest import HOSTILE_SCRIPT, ago, make_failure, make_review, make_run, signed_in
 
@@ -62,7 +63,7 @@ def test_the_review_pages_say_whether_and_when_the_agent_picked_it_up(operator):
     token, _ = ApiToken.issue("crm-agent")
     run = make_failure("auth_failure", token=token)
     item = make_review(run)
-    item.resolve(operator, "abort", note="stop")
+    do_resolve_review(item, operator, "abort", channel=Channel.DASHBOARD, note="stop")
     page = reverse("dashboard:review_item", args=[item.pk])
     assert "not picked up yet" in signed_in(operator).get(page).content.decode()
     item.acknowledge(Delivery.ACK)

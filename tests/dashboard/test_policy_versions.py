@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from orchestrator.coordination.policy_changes import restore_policy_version, save_policy_change
+from orchestrator.coordination.actions import do_restore_policy_version
+from orchestrator.coordination.policy_changes import save_policy_change
 from orchestrator.models import (
     AuditEntry,
     PolicyState,
@@ -14,6 +15,7 @@ from orchestrator.models import (
     RoutingPolicy,
     Run,
 )
+from orchestrator.vocabulary import Channel
 
 from .conftest import make_failure
 from .test_policies import HX, POLICIES, form_of, timeout_policy
@@ -49,7 +51,9 @@ def test_restoring_version_n_makes_version_n_plus_one_equal_to_n(policy_editor, 
         actor=None,
     )
     latest = PolicyState.current_version()
-    restored = restore_policy_version(kept, policy_editor, "2 attempts was worse")
+    restored = do_restore_policy_version(
+        kept, policy_editor, channel=Channel.DASHBOARD, note="2 attempts was worse"
+    )
     assert restored.version == latest + 1 == PolicyState.current_version()
     assert restored.restored_from == kept
     assert restored.policies == PolicyVersion.objects.get(version=kept).policies

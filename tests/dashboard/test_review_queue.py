@@ -12,7 +12,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import ReviewItem, Run
+from orchestrator.vocabulary import Channel
 
 from .conftest import ago, make_failure, make_review, make_workflow, signed_in
 
@@ -273,7 +275,9 @@ def test_each_resolution_is_written_on_the_workflows_timeline(db, operator, oper
     wf = make_workflow(capability="news")
     run = make_failure("auth_failure", workflow=wf, topic="film", decision="escalate")
     item = make_review(run)
-    item.resolve(operator, "switch_source", note="wire has it")
+    do_resolve_review(
+        item, operator, "switch_source", channel=Channel.DASHBOARD, note="wire has it"
+    )
     ReviewItem.objects.filter(pk=item.pk).update(outcome="Switched from news_api to news_wire.")
     html = operator_client.get(reverse("dashboard:workflow_detail", args=[wf.pk])).content.decode()
     timeline = html[html.index('id="timeline"') :]

@@ -21,7 +21,9 @@ from django.db.models import Count
 
 from demo.agent import ExternalAgent
 from orchestrator.client import AgentClient
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import ApiToken, ReviewItem, Run, Workflow
+from orchestrator.vocabulary import Channel
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -63,8 +65,15 @@ def test_the_agent_escalates_and_acts_on_the_resolutions(live_server, provider, 
     assert len(items) == 2 and {i.origin for i in items} == {"agent"}
     assert {i.run.failure_type for i in items} == {"auth_failure"}
     edited = {"account": items[0].run.topic, "key": "rotated"}
-    items[0].resolve(operator, "retry_edited", note="key rotated", edited_input=edited)
-    items[1].resolve(operator, "abort", note="not needed")
+    do_resolve_review(
+        items[0],
+        operator,
+        "retry_edited",
+        channel=Channel.DASHBOARD,
+        note="key rotated",
+        edited_input=edited,
+    )
+    do_resolve_review(items[1], operator, "abort", channel=Channel.DASHBOARD, note="not needed")
 
     agent.act_on_resolutions()
     agent.work()

@@ -10,6 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import (
     ApiToken,
     AuditEntry,
@@ -18,6 +19,7 @@ from orchestrator.models import (
     ProviderOverride,
     RoutingPolicy,
 )
+from orchestrator.vocabulary import Channel
 
 pytestmark = pytest.mark.django_db
 
@@ -210,7 +212,7 @@ def test_webhook_deliveries_and_their_attempts_are_listed_in_the_admin(admin_cli
     token.set_callback("https://agent.example/hook")
     run = Run.objects.create(agent="a", source="s", status="failed", token=token)
     item = ReviewItem.objects.create(run=run, reason="r")
-    item.resolve(admin_user, "abort", note="n")
+    do_resolve_review(item, admin_user, "abort", channel=Channel.DASHBOARD, note="n")
     hook = WebhookDelivery.objects.get(item=item)
     hook.fail(hook.begin_attempt("host:1", *_window()), 503, "HTTP 503: down", _window()[0])
     listing = admin_client.get(reverse("admin:orchestrator_webhookdelivery_changelist"))

@@ -22,6 +22,7 @@ from orchestrator.coordination import (
     review,
     workflow,
 )
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.coordination.policy_changes import save_policy_change
 from orchestrator.coordination.simulation import drive, simulated
 from orchestrator.models import (
@@ -32,6 +33,7 @@ from orchestrator.models import (
     SourceHealth,
     Workflow,
 )
+from orchestrator.vocabulary import Channel
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -85,7 +87,12 @@ def test_a_mixed_workflow_degrades_with_honest_coverage(sim, operator):
     item = ReviewItem.objects.get(workflow=wf)
     assert item.run.source == "news_archive" and item.failure_type == "auth_failure"
     with sim.commit():
-        assert item.resolve(operator, "accept_partial", note="rotating keys") == 1
+        assert (
+            do_resolve_review(
+                item, operator, "accept_partial", channel=Channel.DASHBOARD, note="rotating keys"
+            )
+            == 1
+        )
     sim.drive()
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.DEGRADED
@@ -311,8 +318,8 @@ def test_concurrent_resolutions_have_one_winner_and_continue_once(sim, operator,
     assert item.claim(operator) is True
     assert item.claim(policy_editor) is False
     with sim.commit():
-        assert item.resolve(operator, "retry") == 1
-        assert item.resolve(policy_editor, "abort") == 0
+        assert do_resolve_review(item, operator, "retry", channel=Channel.DASHBOARD) == 1
+        assert do_resolve_review(item, policy_editor, "abort", channel=Channel.DASHBOARD) == 0
     sim.disp.steps.append((wf.pk, item.pk))  # a duplicated continuation message
     sim.drive()
     assert Run.objects.filter(retry_of=item.run).count() == 1
@@ -331,9 +338,9 @@ def test_a_resolution_whose_step_is_late_is_not_lost_when_another_settles_the_wo
     late, prompt = sorted(ReviewItem.objects.filter(workflow=wf), key=lambda i: i.run.topic)
     # The late item's continuation message is never sent (its on-commit hook is not run here):
     # the prompt item's steps must apply it rather than settle the workflow around it.
-    assert late.resolve(operator, "retry") == 1
+    assert do_resolve_review(late, operator, "retry", channel=Channel.DASHBOARD) == 1
     with sim.commit():
-        assert prompt.resolve(operator, "retry") == 1
+        assert do_resolve_review(prompt, operator, "retry", channel=Channel.DASHBOARD) == 1
     sim.drive()
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.SUCCEEDED, wf.coverage_summary
@@ -365,7 +372,12 @@ def test_one_decision_resolves_a_group_with_the_same_signature(sim, operator):
     items = list(ReviewItem.objects.open())
     assert len(items) == 3 and len({i.signature for i in items}) == 1
     with sim.commit():
-        assert items[0].resolve(operator, "switch_source", apply_to_group=True) == 3
+        assert (
+            do_resolve_review(
+                items[0], operator, "switch_source", channel=Channel.DASHBOARD, apply_to_group=True
+            )
+            == 3
+        )
     sim.drive()
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.FAILED  # every source failed for every topic
@@ -378,7 +390,14 @@ def test_resolving_an_unclassified_item_can_save_an_override(sim, operator):
     sim.drive()
     item = ReviewItem.objects.get()
     version = PolicyState.current_version()
-    review.resolve(item, operator, "abort", failure_type="server_fault", save_override=True)
+    do_resolve_review(
+        item,
+        operator,
+        "abort",
+        channel=Channel.DASHBOARD,
+        failure_type="server_fault",
+        save_override=True,
+    )
     override = ProviderOverride.objects.get(provider="news_api")
     assert (override.match_on, override.failure_type) == ("exception_type", "server_fault")
     assert "ToolGlitch" in override.match_value
@@ -417,11 +436,14 @@ def test_bulk_operator_actions_are_conditional_and_audited(sim, operator):
     queued = wf.runs.get(topic="music")
     sim.disp.runs.clear()
     Run.objects.filter(pk=failed.pk).update(status="failed", failure_type="invalid_input")
-    assert actions.cancel_runs([queued.pk, failed.pk], operator) == 1
-    assert actions.cancel_runs([queued.pk], operator) == 0
-    assert actions.escalate_runs([failed.pk], operator, reason="look") == 1
-    assert actions.escalate_runs([failed.pk], operator) == 0
-    assert actions.retry_runs([failed.pk], operator) == 1
+    assert actions.do_cancel_runs([queued.pk, failed.pk], operator, channel=Channel.DASHBOARD) == 1
+    assert actions.do_cancel_runs([queued.pk], operator, channel=Channel.DASHBOARD) == 0
+    assert (
+        actions.do_escalate_runs([failed.pk], operator, channel=Channel.DASHBOARD, reason="look")
+        == 1
+    )
+    assert actions.do_escalate_runs([failed.pk], operator, channel=Channel.DASHBOARD) == 0
+    assert actions.do_retry_runs([failed.pk], operator, channel=Channel.DASHBOARD) == 1
     assert Run.objects.filter(retry_of=failed).count() == 1
     audited = set(AuditEntry.objects.values_list("action", flat=True))
     assert {"run.cancel", "run.escalate", "run.retry"} <= audited
@@ -429,10 +451,10 @@ def test_bulk_operator_actions_are_conditional_and_audited(sim, operator):
 
 def test_an_operator_abort_fails_the_workflow(sim, operator):
     wf = sim.start(["film"], {})
-    assert workflow.abort_workflow(wf.pk, operator) is True
+    assert actions.do_abort_workflow(wf.pk, operator, channel=Channel.DASHBOARD) is True
     wf.refresh_from_db()
     assert wf.status == Workflow.Status.FAILED and "Aborted by olga" in wf.coverage_summary
-    assert workflow.abort_workflow(wf.pk, operator) is False
+    assert actions.do_abort_workflow(wf.pk, operator, channel=Channel.DASHBOARD) is False
 
 
 def test_the_breaker_opens_after_consecutive_failures_and_lets_three_probes_through(db):

@@ -7,9 +7,9 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 
 from orchestrator.coordination import policy, workflow
+from orchestrator.coordination.actions import do_restore_policy_version
 from orchestrator.coordination.policy_changes import (
     delete_policy_object,
-    restore_policy_version,
     save_policy_change,
 )
 from orchestrator.models import (
@@ -24,6 +24,7 @@ from orchestrator.models import (
     RoutingPolicy,
     Run,
 )
+from orchestrator.vocabulary import Channel
 from tests.api.helpers import failed_run, post_json
 
 
@@ -130,7 +131,7 @@ def test_a_projects_policy_is_versioned_audited_and_restored(acme):
     assert policy.current_snapshot(DEFAULT_PROJECT_ID).rule("rate_limited").max_attempts > 1
     delete_policy_object(ProjectPolicy.objects.get(), None, note="gone")
     assert policy.current_snapshot(acme.pk).rule("rate_limited").max_attempts > 1
-    restore_policy_version(version, None)
+    do_restore_policy_version(version, None, channel=Channel.DASHBOARD)
     assert ProjectPolicy.objects.get().max_attempts == 1
     assert policy.current_snapshot(acme.pk).rule("rate_limited").max_attempts == 1
 

@@ -18,8 +18,10 @@ from django.db import OperationalError, transaction
 
 from orchestrator import tasks
 from orchestrator.coordination import dispatch, execution, workflow
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.coordination.simulation import InlineDispatcher, drive, simulated
 from orchestrator.models import OutboxMessage, ReviewItem, Run, Workflow
+from orchestrator.vocabulary import Channel
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -131,7 +133,7 @@ def test_a_review_resolution_writes_its_step_in_the_same_transaction(sim, operat
     item = ReviewItem.objects.get(workflow=wf)
     OutboxMessage.objects.all().delete()
     with pytest.raises(RuntimeError), transaction.atomic():
-        assert item.resolve(operator, "retry") == 1
+        assert do_resolve_review(item, operator, "retry", channel=Channel.DASHBOARD) == 1
         assert OutboxMessage.objects.filter(args=[wf.pk, item.pk]).count() == 1
         raise RuntimeError("rolled back")
     item.refresh_from_db()

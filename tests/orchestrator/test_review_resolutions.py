@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.coordination.review import resolution_options
 from orchestrator.fingerprint import signature
 from orchestrator.models import ReviewItem, Run, Workflow
-from orchestrator.vocabulary import Origin
+from orchestrator.vocabulary import Channel, Origin
 
 from .test_coordinator import sim  # noqa: F401  (the fixture)
 
@@ -40,7 +41,9 @@ def test_a_switch_is_offered_with_the_next_source_and_says_what_it_did(sim, oper
     available, why = options(item)["switch_source"]
     assert available and why == "Ask news_wire, the next source of news."
     with sim.commit():
-        item.resolve(operator, "switch_source", note="try the wire")
+        do_resolve_review(
+            item, operator, "switch_source", channel=Channel.DASHBOARD, note="try the wire"
+        )
     sim.drive()
     item.refresh_from_db()
     switched = Run.objects.get(source="news_wire")
@@ -65,7 +68,7 @@ def test_no_switch_is_offered_when_every_source_was_tried(sim, operator):  # noq
     # The model still records what it is told (the dashboard refuses it); applying it says why
     # nothing happened, on the item the workflow's timeline shows.
     with sim.commit():
-        item.resolve(operator, "switch_source")
+        do_resolve_review(item, operator, "switch_source", channel=Channel.DASHBOARD)
     sim.drive()
     item.refresh_from_db()
     assert item.outcome.startswith("No untried source of news was left for 'film'")
@@ -79,7 +82,7 @@ def test_a_retry_says_which_run_it_started(sim, operator):  # noqa: F811
     sim.drive()
     item = ReviewItem.objects.get()
     with sim.commit():
-        item.resolve(operator, "retry", note="key rotated")
+        do_resolve_review(item, operator, "retry", channel=Channel.DASHBOARD, note="key rotated")
     sim.drive()
     item.refresh_from_db()
     retried = Run.objects.filter(source="news_api").order_by("-attempt").first()
@@ -88,11 +91,11 @@ def test_a_retry_says_which_run_it_started(sim, operator):  # noqa: F811
 
 
 def test_a_finished_workflow_is_offered_no_new_attempt(sim, operator):  # noqa: F811
-    from orchestrator.coordination.workflow import abort_workflow
+    from orchestrator.coordination.actions import do_abort_workflow
 
     wf = sim.start(["film"], {"news_api:film": "auth"})
     sim.drive()
-    abort_workflow(wf.pk, operator, note="wrong goal")
+    do_abort_workflow(wf.pk, operator, channel=Channel.DASHBOARD, note="wrong goal")
     item = ReviewItem.objects.select_related("workflow").get()
     opts = options(item)
     assert not opts["retry"][0] and "The workflow has finished (Failed)" in opts["retry"][1]
@@ -140,7 +143,17 @@ def test_resolving_a_group_leaves_the_items_another_operator_holds(operator, pol
     items = [ReviewItem.objects.create(run=r, reason="r", signature="sig") for r in runs]
     assert items[3].claim(policy_editor)
     assert items[0].claim(operator)
-    assert items[0].resolve(operator, "abort", note="dead source", apply_to_group=True) == 3
+    assert (
+        do_resolve_review(
+            items[0],
+            operator,
+            "abort",
+            channel=Channel.DASHBOARD,
+            note="dead source",
+            apply_to_group=True,
+        )
+        == 3
+    )
     states = dict(ReviewItem.objects.values_list("pk", "state"))
     assert [states[i.pk] for i in items] == ["resolved", "resolved", "resolved", "claimed"]
 

@@ -10,12 +10,13 @@ from django.urls import reverse
 
 from classifier.scrub import FILTERED
 from orchestrator import scrubbing
+from orchestrator.coordination.actions import do_restore_policy_version
 from orchestrator.coordination.policy_changes import (
     delete_policy_object,
-    restore_policy_version,
     save_policy_change,
 )
 from orchestrator.models import AuditEntry, PolicyState, PolicyVersion, ScrubRule
+from orchestrator.vocabulary import Channel
 
 pytestmark = pytest.mark.django_db
 
@@ -104,7 +105,7 @@ def test_deleting_a_rule_is_audited_and_restoring_its_version_brings_it_back():
     latest = PolicyVersion.objects.newest_first().first()
     changes = latest.changes_since(PolicyVersion.objects.get(version=with_rule))
     assert [c["what"] for c in changes] == [r"scrub rule pattern:ACME-(?P<secret>\d{8})"]
-    restore_policy_version(with_rule, actor=None)
+    do_restore_policy_version(with_rule, None, channel=Channel.DASHBOARD)
     restored = ScrubRule.objects.get()
     assert (restored.value, restored.note) == (rule.value, "order numbers")
     assert scrubbing.current().text("order ACME-77001234")[0] == "order ACME-[Filtered]"

@@ -20,7 +20,9 @@ import pytest
 from insights import alerts
 from insights.models import AlertDelivery, AlertRule
 from orchestrator.coordination import webhooks
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import ApiToken, ReviewItem, Run, WebhookDelivery
+from orchestrator.vocabulary import Channel
 from tests.conftest import require_service
 from tests.orchestrator.test_webhooks import Receiver
 
@@ -49,7 +51,7 @@ def delivered_review(receiver: Receiver, operator: Any) -> tuple[str, dict[str, 
         agent="a", source="crm", status=Run.Status.FAILED, failure_type="auth_failure", token=token
     )
     item = ReviewItem.objects.create(run=run, reason="key expired", failure_type="auth_failure")
-    item.resolve(operator, "abort", note="stop")
+    do_resolve_review(item, operator, "abort", channel=Channel.DASHBOARD, note="stop")
     hook = WebhookDelivery.objects.get(item=item)
     assert webhooks.deliver(hook.pk) == "delivered"
     headers, body = receiver.requests[-1]

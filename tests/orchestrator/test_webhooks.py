@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from orchestrator.client import verify_signature
 from orchestrator.coordination import webhooks
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import (
     ApiToken,
     AuditEntry,
@@ -26,6 +27,7 @@ from orchestrator.models import (
     WebhookAttempt,
     WebhookDelivery,
 )
+from orchestrator.vocabulary import Channel
 
 
 class Receiver:
@@ -71,7 +73,14 @@ def resolved_item(token: ApiToken, operator) -> ReviewItem:
         agent="a", source="crm", status=Run.Status.FAILED, failure_type="auth_failure", token=token
     )
     item = ReviewItem.objects.create(run=run, reason="key expired", failure_type="auth_failure")
-    item.resolve(operator, "retry_edited", note="new key", edited_input={"key": "k2"})
+    do_resolve_review(
+        item,
+        operator,
+        "retry_edited",
+        channel=Channel.DASHBOARD,
+        note="new key",
+        edited_input={"account": "acme-2"},
+    )
     item.refresh_from_db()
     return item
 
@@ -109,7 +118,7 @@ def test_a_resolution_is_delivered_signed_after_a_500_with_the_delay_in_the_outb
     assert h1["Failsight-Delivery"] == h2["Failsight-Delivery"] == str(hook.delivery_id)
     assert verify_signature(signing, h2["Failsight-Signature"], b2)
     assert not verify_signature("whsec_wrong", h2["Failsight-Signature"], b2)
-    assert b'"input":{"key":"k2"}' in b2 and h2["Failsight-Event"] == "review.resolved"
+    assert b'"input":{"account":"acme-2"}' in b2 and h2["Failsight-Event"] == "review.resolved"
     attempts = list(WebhookAttempt.objects.filter(delivery=hook).order_by("number"))
     assert [(a.status_code, a.acked) for a in attempts] == [(500, False), (200, True)]
     item.refresh_from_db()

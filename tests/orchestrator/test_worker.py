@@ -26,7 +26,9 @@ from kombu import pools as kombu_pools
 
 from config.celery import app
 from orchestrator.coordination import dispatch, workflow
+from orchestrator.coordination.actions import do_resolve_review
 from orchestrator.models import AuditEntry, ReviewItem, Run, Workflow
+from orchestrator.vocabulary import Channel
 from tests.conftest import TEST_SOURCES, require_service
 
 pytestmark = [
@@ -260,7 +262,11 @@ def test_concurrent_review_resolutions_continue_the_workflow_once(worker, operat
     def resolve(user: Any, resolution: str) -> None:
         try:
             barrier.wait()
-            results.append(ReviewItem.objects.get(pk=item.pk).resolve(user, resolution))
+            results.append(
+                do_resolve_review(
+                    ReviewItem.objects.get(pk=item.pk), user, resolution, channel=Channel.DASHBOARD
+                )
+            )
         finally:
             connections.close_all()
 
