@@ -304,11 +304,7 @@ class Scrubber:
         if not text:
             return text
         text = self._text(text, _Count())
-        if "://" in text or "?" in text:
-            text = _URL.sub(_bare_url, text)
-            if "?" in text and "=" in text:
-                text = _QUERY_VALUE.sub(_query_value, text)
-        return text
+        return _URL.sub(_bare_url, text) if "://" in text else text
 
     def idempotency_key(self, key: str) -> str:
         """Return `key` as it is, or, when it holds a credential, a digest of it (replays still
@@ -696,8 +692,11 @@ def _b64_text(blob: str) -> str | None:
 
 
 def _bare_url(match: re.Match[str]) -> str:
-    """A URL without its user info (`_URL` leaves it out)."""
-    return match["scheme"] + match["rest"] + (match["query"] or "")
+    """A URL without its user info (`_URL` leaves it out) and with its query values filtered."""
+    query = match["query"] or ""
+    if "=" in query:
+        query = _QUERY_VALUE.sub(_query_value, query)
+    return match["scheme"] + match["rest"] + query
 
 
 def _query_value(match: re.Match[str]) -> str:

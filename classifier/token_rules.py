@@ -36,6 +36,7 @@ _REPORT_END: Final = r"""(?:[\x60'"\s;,.)}\]&<>|]|\\[nr]|$)"""
 Compile = Callable[[str], Any]
 
 _GLOBAL_FLAG = re.compile(r"\(\?i\)")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
 
 def go_to_python(pattern: str) -> str:
@@ -131,7 +132,12 @@ class TokenRules:
         # A keyword found also stands for the keywords inside it ("sk-ant-api03" holds "sk-"):
         # the scan finds one keyword per place.
         self._inside = {
-            word: [rule for other, rules in self._by_keyword.items() if other in word for rule in rules]
+            word: [
+                rule
+                for other in self._by_keyword
+                if other in word
+                for rule in self._by_keyword[other]
+            ]
             for word in self._by_keyword
         }
         # Keywords are plain lower-case words: one scan of the text for all of them.
@@ -182,6 +188,8 @@ class TokenRules:
                 return False
             if rule.id.startswith("generic") and not any(c.isdigit() for c in secret):
                 return False
+        if rule.id.startswith("generic") and _UUID.fullmatch(secret):
+            return False  # an id (`Idempotency-Key: <uuid>`); keys naming secrets still filter it
         whole = match.group(0)
         text = match.string
         line_start = text.rfind("\n", 0, match.start()) + 1

@@ -403,4 +403,8 @@ def test_a_weak_key_name_filters_only_a_value_that_looks_like_a_credential(key):
 
 def test_token_counts_under_tokens_names_are_kept():
     usage = {"input_tokens": 1200, "max_tokens": 4096, "tokens": ["zx81Kq0vLm27Tg5", "a b"]}
-    assert scrubbed(usage) == {"input_tokens": 1200, "max_tokens": 4096, "tokens": [FILTERED, "a b"]}
+    assert scrubbed(usage) == {
+        "input_tokens": 1200,
+        "max_tokens": 4096,
+        "tokens": [FILTERED, "a b"],
+    }
