@@ -133,6 +133,9 @@ _VALUE = re.compile(
     r"\\\"(?:[^\"\\\n]|\\[^\"])*\\\"|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'"
     r"|[^\s\"'&;,?#)}\]<>]+" + _WRAPPED
 )
+# A key's value that is a list of quoted strings, and each string in it.
+_LIST_VALUE = re.compile(r'\[[ \t]*"(?:[^"\\\n]|\\.)*"(?:[ \t]*,[ \t]*"(?:[^"\\\n]|\\.)*")*[ \t]*\]')
+_LISTED = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 _USERINFO = re.compile(r"(?P<head>\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:)(?P<value>[^\s/@]+)(?=@)", re.I)
 _CARD = re.compile(r"(?<![\d.])(?:\d[ \-]?){12,18}\d(?!\d)")
 # Decoding layers: a quoted JSON string holding escapes (`"{\\"password\\": …}"`), a word holding
@@ -661,12 +664,17 @@ class Scrubber:
         parts: list[str] = []
         done = 0
         for key_start, start, verdict in self._secret_keys(text):
-            value = _VALUE.match(text, start)
+            listed = _LIST_VALUE.match(text, start)
+            value = listed or _VALUE.match(text, start)
             if key_start < done or value is None or _is_filtered(text, start):
                 continue
-            if verdict == WEAK and not looks_secret(value[0]):
+            if listed:  # `"tokens": ["…", "…"]`: each string judged as the key's value
+                clean = _LISTED.sub(lambda m, v=verdict: _listed(m, v), listed[0])
+                parts += [text[done:start], clean]
+            elif verdict == WEAK and not looks_secret(value[0]):
                 continue
-            parts += [text[done:start], _quoted(value[0])]
+            else:
+                parts += [text[done:start], _quoted(value[0])]
             done = value.end()
             count.n += 1
         return "".join([*parts, text[done:]]) if parts else text
@@ -689,6 +697,12 @@ def _b64_text(blob: str) -> str | None:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
     return decoded if len(decoded) >= MIN_TEXT and decoded.isprintable() else None
+
+
+def _listed(match: re.Match[str], verdict: int) -> str:
+    if match[1] and match[1] != FILTERED and (verdict == SECRET or looks_secret(match[1])):
+        return f'"{FILTERED}"'
+    return match[0]
 
 
 def _bare_url(match: re.Match[str]) -> str:
