@@ -42,7 +42,6 @@ ENVELOPE_FIELDS: Final = (
 IDENTITY_FIELDS: Final = (
     "agent",
     "source",
-    "operation",
     "topic",
     "capability",
     "exception_type",
@@ -134,13 +133,16 @@ _VALUE = re.compile(
     r"|[^\s\"'&;,?#)}\]<>]+" + _WRAPPED
 )
 # A key's value that is a list of quoted strings, and each string in it.
-_LIST_VALUE = re.compile(r'\[[ \t]*"(?:[^"\\\n]|\\.)*"(?:[ \t]*,[ \t]*"(?:[^"\\\n]|\\.)*")*[ \t]*\]')
+_LIST_VALUE = re.compile(
+    r'\[[ \t]*"(?:[^"\\\n]|\\.)*"(?:[ \t]*,[ \t]*"(?:[^"\\\n]|\\.)*")*[ \t]*\]'
+)
 _LISTED = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 _USERINFO = re.compile(r"(?P<head>\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:)(?P<value>[^\s/@]+)(?=@)", re.I)
 _CARD = re.compile(r"(?<![\d.])(?:\d[ \-]?){12,18}\d(?!\d)")
 # Decoding layers: a quoted JSON string holding escapes (`"{\\"password\\": …}"`), a word holding
 # URL escapes, a base64 run, an XML element, a command-line flag with its value.
 _ESCAPED_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*\\(?:[^"\\\n]|\\.)*)"')
+_PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 _URL_ENCODED = re.compile(r"[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")
 _BASE64 = re.compile(r"(?<![\w+/=\-])[A-Za-z0-9+/_\-]{16,}={0,2}(?![\w+/=\-])")
 _XML = re.compile(
@@ -289,7 +291,7 @@ class Scrubber:
         (the `[Filtered]` a client's filters left)."""
         texts: list[str] = []
         if not self._structure_holds(value, 0, texts):
-            joined = "\0".join(texts)
+            joined = "\n".join(texts)  # a token ends at a line's end, as at a string's
             if not self.may_hold(joined):
                 return value, joined.count(FILTERED)  # the common case: one look at its text
         count = _Count()
@@ -300,6 +302,22 @@ class Scrubber:
         (as `scrub` counts them)."""
         count = _Count()
         return self._text(text, count), count.n
+
+    def split(self, values: list[Any], names: list[str]) -> tuple[list[Any], list[str], int]:
+        """Return `values` (data, as `scrub`) and `names` (identity fields, as `identity`) with
+        their secrets filtered, after one look at them all, and how many values are filtered in
+        them; each list is the same object when it held nothing."""
+        combined = [*values, *names]
+        clean, found = self.scrub(combined)
+        if clean is combined and not any("://" in name for name in names):
+            return values, names, found
+        held = len(values)
+        found -= sum(v.count(FILTERED) for v in clean[held:] if isinstance(v, str))
+        out = [self.identity(name) for name in names]
+        found += sum(name.count(FILTERED) for name in out)
+        kept_values = values if clean is combined else list(clean[:held])
+        kept_names = names if all(a is b for a, b in zip(out, names, strict=True)) else out
+        return kept_values, kept_names, found
 
     def identity(self, text: str) -> str:
         """Return a field naming a report (`IDENTITY_FIELDS`) with its credentials filtered and
@@ -322,16 +340,16 @@ class Scrubber:
         many values are filtered in it."""
         body = dict(body)
         key = body.pop("idempotency_key", None)
-        clean, found = self.scrub(body)
-        out = dict(clean)
-        for name in IDENTITY_FIELDS:
-            value = out.get(name)
-            if isinstance(value, str) and value:
-                out[name] = self.identity(value)
-                found += out[name].count(FILTERED) - value.count(FILTERED)
-        usage = out.get("usage")
-        if isinstance(usage, Mapping) and isinstance(usage.get("model"), str):
-            out["usage"] = {**usage, "model": self.identity(usage["model"])}
+        usage = body.get("usage")
+        model = usage.get("model") if isinstance(usage, Mapping) else None
+        named = [n for n in IDENTITY_FIELDS if isinstance(body.get(n), str) and body[n]]
+        names = [body[n] for n in named] + ([model] if isinstance(model, str) and model else [])
+        values = [v for n, v in body.items() if n not in named]
+        clean_values, clean_names, found = self.split(values, names)
+        out = dict(zip([n for n in body if n not in named], clean_values, strict=True))
+        out |= dict(zip(named, clean_names, strict=False))
+        if len(clean_names) > len(named):
+            out["usage"] = {**out["usage"], "model": clean_names[-1]}
         if isinstance(key, str):
             out["idempotency_key"] = self.idempotency_key(key)
         return out, found
@@ -347,14 +365,14 @@ class Scrubber:
             or "basic" in lowered
             or (separated and ("authoriz" in lowered or "cookie" in lowered))
             or ("://" in text and "@" in text)
-            or "\\" in text
-            or "%" in text
-            or ("<" in text and "</" in text)
-            or (" -" in text and _FLAG.search(text) is not None)
-            or _BASE64.search(text) is not None
-            or self._tokens.may_hold(lowered)
+            or '\\"' in text
+            or ("%" in text and _PERCENT.search(text) is not None)
+            or ("</" in text and any(self._xml(m) != m[0] for m in _XML.finditer(text)))
+            or ("-" in text and any(self._flag(m) != m[0] for m in _FLAG.finditer(text)))
+            or any(_b64_text(m[0]) is not None for m in _BASE64.finditer(text))
             or (separated and self._names_a_secret_before_a_separator(text))
             or _may_hold_card(text)
+            or self._tokens.finds(text)
         )
 
     def key_verdict(self, key: str) -> int:

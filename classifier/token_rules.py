@@ -125,6 +125,10 @@ class TokenRules:
                 if rule is not None:
                     self.rules.append(rule)
         self._global = _allowlists(allowlists, compile)
+        # An engine may offer one pass naming the rules that match somewhere (RE2's sets):
+        # a text none matches holds no secret, whatever its keywords.
+        matcher = getattr(compile, "matcher", None)
+        self._matcher = matcher([rule.regex.pattern for rule in self.rules]) if matcher else None
         self._by_keyword: dict[str, list[TokenRule]] = {}
         for rule in self.rules:
             for keyword in rule.keywords:
@@ -141,8 +145,16 @@ class TokenRules:
             for word in self._by_keyword
         }
         # Keywords are plain lower-case words: one scan of the text for all of them.
+        # Under RE2 one alternation finds them in linear time; Python's `re` tries every
+        # alternative at every place, slower than a substring test per keyword.
         ordered = sorted(self._by_keyword, key=len, reverse=True)
-        self._keywords = re.compile("|".join(re.escape(k) for k in ordered))
+        self._keywords = None  # Python's `re`, or an engine with sets
+        if compile is not python_compile and not hasattr(compile, "matcher"):
+            self._keywords = compile("|".join(map(_literal, ordered)))
+
+        # Without it: the keywords holding no other, then those holding one found.
+        roots = [k for k in ordered if not any(o != k and o in k for o in ordered)]
+        self._roots = {root: [k for k in ordered if root in k] for root in roots}
 
     def _rule(self, row: dict[str, Any], compile: Compile) -> TokenRule | None:
         if "regex" not in row or not row.get("keywords"):
@@ -161,21 +173,40 @@ class TokenRules:
             allowlists=_allowlists(row.get("allowlists") or (), compile),
         )
 
-    def may_hold(self, text: str) -> bool:
-        """Return whether a rule may find something in `text` (False is certain)."""
-        return self._keywords.search(text.lower()) is not None
-
     def candidates(self, text: str) -> list[TokenRule]:
         """The rules whose keywords `text` holds, in the file's order."""
-        words = set(self._keywords.findall(text.lower()))
+        lowered = text.lower()
+        if self._keywords is None:
+            words = {
+                word
+                for root, holding in self._roots.items()
+                if root in lowered
+                for word in holding
+                if word in lowered
+            }
+        else:
+            words = set(self._keywords.findall(lowered))
         found = {id(rule): rule for word in words for rule in self._inside[word]}
         return list(found.values())
+
+    def finds(self, text: str) -> bool:
+        """Return whether a rule finds a secret in `text`."""
+        return bool(self.spans(text))
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Return the (start, end) of each secret the rules find in `text`, sorted, overlaps
         merged."""
         found: list[tuple[int, int]] = []
-        for rule in self.candidates(text):
+        if self._matcher is not None:
+            matched = self._matcher(text)
+            if not matched:
+                return found
+            lowered = text.lower()
+            rules = [self.rules[i] for i in matched]
+            candidates = [r for r in rules if any(k in lowered for k in r.keywords)]
+        else:
+            candidates = self.candidates(text)
+        for rule in candidates:
             for match in rule.regex.finditer(text):
                 start, end = rule.secret_span(match)
                 if end > start and self._kept(rule, match, text[start:end]):
@@ -196,6 +227,11 @@ class TokenRules:
         line_end = text.find("\n", match.end())
         line = text[line_start : None if line_end == -1 else line_end]
         return not any(a.allows(secret, whole, line) for a in (*rule.allowlists, *self._global))
+
+
+def _literal(word: str) -> str:
+    """`word` as a literal in both engines' syntax (`\\xhh` for ASCII punctuation)."""
+    return "".join(c if c.isalnum() or ord(c) > 127 else f"\\x{ord(c):02x}" for c in word)
 
 
 def _allowlists(rows: Iterable[dict[str, Any]], compile: Compile) -> tuple[Allowlist, ...]:

@@ -6,6 +6,7 @@ needs more is refused."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, Final
 
 import re2
@@ -28,9 +29,37 @@ _OPTIONS: Final = _options()
 
 
 @functools.lru_cache(maxsize=1024)
-def compile_re2(pattern: str) -> Any:
-    """`pattern` compiled by RE2 under the memory bound (raises `re2.error` if refused)."""
+def _compiled(pattern: str) -> Any:
     return re2.compile(pattern, _OPTIONS)
+
+
+def _set_options() -> Any:
+    options = _options()
+    options.max_mem = SET_MEMORY
+    return options
+
+
+# The rule set's expressions as one RE2 set: its automaton is larger than one expression's.
+SET_MEMORY: Final = 64 << 20
+
+
+class RE2:
+    """The server's engine for `classifier.token_rules`: `engine(pattern)` compiles one pattern
+    under the memory bound (raises `re2.error` if refused); `engine.matcher(patterns)` returns
+    one pass over a text naming the patterns that match somewhere in it (None for none)."""
+
+    def __call__(self, pattern: str) -> Any:
+        return _compiled(pattern)
+
+    def matcher(self, patterns: list[str]) -> Callable[[str], list[int] | None]:
+        found = re2.Set.SearchSet(_set_options())
+        for pattern in patterns:
+            found.Add(pattern)
+        found.Compile()
+        return found.Match
+
+
+compile_re2: Final = RE2()
 
 
 def operator_pattern_error(pattern: str) -> str | None:

@@ -21,7 +21,7 @@ from pydantic import (
 
 from classifier import TAXONOMY_VERSION, Failure, FailureCategory, Signal
 from classifier.envelope import field_names
-from classifier.scrub import ENVELOPE_FIELDS, FILTERED, IDENTITY_FIELDS, Scrubber
+from classifier.scrub import ENVELOPE_FIELDS, IDENTITY_FIELDS, Scrubber
 from orchestrator.api.schemas.common import (
     INT_MAX,
     SMALLINT_MAX,
@@ -165,21 +165,25 @@ class EnvelopeIn(BaseModel):
         URLs lose user info and query values; `Scrubber.identity`); return how many values are
         filtered (those a client's filters left `[Filtered]` too)."""
         values = [getattr(self, name, None) for name in ENVELOPE_FIELDS]
-        clean, found = scrubber.scrub(values)  # one look at them all: most hold nothing
+        named = self._identity_fields()
+        if self.usage is not None and self.usage.model:
+            named.append(("usage.model", self.usage.model, 200))
+        key = getattr(self, "idempotency_key", "")
+        names = [value for _, value, _ in named] + ([key] if key else [])
+        # One look at them all: most reports hold nothing.
+        clean, clean_names, found = scrubber.split(values, names)
         if clean is not values:
             for name, value, new in zip(ENVELOPE_FIELDS, values, clean, strict=True):
                 if new is not value:
                     setattr(self, name, new[:200] if name == "operation" else new)
-        for name, value, limit in self._identity_fields():
-            new = scrubber.identity(value)
-            if new is not value:
-                setattr(self, name, new[:limit])
-                found += new.count(FILTERED) - value.count(FILTERED)
-        if self.usage is not None and self.usage.model:
-            self.usage.model = scrubber.identity(self.usage.model)[:200]
-        key = getattr(self, "idempotency_key", "")
-        if key:
-            self.idempotency_key = scrubber.idempotency_key(key)
+        if clean_names is not names:
+            for (name, value, limit), new in zip(named, clean_names, strict=False):
+                if new is not value and name == "usage.model":
+                    self.usage.model = new[:limit]
+                elif new is not value:
+                    setattr(self, name, new[:limit])
+            if key and clean_names[-1] != key:
+                self.idempotency_key = scrubber.idempotency_key(key)
         self.__pydantic_private__["_scrubbed_fields"] = found
         return found
 
