@@ -1,6 +1,7 @@
 """Secrets filtered out of what agents report, at the door (`classifier.scrub`): the built-in
-rules with the operators' `ScrubRule`s of the current policy version, compiled once per version
-and process; the count of what was filtered is kept on each run (`Run.scrubbed_fields`)."""
+rules with the operators' `ScrubRule`s of the current policy version, compiled by RE2
+(`orchestrator.patterns`) once per version and process; the count of what was filtered is kept
+on each run (`Run.scrubbed_fields`). `EnvelopeIn.scrub` is the one call over a whole report."""
 
 from __future__ import annotations
 
