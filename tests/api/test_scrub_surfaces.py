@@ -283,6 +283,8 @@ def read_everything(client, admin_client, auth_headers, operator, run_ids: list[
     for pk in run_ids:
         seen.get(client, f"/api/v1/runs/{pk}", **auth_headers)
         seen.get(client, f"/runs/{pk}/")
+    # The admin's form of the first way's runs: each way's runs hold every form, in one table.
+    for pk in run_ids[: len(chunks())]:
         seen.get(admin_client, f"/admin/orchestrator/run/{pk}/change/")
     for path in (
         "/api/v1/runs?limit=500",
@@ -334,7 +336,7 @@ def test_no_secret_form_sent_by_any_way_in_is_found_on_any_surface(
 ):
     settings.METRICS_ALLOWED_IPS = ["127.0.0.1"]
     caplog.set_level(logging.DEBUG)
-    run_ids = []
+    run_ids: list[int] = []
     for way in GROUPS[group]:
         sent = WAYS[way](
             client=client, auth_headers=auth_headers, api_token=api_token, operator=operator
@@ -348,7 +350,9 @@ def test_no_secret_form_sent_by_any_way_in_is_found_on_any_surface(
 
 
 def test_look_alikes_come_back_exactly_as_sent_from_the_api_and_the_database(client, auth_headers):
-    ids = by_batch(client, auth_headers)
+    runs = [envelope(i, texts) for i, texts in enumerate(chunks()[:2])]  # beside secrets
+    response = post_json(client, "/runs/batch", {"runs": runs}, **auth_headers)
+    ids = [r["id"] for r in response.json()["results"]]
     for pk in ids:
         answer = client.get(f"/api/v1/runs/{pk}", **auth_headers).json()
         assert answer["partial_results"] == [{"id": value} for value in corpus.LOOKALIKES]
