@@ -1,6 +1,7 @@
 """Secrets filtered out of what agents report, at the door (`classifier.scrub`): the built-in
-rules with the operators' `ScrubRule`s of the current policy version, compiled once per version
-and process; the count of what was filtered is kept on each run (`Run.scrubbed_fields`)."""
+rules with the operators' `ScrubRule`s of the current policy version, compiled by RE2
+(`orchestrator.patterns`) once per version and process; the count of what was filtered is kept
+on each run (`Run.scrubbed_fields`). `EnvelopeIn.scrub` is the one call over a whole report."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.db.models import Sum
 
 from classifier.scrub import Scrubber
 from orchestrator.models import PolicyState, PolicyVersion, Run, ScrubRule
+from orchestrator.patterns import compile_re2
 
 _lock = threading.Lock()
 _scrubbers: dict[int, Scrubber] = {}
@@ -22,7 +24,7 @@ def current() -> Scrubber:
     version = PolicyState.announced_version()
     found = _scrubbers.get(version)
     if found is None:
-        found = Scrubber(rules_at(version))
+        found = Scrubber(rules_at(version), compile_re2)
         with _lock:
             _scrubbers.clear()
             _scrubbers[version] = found
@@ -54,6 +56,11 @@ def scrub_text(text: str) -> str:
 
 def scrub_data(value: Any) -> Any:
     return current().scrub(value)[0] if value else value
+
+
+def scrub_idempotency_key(key: str | None) -> str | None:
+    """An Idempotency-Key header as it is kept: a digest of it when it holds a credential."""
+    return current().idempotency_key(key) if key else key
 
 
 def scrubbed_fields_total() -> int:

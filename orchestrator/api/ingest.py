@@ -457,11 +457,11 @@ def ingest_one(
             "The Idempotency-Key header and the body's idempotency_key differ.",
             [FieldError("idempotency_key", "differs from the Idempotency-Key header")],
         )
-    key = header_key or run.idempotency_key
     errors = consistency_errors(run)
     if errors:
         raise invalid("Invalid run.", errors)
     run.scrub(scrubbing.current())  # before anything is stored
+    key = scrubbing.scrub_idempotency_key(header_key) or run.idempotency_key
     reclassify([named(run, token_id)])
     p = Pending(0, run, token_id, key, request_hash(raw))
     # Inside a caller's transaction the commit is the caller's: nobody else's report rides on it.

@@ -30,7 +30,7 @@ import httpx
 
 from classifier import Classifier, Failure, FailureCategory, Overrides, classify
 from classifier.envelope import error_envelope, success_envelope
-from classifier.scrub import ENVELOPE_FIELDS, Scrubber, ScrubRules
+from classifier.scrub import Scrubber, ScrubRules
 from classifier.usage import usage_of
 from orchestrator.client.background import Reporter, ReportStats, default_spool_path
 
@@ -186,7 +186,7 @@ class AgentClient:
         """Report one run's envelope; return the stored run (replayed if the key was used)."""
         body = self.scrubbed(report_body(envelope, agent=agent, source=source, **fields))
         key = idempotency_key or uuid.uuid4().hex
-        return self._request("POST", "/runs", json=body, headers={"Idempotency-Key": key})
+        return self._request("POST", "/runs", json=body, headers=self._idempotency(key))
 
     def decide(
         self,
@@ -223,7 +223,7 @@ class AgentClient:
         key = fields.pop("idempotency_key", None) or uuid.uuid4().hex
         body.pop("idempotency_key", None)
         return self._request(
-            "POST", "/runs", json=self.scrubbed(body), headers={"Idempotency-Key": key}
+            "POST", "/runs", json=self.scrubbed(body), headers=self._idempotency(key)
         )
 
     def finish(
@@ -262,7 +262,7 @@ class AgentClient:
         `idempotency_key` returns the same workflow."""
         body = {"name": name, "topics": topics, "coordinator": "external"} | fields
         key = idempotency_key or uuid.uuid4().hex
-        return self._request("POST", "/workflows", json=body, headers={"Idempotency-Key": key})
+        return self._request("POST", "/workflows", json=body, headers=self._idempotency(key))
 
     def finish_workflow(self, workflow_id: int) -> dict[str, Any]:
         """Settle the workflow's coverage from its runs (not while a review item is open)."""
@@ -352,17 +352,17 @@ class AgentClient:
             envelope["classified_policy_version"] = int(version)
         return envelope
 
+    def _idempotency(self, key: str) -> dict[str, str]:
+        """The Idempotency-Key header: a key holding a credential goes as its digest."""
+        return {"Idempotency-Key": self.scrubber.idempotency_key(key)}
+
     def scrubbed(self, body: dict[str, Any]) -> dict[str, Any]:
-        """`body` with the secrets of its envelope's fields filtered (a new dict if any were),
-        by the built-in rules and the server's scrub rules last fetched."""
+        """`body` with the secrets of every field filtered (`Scrubber.report`: the names of the
+        report too; a new dict if any were), by the built-in rules and the server's scrub rules
+        last fetched."""
         self._sync_policies()
-        values = [body.get(name) for name in ENVELOPE_FIELDS]
-        clean, found = self.scrubber.scrub(values)
-        if not found:
-            return body
-        return body | {
-            n: v for n, v, old in zip(ENVELOPE_FIELDS, clean, values, strict=True) if v is not old
-        }
+        clean, _ = self.scrubber.report(body)
+        return body if clean == body else clean
 
     def _note_policy_version(self, response: httpx.Response) -> None:
         version = response.headers.get(POLICY_VERSION_HEADER)

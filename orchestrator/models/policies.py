@@ -13,11 +13,12 @@ from django.db import models, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from classifier.scrub import ScrubRules, fold, pattern_error
+from classifier.scrub import ScrubRules, fold
 from orchestrator.memo import LocalMemo
 from orchestrator.models.audit import actor_label
 from orchestrator.models.prices import Price
 from orchestrator.models.runs import FailureType
+from orchestrator.patterns import operator_pattern_error
 from orchestrator.vocabulary import Action, Breaker, Jitter
 
 _POLICY_VERSION: LocalMemo[int] = LocalMemo(lambda: settings.POLICY_VERSION_CACHE_SECONDS)
@@ -369,7 +370,7 @@ class ScrubRule(models.Model):
 
     def clean(self) -> None:
         if self.kind == self.Kind.PATTERN:
-            error = pattern_error(self.value or "")
+            error = operator_pattern_error(self.value or "")
             if error:
                 raise ValidationError({"value": f"This pattern is {error}."})
         elif not fold(self.value or ""):

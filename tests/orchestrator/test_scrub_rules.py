@@ -77,6 +77,11 @@ def test_an_operator_may_see_the_rules_but_not_change_them(operator):
     [
         ({"kind": "pattern", "value": "(unclosed"}, "not a regular expression"),
         ({"kind": "pattern", "value": "a*"}, "matches empty text"),
+        # RE2 refuses what it cannot run in linear time or within its memory bound, and says why.
+        ({"kind": "pattern", "value": r"(\w+)-\1"}, "invalid escape sequence: \\1"),
+        ({"kind": "pattern", "value": r"(?=secret)\w+"}, "invalid perl operator: (?="),
+        ({"kind": "pattern", "value": "(?:x{1,1000}){1,1000}"}, "invalid repetition size"),
+        ({"kind": "pattern", "value": r"[\p{L}\d]{1000}" * 2}, "pattern too large"),
         ({"kind": "key", "value": "--"}, "needs a letter or a digit"),
     ],
 )

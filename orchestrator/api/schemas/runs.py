@@ -21,7 +21,7 @@ from pydantic import (
 
 from classifier import TAXONOMY_VERSION, Failure, FailureCategory, Signal
 from classifier.envelope import field_names
-from classifier.scrub import ENVELOPE_FIELDS, Scrubber
+from classifier.scrub import ENVELOPE_FIELDS, IDENTITY_FIELDS, Scrubber
 from orchestrator.api.schemas.common import (
     INT_MAX,
     SMALLINT_MAX,
@@ -45,6 +45,8 @@ from orchestrator.api.schemas.shapes import fold_shapes
 from orchestrator.api.schemas.usage import CostIn, CostOut, UsageIn, UsageOut, cost_out, usage_out
 from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, Run
 
+# The column sizes of the identity fields (`EnvelopeIn.scrub`), 100 for the others.
+IDENTITY_LIMITS = {"operation": 200, "topic": 200, "exception_type": 300, "provider_code": 200}
 # The source of a report that names none, in `source` or `attempted.source`.
 UNKNOWN = "unknown"
 
@@ -157,16 +159,41 @@ class EnvelopeIn(BaseModel):
     _finished_in_utc = field_validator("finished_at")(in_utc)
 
     def scrub(self, scrubber: Scrubber) -> int:
-        """Filter the secrets out of what the agent's call held (attempted, results, partial
-        results, alternatives, detail, the exception chain, the operation); return how many
-        values are filtered in them (those a client's filters left `[Filtered]` too)."""
+        """Filter the secrets out of the whole report before anything of it is kept: what the
+        agent's call held (attempted, results, partial results, alternatives, detail, the
+        exception chain, the operation) and the fields naming it (source, topic, model …, whose
+        URLs lose user info and query values; `Scrubber.identity`); return how many values are
+        filtered (those a client's filters left `[Filtered]` too)."""
         values = [getattr(self, name, None) for name in ENVELOPE_FIELDS]
-        clean, found = scrubber.scrub(values)  # one look at them all: most hold nothing
+        named = self._identity_fields()
+        if self.usage is not None and self.usage.model:
+            named.append(("usage.model", self.usage.model, 200))
+        key = getattr(self, "idempotency_key", "")
+        names = [value for _, value, _ in named] + ([key] if key else [])
+        # One look at them all: most reports hold nothing.
+        clean, clean_names, found = scrubber.split(values, names)
         if clean is not values:
             for name, value, new in zip(ENVELOPE_FIELDS, values, clean, strict=True):
                 if new is not value:
                     setattr(self, name, new[:200] if name == "operation" else new)
+        if clean_names is not names:
+            for (name, value, limit), new in zip(named, clean_names, strict=False):
+                if new is not value and name == "usage.model":
+                    self.usage.model = new[:limit]
+                elif new is not value:
+                    setattr(self, name, new[:limit])
+            if key and clean_names[-1] != key:
+                self.idempotency_key = scrubber.idempotency_key(key)
         self.__pydantic_private__["_scrubbed_fields"] = found
+        return found
+
+    def _identity_fields(self) -> list[tuple[str, str, int]]:
+        """(name, value, length limit) of each identity field this report holds as text."""
+        found = []
+        for name in IDENTITY_FIELDS:
+            value = getattr(self, name, None)
+            if isinstance(value, str) and value:
+                found.append((name, value, IDENTITY_LIMITS.get(name, 100)))
         return found
 
     def restate(self, failure: Failure | None, version: int) -> None:
