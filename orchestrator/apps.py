@@ -10,5 +10,9 @@ class OrchestratorConfig(AppConfig):
 
     def ready(self) -> None:
         # Connects the receivers of a resolution.
-        from orchestrator import checks  # noqa: F401
+        # Connects a worker's pulse to Celery's worker signals (sent only in workers).
+        from orchestrator import (
+            checks,  # noqa: F401
+            liveness,  # noqa: F401
+        )
         from orchestrator.coordination import delivery, review  # noqa: F401
