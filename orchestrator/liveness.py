@@ -120,19 +120,25 @@ def judge(
     waiting = waiting_messages()
     if waiting is None:
         return None
-    verdicts = _verdicts(names, host, waiting, max_wait, timezone.now())
+    verdicts = judge_pulses(waiting, max_wait, timezone.now(), names, host)
     if confirm and any(v.stalled for v in verdicts):
         time.sleep(confirm)
         waiting = waiting_messages()
         if waiting is None:
             return None
-        verdicts = _verdicts(names, host, waiting, max_wait, timezone.now())
+        verdicts = judge_pulses(waiting, max_wait, timezone.now(), names, host)
     return verdicts
 
 
-def _verdicts(
-    names: list[str] | None, host: str | None, waiting: int, max_wait: float, now: datetime
+def judge_pulses(
+    waiting: int,
+    max_wait: float,
+    now: datetime,
+    names: list[str] | None = None,
+    host: str | None = None,
 ) -> list[Verdict]:
+    """Judge the recorded workers (those named, or of `host`, or all) against `waiting`
+    messages, at once: no second look."""
     pulses = WorkerPulse.objects.order_by("worker")
     if names:
         pulses = pulses.filter(worker__in=names)
