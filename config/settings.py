@@ -365,7 +365,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # (On only to stop a worker's consumer by hand: `celery control cancel_consumer`.)
 CELERY_WORKER_ENABLE_REMOTE_CONTROL = env_bool("CELERY_WORKER_REMOTE_CONTROL", False)
 # Seconds messages may wait while a worker receives none before it counts as not consuming
-# (orchestrator.liveness): above the longest task, below what a stuck queue may cost.
+# (orchestrator.liveness); a worker whose every process runs a task counts as receiving.
 WORKER_MAX_WAIT_SECONDS = env_int("WORKER_MAX_WAIT_SECONDS", 30, minimum=5)
 # A task running when the broker drops finishes (tasks are idempotent, runs hold a lease).
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

@@ -9,8 +9,9 @@ message (`WorkerPulse`, at most every PULSE_RECORD_SECONDS while messages flow),
 bound (`WORKER_MAX_WAIT_SECONDS`). `manage.py worker_liveness` (systemd, Kubernetes), `manage.py
 launch` and the System page all ask `judge()`.
 
-The bound must exceed the longest task: a worker whose every pool slot runs a task receives
-nothing meanwhile, by design (prefetch 1).
+A worker whose every pool process runs a task takes no message meanwhile, by design (one
+message per free process): at each of its heartbeats (every 2 s) it records itself as receiving
+then. Without heartbeats (`make run`'s filesystem broker) the bound must exceed the longest task.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import signals
+from celery.worker import state
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
@@ -42,10 +44,19 @@ class Pulse:
     """The worker side: records the consumer's readiness and its receipts."""
 
     recorded_at = float("-inf")
+    consumer: Any = None
 
     def ready(self, sender: Any = None, **_: Any) -> None:
+        self.consumer = sender
         self.recorded_at = time.monotonic()
         self._write(WorkerPulse.ready, sender)
+
+    def heartbeat(self, **_: Any) -> None:
+        """A worker whose every process holds a task is not expected to receive: it counts as
+        receiving."""
+        processes = getattr(getattr(self.consumer, "pool", None), "num_processes", 0)
+        if processes and len(state.reserved_requests) >= processes:
+            self.received(sender=self.consumer)
 
     def received(self, sender: Any = None, **_: Any) -> None:
         now = time.monotonic()
@@ -77,6 +88,7 @@ pulse = Pulse()
 signals.worker_ready.connect(pulse.ready, weak=False)
 signals.task_received.connect(pulse.received, weak=False)
 signals.worker_shutdown.connect(pulse.gone, weak=False)
+signals.heartbeat_sent.connect(pulse.heartbeat, weak=False)
 
 
 @dataclass(frozen=True)

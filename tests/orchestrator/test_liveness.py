@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import time_machine
+from celery.worker import state
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -74,6 +75,30 @@ def test_the_pulse_is_written_at_readiness_then_at_most_every_few_seconds():
     pulse.recorded_at = float("-inf")  # a quiet spell longer than PULSE_RECORD_SECONDS
     pulse.received(sender=consumer("w@host"))
     assert WorkerPulse.objects.get(worker="w@host").received_at > ready.received_at
+
+
+class Request:
+    """Stands for a task request the worker holds (Celery keeps them in a weak set)."""
+
+
+def test_a_worker_whose_every_process_holds_a_task_counts_as_receiving_at_its_heartbeat():
+    worker = SimpleNamespace(hostname="w@host", pool=SimpleNamespace(num_processes=2))
+    pulse = liveness.Pulse()
+    with time_machine.travel(timezone.now() - timedelta(minutes=5), tick=False):
+        pulse.ready(sender=worker)
+    before = WorkerPulse.objects.get(worker="w@host").received_at
+    held = [Request()]
+    state.reserved_requests.update(held)
+    try:
+        pulse.recorded_at = float("-inf")
+        pulse.heartbeat()  # one process of two holds a task: it could receive
+        assert WorkerPulse.objects.get(worker="w@host").received_at == before
+        held.append(Request())
+        state.reserved_requests.update(held)
+        pulse.heartbeat()  # both hold one: not expected to receive
+        assert WorkerPulse.objects.get(worker="w@host").received_at > before
+    finally:
+        state.reserved_requests.difference_update(held)
 
 
 def test_a_warm_shutdown_forgets_the_worker():
