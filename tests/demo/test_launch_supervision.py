@@ -147,6 +147,7 @@ def test_a_worker_that_stops_consuming_is_stopped_and_started_again(tmp_path, mo
         replaced = time.monotonic() - frozen
         (second,) = wait_for(lambda: worker_pids(handle), 30, "a new worker", handle)
         assert second != first
+        print(f"replaced {replaced:.1f} s after its consumer stopped")
         assert replaced < 60, f"replaced {replaced:.0f} s after its consumer stopped"
 
         def took_work_after_restart() -> bool:

