@@ -44,10 +44,6 @@ class Broker:
     def online(self) -> int:
         return sum(line.online for line in self.workers)
 
-    @property
-    def stalled(self) -> int:
-        return sum(v.stalled for v in self.consumption)
-
     def judged(self) -> Broker:
         """With each recorded worker judged by what it receives (its heartbeats prove its
         process, not its consumer)."""
