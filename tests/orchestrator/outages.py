@@ -25,6 +25,7 @@ from django.db.models import Count
 
 from config.celery import app
 from orchestrator.coordination import workflow
+from orchestrator.liveness import PULSE_RECORD_SECONDS
 from orchestrator.models import Run, WorkerPulse, Workflow
 from tests.conftest import TEST_SOURCES
 from tests.services import Process, app_env, procfile, wait_until
@@ -155,9 +156,14 @@ def ten_outages(
 
 
 def assert_consumed_after_the_outages(worker: Process, outcome: Outcome) -> None:
-    """The worker was never replaced, and its pulse moved after the last outage."""
+    """The worker was never replaced, and its pulse moved after the last outage (it is written
+    at most every PULSE_RECORD_SECONDS, while beat sends it a task every second)."""
     assert worker.proc.poll() is None
-    pulse = WorkerPulse.objects.get(worker__startswith="worker@")
-    assert pulse.received_at.timestamp() > outcome.last_up_at
+
+    def pulse_moved() -> bool:
+        pulse = WorkerPulse.objects.get(worker__startswith="worker@")
+        return pulse.received_at.timestamp() > outcome.last_up_at
+
+    wait_until(pulse_moved, 3 * PULSE_RECORD_SECONDS, "the worker's pulse after the outages")
     assert outcome.duplicated == 0
     assert outcome.statuses == {Workflow.Status.SUCCEEDED: outcome.workflows}, outcome
