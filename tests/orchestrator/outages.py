@@ -32,7 +32,7 @@ from tests.services import Process, app_env, procfile, wait_until
 
 OUTAGES = 10
 DOWN_SECONDS = (10.0, 12.0)
-UP_SECONDS = 4.0
+UP_SECONDS = 3.0
 LOAD_EVERY = 1.5
 SETTLE_SECONDS = 60
 SEED = 7
@@ -136,8 +136,10 @@ def ten_outages(
     load = Load(tmp_path / "calls.jsonl")
     for outage in range(OUTAGES):
         load.busy_both(outage)
+        # Counted from the moment the broker starts going down, until it has started again.
+        began = time.monotonic()
         down()
-        load.keep_up(time.monotonic() + rng.uniform(*DOWN_SECONDS))
+        load.keep_up(began + rng.uniform(*DOWN_SECONDS))
         up()
         load.keep_up(time.monotonic() + UP_SECONDS)
         assert worker.proc.poll() is None, f"the worker exited:\n{worker.text()[-6000:]}"
