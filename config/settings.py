@@ -313,6 +313,8 @@ OTLP_JOIN_KEEP_SECONDS = 3600
 OTLP_RELEASE_SECONDS = 5
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+# One message at a time per pool process (long tasks, acks_late); Redis overrides it below.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT = "config.broker:Transport"
     _broker_dir = VAR_DIR / "broker"
@@ -326,23 +328,45 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
     for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+elif CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+    # RabbitMQ (py-amqp), the recommended broker: an unacknowledged message comes back as soon as
+    # its connection closes, and an ack is a frame on the consumer's own channel, so a lost one
+    # ends with the connection and takes nothing else with it. Publisher confirms: a publish
+    # returns once the broker has the message (the outbox deletes its row only then).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True, "connect_timeout": 2}
+    CELERY_BROKER_HEARTBEAT = 10
 else:
-    # Long delays live in the database, never in broker countdowns; the outbox keeps a message
-    # a silent broker was not sent.
+    # Redis. Long delays live in the database, never in broker countdowns; the outbox keeps a
+    # message a silent broker was not sent. The visibility timeout is Redis's alone.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=10),
         "socket_connect_timeout": 2,
+        # A broker gone without closing the connection (failover, NAT) fails a command instead
+        # of hanging it, and the consumer's BRPOP connection is checked.
+        "socket_timeout": 30,
+        "socket_keepalive": True,
+        "health_check_interval": 10,
     }
+    # kombu's Redis transport counts a message against the prefetch limit until its ack
+    # reaches Redis; an ack refused during an outage ("Couldn't ack") stays counted forever,
+    # and a channel whose limit is used up that way never asks for a message again (the worker
+    # lives on, consuming nothing). Celery's own count of the tasks it holds bounds the worker
+    # instead: it takes a message only when a pool process is free, and kombu sets no limit.
+    CELERY_WORKER_DISABLE_PREFETCH = True
+    CELERY_WORKER_PREFETCH_MULTIPLIER = 0
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Nothing uses `celery inspect`/`control`, and a Redis outage seen first on that pub/sub
 # connection made the worker exit instead of reconnecting.
-CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+# (On only to stop a worker's consumer by hand: `celery control cancel_consumer`.)
+CELERY_WORKER_ENABLE_REMOTE_CONTROL = env_bool("CELERY_WORKER_REMOTE_CONTROL", False)
+# Seconds messages may wait while a worker receives none before it counts as not consuming
+# (orchestrator.liveness); a worker whose every process runs a task counts as receiving.
+WORKER_MAX_WAIT_SECONDS = env_int("WORKER_MAX_WAIT_SECONDS", 30, minimum=5)
 # A task running when the broker drops finishes (tasks are idempotent, runs hold a lease).
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -12,8 +12,9 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Min, Q
+from django.utils import timezone
 
-from orchestrator import partitions, workers
+from orchestrator import liveness, partitions, workers
 from orchestrator.models import BeatTick, OutboxMessage, Run, WebhookDelivery
 
 WEBHOOK_WINDOW = timedelta(days=7)
@@ -37,10 +38,19 @@ class Broker:
     listened: bool = False
     queues: dict[str, int] = field(default_factory=dict)
     workers: list[WorkerLine] = field(default_factory=list)
+    consumption: list[liveness.Verdict] = field(default_factory=list)
 
     @property
     def online(self) -> int:
         return sum(line.online for line in self.workers)
+
+    def judged(self) -> Broker:
+        """With each recorded worker judged by what it receives (its heartbeats prove its
+        process, not its consumer)."""
+        waiting = sum(self.queues.values())
+        limit = settings.WORKER_MAX_WAIT_SECONDS
+        self.consumption = liveness.judge_pulses(waiting, limit, timezone.now())
+        return self
 
 
 def broker(listen: bool) -> Broker:
@@ -50,7 +60,7 @@ def broker(listen: bool) -> Broker:
         with workers.broker_connection() as conn:
             queues = workers.queue_depths(conn)
             if not workers.has_event_stream(conn):
-                return Broker(reachable=True, heartbeats=False, queues=queues)
+                return Broker(reachable=True, heartbeats=False, queues=queues).judged()
             heard = workers.listen(conn) if listen else None
     except workers.BrokerUnavailable:
         return Broker(reachable=False, **_heard(*workers.remembered()))
@@ -59,7 +69,8 @@ def broker(listen: bool) -> Broker:
     else:
         at = time.time()
         known = workers.remember(heard, at)
-    return Broker(reachable=True, listened=heard is not None, queues=queues, **_heard(at, known))
+    listened = heard is not None
+    return Broker(reachable=True, listened=listened, queues=queues, **_heard(at, known)).judged()
 
 
 def _heard(at: float | None, known: dict[str, workers.WorkerSeen]) -> dict[str, Any]:

@@ -9,4 +9,6 @@ class OrchestratorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from orchestrator import checks  # noqa: F401  (registers the system checks)
+        # Registers the system checks, and connects a worker's pulse to Celery's worker signals
+        # (sent only in workers).
+        from orchestrator import checks, liveness  # noqa: F401

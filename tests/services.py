@@ -379,4 +379,92 @@ class PrivateNginx:
 
     def remove(self) -> None:
         self.stop()
+
+
+# The scripts themselves: the wrappers on PATH switch to the `rabbitmq` user and its settings.
+RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+
+
+def rabbitmq_bin(name: str) -> str:
+    own = RABBITMQ_BIN / name
+    return str(own) if own.exists() else (shutil.which(name) or name)
+
+
+def rabbitmq_available() -> bool:
+    return shutil.which(rabbitmq_bin("rabbitmq-server")) is not None
+
+
+@dataclass
+class PrivateRabbitMQ:
+    """A RabbitMQ node of its own (its name, ports, data and Erlang cookie in a temporary folder;
+    no plugins): an outage stops its application, which closes every connection and the
+    listener, and starts it again; the Erlang VM and the durable queues' messages stay."""
+
+    port: int = field(default_factory=free_port)
+    dist_port: int = field(default_factory=free_port)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="failsight-rmq-")))
+    proc: subprocess.Popen | None = None
+
+    @property
+    def node(self) -> str:
+        return f"fs-{self.port}@localhost"
+
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def env(self) -> dict[str, str]:
+        (self.root / "plugins").touch()
+        conf = self.root / "rabbitmq.conf"
+        conf.write_text(f"listeners.tcp.local = 127.0.0.1:{self.port}\nloopback_users = none\n")
+        return os.environ | {
+            "HOME": str(self.root),  # its own Erlang cookie
+            "RABBITMQ_CONF_ENV_FILE": "/dev/null",  # not the machine's node's settings
+            "RABBITMQ_CONFIG_FILE": str(conf),
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.root / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.root / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.root / "plugins"),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+        }
+
+    def start(self) -> PrivateRabbitMQ:
+        with (self.root / "server.log").open("ab") as out:
+            self.proc = subprocess.Popen(
+                [rabbitmq_bin("rabbitmq-server")],
+                env=self.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(lambda: listening(self.port), 120, "the private RabbitMQ to listen")
+        return self
+
+    def ctl(self, *args: str) -> None:
+        done = subprocess.run(
+            [rabbitmq_bin("rabbitmqctl"), "-n", self.node, *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {done.stdout}{done.stderr}")
+
+    def stop_app(self) -> None:
+        self.ctl("stop_app")
+
+    def start_app(self) -> None:
+        self.ctl("start_app")
+        wait_until(lambda: listening(self.port), 60, "the private RabbitMQ to listen again")
+
+    def remove(self) -> None:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+            self.ctl("stop")
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)

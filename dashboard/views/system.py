@@ -37,6 +37,7 @@ def system(request: HttpRequest) -> HttpResponse:
         "listen_seconds": workers.LISTEN_SECONDS,
         "heartbeat_margin": workers.HEARTBEAT_MARGIN,
         "lease_seconds": settings.RUN_LEASE_SECONDS,
+        "max_wait_seconds": settings.WORKER_MAX_WAIT_SECONDS,
         "outbox_resend_seconds": settings.OUTBOX_RESEND_SECONDS,
         "beat_record_seconds": settings.BEAT_TICK_RECORD_SECONDS,
         "poll_seconds": poll_seconds(),

@@ -15,6 +15,7 @@ from orchestrator.models.policies import (
 )
 from orchestrator.models.prices import Price
 from orchestrator.models.projects import DEFAULT_PROJECT_ID, Project
+from orchestrator.models.pulse import WorkerPulse
 from orchestrator.models.review import ReviewItem
 from orchestrator.models.run_keys import RunKey, WorkflowCounter, WorkflowRunDelta
 from orchestrator.models.run_queries import (
@@ -59,6 +60,7 @@ __all__ = [
     "TraceSpan",
     "WebhookAttempt",
     "WebhookDelivery",
+    "WorkerPulse",
     "Workflow",
     "WorkflowCounter",
     "WorkflowRunDelta",

@@ -23,7 +23,7 @@ from kombu import Queue
 from config.celery import app
 from orchestrator import workers
 from orchestrator.beat import record_tick
-from orchestrator.models import BeatTick, OutboxMessage, Run, WebhookDelivery
+from orchestrator.models import BeatTick, OutboxMessage, Run, WebhookDelivery, WorkerPulse
 from tests.conftest import require_service
 from tests.dashboard.conftest import ago, make_run, signed_in
 from tests.orchestrator.test_worker import redis_available
@@ -258,3 +258,21 @@ def test_htmx_gets_the_lines_and_listens_again_after_a_listen(staff_client, tmp_
     assert "<html" in full and "<html" not in fragment
     assert fragment.lstrip().startswith('<div id="system"')
     assert 'hx-trigger="load"' in full  # the page listens as soon as it is shown
+
+
+def test_a_worker_that_receives_nothing_while_messages_wait_is_shown_not_consuming(
+    staff_client, tmp_path
+):
+    long_ago = timezone.now() - timedelta(minutes=5)
+    WorkerPulse.objects.create(worker="stuck@host", ready_at=long_ago, received_at=long_ago)
+    now = timezone.now()
+    WorkerPulse.objects.create(worker="fine@host", ready_at=now, received_at=now)
+    with filesystem_broker(tmp_path):
+        send_messages(4)
+        html = page(staff_client)
+    assert 'data-consuming-worker="stuck@host" data-stalled="1"' in html
+    stuck = html[html.index('data-consuming-worker="stuck@host"') :]
+    stuck = stuck[: stuck.index("</li>")]
+    assert "not consuming</span> since" in stuck and "5 m ago" in stuck
+    assert "4 messages wait" in stuck
+    assert 'data-consuming-worker="fine@host" data-stalled="0"' in html

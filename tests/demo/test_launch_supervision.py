@@ -14,14 +14,17 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from celery import Celery
 
 from tests.conftest import require_service
 from tests.demo.test_main_job import Launch, assert_no_orphans, command_line, finish, launch
+from tests.services import PrivateRedis
 
 pytestmark = pytest.mark.slow
 
@@ -105,4 +108,57 @@ def test_a_sigint_sent_to_make_run_alone_stops_the_launcher_promptly(tmp_path):
     assert "make was interrupted: stopping." in handle.output
     assert "Stopped: agent, web server, worker and provider are down." in handle.output
     assert took < 30, f"{took:.0f} s"
+    assert_no_orphans(handle)
+
+
+def test_a_worker_that_stops_consuming_is_stopped_and_started_again(tmp_path, monkeypatch):
+    """The worker's consumer is cancelled through Celery's remote control (on for this test
+    only): its process lives on, its beat sends on, and it takes nothing. The launcher must see
+    the messages wait while the worker receives none, and replace it within a minute."""
+    require_service(shutil.which("redis-server") is not None, "redis-server")
+    redis = PrivateRedis().start()
+    env = {
+        "CELERY_BROKER_URL": redis.url(0),
+        "CELERY_TASK_DEFAULT_QUEUE": "celery",
+        "CELERY_WORKER_REMOTE_CONTROL": "1",
+        "WORKER_MAX_WAIT_SECONDS": "15",
+    }
+    handle = launch(tmp_path, "--no-demo", env=env)
+    worker_log = tmp_path / "log" / "worker.log"
+    try:
+        handle.wait_for_line(r"Dashboard\s+http://", 120)
+        (first,) = wait_for(lambda: worker_pids(handle), 30, "the worker", handle)
+        wait_for(lambda: "ready." in worker_log.read_text(), 90, "the worker to be ready", handle)
+        wait_for(
+            lambda: re.search(r"Task \S+ succeeded", worker_log.read_text()), 60, "a task", handle
+        )
+
+        # Celery reads CELERY_BROKER_URL (this suite's broker) before its own broker argument.
+        monkeypatch.setenv("CELERY_BROKER_URL", redis.url(0))
+        replies = Celery().control.cancel_consumer(
+            "celery", destination=[f"worker@{socket.gethostname()}"], reply=True, timeout=10
+        )
+        assert replies, "the worker did not answer the remote control"
+        frozen = time.monotonic()
+        assert first in worker_pids(handle)  # alive, consuming nothing
+
+        handle.wait_for_line(r"The worker is not consuming: .* NOT CONSUMING since", 75)
+        handle.wait_for_line(r"The worker started again \(restart 1\)", 60)
+        replaced = time.monotonic() - frozen
+        (second,) = wait_for(lambda: worker_pids(handle), 30, "a new worker", handle)
+        assert second != first
+        print(f"replaced {replaced:.1f} s after its consumer stopped")
+        assert replaced < 60, f"replaced {replaced:.0f} s after its consumer stopped"
+
+        def took_work_after_restart() -> bool:
+            after = worker_log.read_text(errors="replace").rsplit("\n--- ", 1)[-1]
+            return "ready." in after and bool(re.search(r"Task \S+ succeeded", after))
+
+        wait_for(took_work_after_restart, 90, "the new worker to run a task", handle)
+        handle.proc.send_signal(signal.SIGINT)
+        assert finish(handle, 60) == 0, handle.output + handle.logs()
+    finally:
+        if handle.proc.poll() is None:
+            handle.proc.kill()
+        redis.remove()
     assert_no_orphans(handle)

@@ -22,7 +22,9 @@ environment, never on a command line (`ps` shows those to everyone). Logs go to 
 
 The worker (and the beat inside it) and the agent are supervised: when one exits on its own it
 is started again, after 1 s, then twice as long each time it exits again soon after starting (at
-most 30 s), and each restart is printed. The web server or the provider stopping ends the launch.
+most 30 s), and each restart is printed. A worker that lives on but consumes nothing (messages
+wait while it received none for WORKER_MAX_WAIT_SECONDS: `orchestrator.liveness`) is stopped and
+started again the same way. The web server or the provider stopping ends the launch.
 """
 
 from __future__ import annotations
@@ -48,8 +50,10 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
+from django.utils import timezone
 
 from demo.credentials import Issued, LocalCredentials
+from orchestrator import liveness
 from orchestrator.coordination import registry
 
 ADMIN_USERNAME = "admin"
@@ -60,6 +64,8 @@ STOP_GRACE_SECONDS = 20
 RESTART_WAITS = (1.0, 30.0)  # seconds before a supervised child starts again: first, longest
 RESTART_STABLE_SECONDS = 60  # a child that ran this long before exiting gets the first wait
 AGENT_TOKEN_ENV = "FAILSIGHT_AGENT_TOKEN"
+WORKER_NAME = f"worker@{socket.gethostname()}"  # the Procfile's default `-n worker@%h`
+LIVENESS_CHECK_SECONDS = 5
 # Signals a make waiting for us blocks while it waits; a terminal's Ctrl-C reaches us directly.
 MAKE_STOP_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
@@ -279,7 +285,7 @@ class Command(BaseCommand):
     def _start_worker(self, env: dict[str, str]) -> None:
         cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-B"]
         cmd += ["--loglevel", "INFO", "--concurrency", "2"]
-        cmd += ["--without-mingle", "--without-gossip"]  # see the Procfile
+        cmd += ["--without-mingle", "--without-gossip", "-n", "worker@%h"]  # see the Procfile
         if settings.CELERY_BROKER_URL.startswith("filesystem://"):
             # Nothing listens to heartbeats on this broker (orchestrator.workers says why).
             cmd.append("--without-heartbeat")
@@ -342,6 +348,7 @@ class Command(BaseCommand):
         started = time.monotonic()
         next_flow = started + opts["every"]
         next_line = started
+        next_liveness = started + LIVENESS_CHECK_SECONDS
         tty = self.stdout.isatty()
         tour = demo
         while not self.stop.is_set():
@@ -354,6 +361,9 @@ class Command(BaseCommand):
                 break
             for child in dead:
                 self._restart(child, now)
+            if now >= next_liveness:
+                next_liveness = now + LIVENESS_CHECK_SECONDS
+                self._check_consuming()
             try:
                 if tour:
                     workload.start_tour()
@@ -386,6 +396,30 @@ class Command(BaseCommand):
             self._spawn(child.name, plan.cmd, plan.env)
             plan.started, plan.due, plan.count = now, None, plan.count + 1
             self.stderr.write(f"The {child.name} started again (restart {plan.count})")
+
+    def _check_consuming(self) -> None:
+        """Stop a worker that lives on but consumes nothing: the supervision starts it again."""
+        worker = next((c for c in self.children if c.name == "worker" and c.alive()), None)
+        plan = self.restarts.get("worker")
+        # A worker younger than the bound is still starting: its pulse may be its predecessor's.
+        if (
+            worker is None
+            or not plan
+            or time.monotonic() - plan.started < settings.WORKER_MAX_WAIT_SECONDS
+        ):
+            return
+        try:
+            verdicts = liveness.judge([WORKER_NAME], settings.WORKER_MAX_WAIT_SECONDS)
+        except DatabaseError:
+            connections.close_all()
+            return  # judged again at the next check, once the database answers
+        stalled = [v for v in verdicts or [] if v.stalled]
+        if not stalled:
+            return
+        self.stderr.write(
+            f"\nThe worker is not consuming: {stalled[0].describe(timezone.now())}; stopping it."
+        )
+        worker.stop()  # a warm shutdown first: its running tasks finish; then it is restarted
 
     def _live_line(self, tty: bool, text: str) -> None:
         if not text:
