@@ -17,17 +17,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from classifier.envelope import HELD_KEYS
+
 FILTERED: Final = "[Filtered]"
-# The envelope's fields that carry what an agent's call held (`chain`: the exception chain).
-ENVELOPE_FIELDS: Final = (
-    "attempted",
-    "partial_results",
-    "results",
-    "alternatives",
-    "detail",
-    "chain",
-    "operation",
-)
+# The envelope's fields that carry what an agent's call held (`chain`: the exception chain), and
+# the run's operation, which names it.
+ENVELOPE_FIELDS: Final = (*HELD_KEYS, "operation")
 # Deeper data is not read: it is filtered whole.
 MAX_DEPTH: Final = 64
 # Shorter text holds no credential the text rules find (a key's value is filtered at any size).

@@ -17,7 +17,7 @@ from ninja import Router
 
 from classifier.described import classify_description, describe_mcp_result
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
-from orchestrator.api import scopes
+from orchestrator import scopes
 from orchestrator.api.errors import (
     ApiError,
     EnvelopeParser,
@@ -26,16 +26,16 @@ from orchestrator.api.errors import (
     invalid,
     not_found_error,
 )
-from orchestrator.api.schemas import (
+from orchestrator.coordination import budget, clock, policy, routing
+from orchestrator.coordination.registry import registry
+from orchestrator.coordination.workflow import decide_reported
+from orchestrator.models import ReviewItem, Run, Workflow
+from orchestrator.schemas import (
     ClassificationOut,
     ClassifyIn,
     DecisionIn,
     DecisionOut,
 )
-from orchestrator.coordination import budget, clock, policy, routing
-from orchestrator.coordination.registry import registry
-from orchestrator.coordination.workflow import decide_reported
-from orchestrator.models import ReviewItem, Run, Workflow
 from orchestrator.vocabulary import Action, FailureCategory
 
 router = Router(tags=["coordination"])

@@ -11,7 +11,6 @@ import logging
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -26,7 +25,9 @@ from ninja.errors import AuthenticationError, AuthorizationError, HttpError, Thr
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
-from orchestrator.api.schemas import ErrorOut
+from orchestrator.ingest.bounds import replace_nul
+from orchestrator.refusals import ApiError, FieldError, invalid
+from orchestrator.schemas import ErrorOut
 from orchestrator.vocabulary import RETRYABLE, FailureCategory
 
 logger = logging.getLogger(__name__)
@@ -39,49 +40,6 @@ DB_RETRY_AFTER = 5.0
 # For the OpenAPI document: what any operation may answer, and one with a JSON body too.
 COMMON_ERRORS = (401, 405, 429, 500, 503)
 BODY_ERRORS = (400, 411, 413, 422)
-
-
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    path: str
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"path": self.path, "message": self.message}
-
-
-class ApiError(Exception):
-    """An error answer in the envelope shape; raise it anywhere under the API."""
-
-    def __init__(
-        self,
-        status: int,
-        failure_type: FailureCategory,
-        detail: str,
-        *,
-        errors: Iterable[FieldError] = (),
-        retry_after: float | None = None,
-        alternatives: Iterable[str] = (),
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.failure_type = failure_type
-        self.detail = detail
-        self.errors = list(errors)
-        self.retry_after = retry_after
-        self.alternatives = list(alternatives)
-        self.headers = headers or {}
-
-
-def invalid(detail: str, errors: Iterable[FieldError] = (), status: int = 422) -> ApiError:
-    return ApiError(
-        status,
-        FailureCategory.INVALID_INPUT,
-        detail,
-        errors=errors,
-        alternatives=["fix the request as the errors say; repeating it unchanged cannot succeed"],
-    )
 
 
 def not_found_error(detail: str) -> ApiError:
@@ -290,17 +248,6 @@ def json_shape(value: Any, limit: int) -> tuple[bool, bool]:
                     rounded = True
         level = deeper
     return False, rounded
-
-
-def replace_nul(value: Any) -> Any:
-    """`value` with every U+0000 in its strings and keys replaced by U+FFFD."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, list):
-        return [replace_nul(item) for item in value]
-    if isinstance(value, dict):
-        return {replace_nul(key): replace_nul(item) for key, item in value.items()}
-    return value
 
 
 def _too_wide(path: str) -> ApiError:

@@ -30,7 +30,8 @@ from django.db import (
 from mcp.server.transport_security import TransportSecuritySettings
 from ninja import Schema
 
-from orchestrator.api import decisions, ingest, policies, reviews, runs
+from orchestrator import ingest
+from orchestrator.api import decisions, policies, reviews, runs
 from orchestrator.api.auth import BearerToken, TokenRateThrottle
 from orchestrator.api.errors import (
     ApiError,
@@ -46,7 +47,10 @@ from orchestrator.api.errors import (
     unauthenticated,
     wsgi_error,
 )
-from orchestrator.api.schemas import (
+from orchestrator.client import report_body
+from orchestrator.client.mcp_tools import ToolFailure, build_server
+from orchestrator.models import ApiToken, ReviewItem
+from orchestrator.schemas import (
     ClassificationOut,
     ClassifyIn,
     DecisionIn,
@@ -61,9 +65,6 @@ from orchestrator.api.schemas import (
     RunIn,
     RunOut,
 )
-from orchestrator.client import report_body
-from orchestrator.client.mcp_tools import ToolFailure, build_server
-from orchestrator.models import ApiToken, ReviewItem
 from orchestrator.vocabulary import FailureCategory
 
 logger = logging.getLogger(__name__)
@@ -89,8 +90,11 @@ class InProcess:
     ) -> dict[str, Any]:
         def reported() -> Any:
             raw = _as_posted(report_body(outcome, agent=agent, source=source, **fields))
-            run, _ = ingest.ingest_one(self.request.auth.pk, RunIn.model_validate(raw), raw, key)
-            return run
+            report = ingest.Report(raw, RunIn.model_validate(raw), key)
+            [accepted] = ingest.accept(self.request.auth.pk, [report], alone=True)
+            if accepted.error is not None:
+                raise accepted.error
+            return accepted.run
 
         return self._call("report_run", RunOut, reported)
 

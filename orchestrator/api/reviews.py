@@ -20,14 +20,14 @@ from django.http import HttpRequest
 from ninja import Query, Router
 from ninja.responses import Status
 
-from orchestrator import keyset, notify
-from orchestrator.api import overload, scopes
+from orchestrator import keyset, notify, scopes
+from orchestrator.api import overload
 from orchestrator.api.decisions import review_ref
 from orchestrator.api.errors import ApiError, FieldError, error_responses, invalid, not_found_error
-from orchestrator.api.schemas import ReviewFilters, ReviewIn, ReviewListOut, ReviewOut, ReviewWait
 from orchestrator.coordination.delivery import resolution_payload
 from orchestrator.coordination.escalation import CannotEscalate, escalate_reported
 from orchestrator.models import ReviewItem, Run
+from orchestrator.schemas import ReviewFilters, ReviewIn, ReviewListOut, ReviewOut, ReviewWait
 from orchestrator.vocabulary import Delivery, FailureCategory
 
 router = Router(tags=["reviews"])

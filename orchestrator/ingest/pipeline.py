@@ -1,21 +1,28 @@
-"""Recording reported runs: per-item validation, idempotency keys, outcomes, group commit.
+"""The ingest pipeline: every new report and every finish, however it arrives (REST single,
+batch, PATCH, OTLP, MCP), takes the same steps, in this order, each one function of this module:
+
+1. check: the schema, then the envelope's own rules (`consistency_errors`) and bounds;
+2. scrub: secrets filtered out of what the call held (`scrub`, the one call of the scrubber);
+3. name and reclassify: the agent and source a report leaves out; a failure classified under an
+   older policy classified again (`reclassify`);
+4. store: one mapping from envelope to run columns (`report_columns`, `Run.outcome_fields`),
+   inserted in as few statements as the size allows, idempotency keys judged by a unique index;
+5. tell the sources: what the stored reports say about their sources (breaker, budget,
+   Retry-After hold, calls started inside a hold), written after them.
 
 A batch costs a fixed number of queries whatever its size. Concurrent repeats of a key produce one
 row because a unique index arbitrates, never a read-then-write (on PostgreSQL the claims table,
-see `Run`). No counter is updated on the request path: periodic jobs fold them in. What the
-stored reports say about their sources (breaker, budget, Retry-After hold, calls started inside a
-hold) is written after them: a read and one UPDATE for all their sources.
+see `Run`). No counter is updated on the request path: periodic jobs fold them in.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cache
 from typing import Any
 
 import orjson
@@ -25,44 +32,42 @@ from django.db import DatabaseError, DataError, IntegrityError, connection, tran
 from django.utils import timezone
 
 from classifier import FailureCategory
-from orchestrator import scrubbing
-from orchestrator.api import scopes
-from orchestrator.api.costs import columns as cost_columns
-from orchestrator.api.errors import ApiError, FieldError, invalid
-from orchestrator.api.groupcommit import GroupCommit
-from orchestrator.api.inserts import ROW_FIELDS, Stored, insert_rows, stored_keys
-from orchestrator.api.reclassify import reclassify
-from orchestrator.api.schemas import EnvelopeIn, RunIn
+from classifier.envelope import ENVELOPE_KEYS, EVIDENCE_KEYS, OUTCOME_KEYS
+from classifier.scrub import ENVELOPE_FIELDS
+from orchestrator import scopes, scrubbing
 from orchestrator.coordination import budget
-from orchestrator.fingerprint import signature
+from orchestrator.ingest.costs import columns as cost_columns
+from orchestrator.ingest.costs import finish_fields
+from orchestrator.ingest.groupcommit import GroupCommit
+from orchestrator.ingest.inserts import Stored, insert_rows, stored_keys
+from orchestrator.ingest.reclassify import reclassify
 from orchestrator.memo import LocalMemo
 from orchestrator.models import ApiToken, Run, Workflow
+from orchestrator.models.runs import outcome_columns
 from orchestrator.models.tokens import project_of
+from orchestrator.refusals import ApiError, FieldError, invalid
+from orchestrator.schemas import EnvelopeIn, RunFinishIn, RunIn
 
 logger = logging.getLogger(__name__)
 
-# A report's envelope status as the run's status ("running": started, finished by a PATCH).
-REPORTED_STATUS = {
-    "ok": Run.Status.SUCCEEDED.value,
-    "error": Run.Status.FAILED.value,
-    "running": Run.Status.RUNNING.value,
-}
-# What a `running` report cannot carry yet: its outcome.
-OUTCOME_FIELDS = (
-    "failure_type",
-    "retryable",
-    "retry_after",
-    "partial_results",
-    "detail",
-    "results",
-    "finished_at",
-    "duration_ms",
-    "status_code",
-    "provider_code",
-    "exception_type",
-    "signal",
-    "chain",
-)
+# What a `running` report cannot carry yet: its outcome, and when it ended.
+OUTCOME_FIELDS = (*OUTCOME_KEYS, "finished_at", "duration_ms")
+# The envelope's fields a report carries, read by `Run.outcome_fields` and `outcome_columns`.
+ENVELOPE_FIELDS_READ = tuple(k for k in (*ENVELOPE_KEYS, *EVIDENCE_KEYS) if k != "taxonomy_version")
+# A single report's key, in the error paths that name it.
+HEADER_KEY_PATH = "Idempotency-Key"
+
+
+@dataclass(slots=True)
+class Report:
+    """One report as it arrived: its JSON body as sent; its run, when the caller's schema has
+    validated it already (else the pipeline does); the Idempotency-Key header of a single report;
+    the digest that replaces the body's hash (spans compare the span as sent: see `span_joins`)."""
+
+    body: Any
+    run: RunIn | None = None
+    key: str | None = None
+    digest: str | None = None
 
 
 @dataclass(slots=True)
@@ -74,18 +79,21 @@ class Pending:
     token_id: int
     key: str
     digest: str
-    row: tuple = ()
+    scrubbed: int = 0
+    columns: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class Outcome:
-    """What happened to one item: created, existing (an identical earlier report), rejected."""
+    """What happened to one report: created, existing (an identical earlier report), rejected.
+    `run` is the stored run of a report accepted alone (`accept(..., alone=True)`)."""
 
     index: int
     status: str
     id: int | None = None
     error: ApiError | None = None
     created_at: datetime | None = None  # of an existing run, when known
+    run: Run | None = None
 
     def as_dict(self) -> dict[str, Any]:
         error = None
@@ -102,28 +110,202 @@ def _path(prefix: str, loc: Iterable[Any]) -> str:
     return ".".join(str(part) for part in (prefix, *loc) if part != "")
 
 
-def named(run: RunIn, token_id: int) -> RunIn:
-    """`run` with the agent and source a verbatim envelope leaves out (`RunIn.with_defaults`)."""
-    if run.agent is not None and run.source is not None:
+def accept(
+    token_id: int, reports: Sequence[Report | Mapping[str, Any]], *, alone: bool = False
+) -> list[Outcome]:
+    """Take new reports of token `token_id` through the pipeline; return what happened to each,
+    in order. A report is a `Report`, or just its JSON body.
+
+    Each report is judged alone: one that is invalid, names an unknown workflow or run, or reuses
+    a key for another body is `rejected` (with the reason, its paths under `runs.<index>`)
+    without losing the others. `alone`: one single report (REST `POST /runs`, MCP), whose error
+    paths are the body's own and whose key may come from the Idempotency-Key header; it shares
+    its INSERT and commit with single reports arriving at the same time, and its outcome carries
+    the stored `run`."""
+    reports = [r if isinstance(r, Report) else Report(r) for r in reports]
+    outcomes: dict[int, Outcome] = {}
+    pending: list[Pending] = []
+    for index, report in enumerate(reports):
+        prefix = "" if alone else f"runs.{index}"
+        run, errors = checked(report, prefix)
+        if run is None:
+            outcomes[index] = Outcome(index, "rejected", None, invalid("Invalid run.", errors))
+            continue
+        scrubbed = scrub(run)
+        digest = report.digest if report.digest is not None else request_hash(report.body)
+        key = report.key or run.idempotency_key
+        pending.append(Pending(index, named(run, token_id), token_id, key, digest, scrubbed))
+    reclassify(p.run for p in pending)
+    if alone:
+        for p in pending:
+            index = p.index  # a group numbers its reports anew
+            outcomes[index] = _store_alone(p)
+            outcomes[index].index = index
+    elif pending:
+        for outcome in _store_batch(token_id, pending):
+            outcomes[outcome.index] = outcome
+    return [outcomes[index] for index in range(len(reports))]
+
+
+def finish(run: Run, outcome: RunFinishIn) -> Run:
+    """Finish an agent's run reported as `running`, once, with `outcome` (the envelope, under the
+    names and aliases of a report), through the same steps as a new report; tell its source.
+    Return the run. The same outcome again returns the run as it was finished (a retry whose
+    answer was lost, whatever time it says); raise ApiError (409) for another outcome, a run the
+    built-in coordinator runs, or one the running deadline finished first, and (422) for an
+    outcome that breaks the envelope's rules."""
+    if not run.is_reported:
+        raise _conflict(f"Run {run.pk} is run by the built-in coordinator: it records its own.")
+    errors = consistency_errors(outcome)
+    if errors:
+        raise invalid("Invalid outcome.", errors)
+    scrubbed = scrub(outcome)
+    reclassify([outcome], [run.source])
+    finished = outcome.finished_at or timezone.now()
+    started = run.started_at or run.created_at
+    if finished < started:
+        raise invalid("Invalid outcome.", [FieldError("finished_at", "is before the run started")])
+    envelope = envelope_of(outcome)
+    if envelope["duration_ms"] is None:
+        envelope["duration_ms"] = (finished - started).total_seconds() * 1000
+    extra = {
+        "reported_failure_type": outcome.reported_failure_type,
+        "classified_policy_version": outcome.classified_policy_version,
+        # What the start reported filtered stays counted while its attempted call does.
+        "scrubbed_fields": scrubbed + (0 if outcome.attempted else run.scrubbed_fields),
+    }
+    extra |= finish_fields(outcome.usage, outcome.cost, run)
+    if run.finish_reported(envelope, finished, **extra):
+        tell_finish(run)
         return run
-    names = ApiToken.objects.filter(pk=token_id).values_list("name", flat=True)
-    return run.with_defaults(_TOKEN_NAMES.get(token_id, names.first) or "")
+    run.refresh_from_db()
+    if run.finished_by_deadline:
+        raise _finished_by_deadline(run)
+    # The same outcome again is the same finish, whatever time the retry says it finished at;
+    # the first finish's time stays.
+    if run.status != Run.Status.RUNNING and run.same_outcome(envelope):
+        return run
+    raise _conflict(f"Run {run.pk} already finished ({run.status}) with another outcome.")
 
 
+def _finished_by_deadline(run: Run) -> ApiError:
+    return ApiError(
+        409,
+        FailureCategory.INVALID_INPUT,
+        f"Run {run.pk} was finished by the running deadline at {run.finished_at.isoformat()}, "
+        f"as a {run.failure_type} failure, before this finish came: {run.detail}",
+        alternatives=[
+            "report a new run (retry_of this one) for a new attempt",
+            "finish runs sooner, or give this token a longer running timeout "
+            "(manage.py createtoken --running-timeout, the admin, or RUN_RUNNING_TIMEOUT)",
+        ],
+    )
+
+
+def _conflict(detail: str) -> ApiError:
+    return ApiError(
+        409,
+        FailureCategory.INVALID_INPUT,
+        detail,
+        alternatives=["report a new run (retry_of this one) for a new attempt"],
+    )
+
+
+def checked(report: Report, prefix: str) -> tuple[RunIn | None, list[FieldError]]:
+    """Step 1: the report's run, validated against the schema and the envelope's rules, or None
+    and why not."""
+    run = report.run
+    if run is None:
+        try:
+            run = RunIn.model_validate(report.body)
+        except pydantic.ValidationError as exc:
+            return None, [FieldError(_path(prefix, e["loc"]), e["msg"]) for e in exc.errors()]
+    if report.key and run.idempotency_key and report.key != run.idempotency_key:
+        return None, [FieldError("idempotency_key", "differs from the Idempotency-Key header")]
+    errors = consistency_errors(run, prefix)
+    return (None, errors) if errors else (run, errors)
+
+
+def scrub(run: EnvelopeIn) -> int:
+    """Step 2, before anything is stored: filter the secrets out of what the agent's call held
+    (`classifier.scrub.ENVELOPE_FIELDS`); return how many values are filtered in them (those a
+    client's filters left `[Filtered]` too). The pipeline's one call of the scrubber."""
+    values = [getattr(run, name, None) for name in ENVELOPE_FIELDS]
+    clean, found = scrubbing.current().scrub(values)  # one look at them all: most hold nothing
+    if clean is not values:
+        for name, value, new in zip(ENVELOPE_FIELDS, values, clean, strict=True):
+            if new is not value:
+                setattr(run, name, new[:200] if name == "operation" else new)
+    return found
+
+
+def named(run: RunIn, token_id: int) -> RunIn:
+    """Step 3: `run` with the agent (the token's name) and the source (`attempted.source`, else
+    "unknown") a verbatim envelope leaves out."""
+    if run.agent is None:
+        names = ApiToken.objects.filter(pk=token_id).values_list("name", flat=True)
+        token_name = _TOKEN_NAMES.get(token_id, names.first) or ""
+        run.agent = token_name[:100] or UNKNOWN_SOURCE
+    if run.source is None:
+        source = run.attempted.get("source")
+        fits = isinstance(source, str) and 0 < len(source) <= 100
+        run.source = source if fits else UNKNOWN_SOURCE
+    return run
+
+
+# The agent or source of a report that names none and gives nothing to name it by.
+UNKNOWN_SOURCE = "unknown"
 # Token names by id, for reports that name no agent; a rename shows within a minute.
 _TOKEN_NAMES: LocalMemo[str | None] = LocalMemo(lambda: 60.0)
 
 
-def validate_item(raw: Any, prefix: str) -> tuple[RunIn | None, list[FieldError]]:
-    try:
-        run = RunIn.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        return None, [FieldError(_path(prefix, e["loc"]), e["msg"]) for e in exc.errors()]
-    errors = consistency_errors(run, prefix)
-    if errors:
+def envelope_of(run: EnvelopeIn) -> dict[str, Any]:
+    """The report's envelope as data, under the envelope's own names (`classifier.envelope`)."""
+    envelope = {name: getattr(run, name) for name in ENVELOPE_FIELDS_READ}
+    if run.failure_type is not None:
+        envelope["failure_type"] = run.failure_type.value
+    envelope["signal"] = run.signal.value if run.signal else ""
+    envelope["duration_ms"] = run.duration_ms
+    return envelope
+
+
+def report_columns(p: Pending) -> dict[str, Any]:
+    """Step 4's mapping: the run columns a new report sets, by attribute name (the outcome's
+    through `outcome_columns`, as a finish and the built-in coordinator's runs do)."""
+    run = p.run
+    columns = outcome_columns(envelope_of(run), run.source, run.started_at, run.finished_at)
+    columns.update(
+        workflow_id=run.workflow,
+        topic=run.topic,
+        capability=run.capability,
+        agent=run.agent,
+        source=run.source,
+        operation=_operation(run),
+        attempt=run.attempt,
+        retry_of_id=run.retry_of,
+        reported_failure_type=run.reported_failure_type,
+        classified_policy_version=run.classified_policy_version,
+        started_at=run.started_at,
+        idempotency_key=p.key,
+        request_hash=p.digest,
+        trace_id=run.trace_id,
+        span_id=run.span_id,
+        scrubbed_fields=p.scrubbed,
+    )
+    at = run.started_at or timezone.now()
+    columns.update(cost_columns(run.usage, run.cost, run.source, at))
+    return columns
+
+
+def restated(token_id: int, body: Any) -> tuple[dict[str, Any] | None, list[FieldError]]:
+    """Steps 1 to 3 for a report that replaces a stored run's columns (a late part of a span's
+    run): the columns it sets, or None and why not."""
+    run, errors = checked(Report(body), "")
+    if run is None:
         return None, errors
-    run.scrub(scrubbing.current())  # before anything is stored
-    return run, errors
+    p = Pending(0, named(run, token_id), token_id, run.idempotency_key, "", scrub(run))
+    reclassify([p.run])
+    return report_columns(p), errors
 
 
 def consistency_errors(run: EnvelopeIn, prefix: str = "") -> list[FieldError]:
@@ -224,64 +406,11 @@ def request_hash(raw: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def _duration_ms(run: RunIn) -> float | None:
-    if run.duration_ms is not None or not (run.started_at and run.finished_at):
-        return run.duration_ms
-    return (run.finished_at - run.started_at).total_seconds() * 1000
-
-
 def _operation(run: RunIn) -> str:
     if run.operation:
         return run.operation
     named = run.attempted.get("operation")
     return named[:200] if isinstance(named, str) else ""
-
-
-def _row(p: Pending) -> tuple:
-    run = p.run
-    return (
-        run.workflow,
-        run.topic,
-        run.capability,
-        run.agent,
-        run.source,
-        _operation(run),
-        run.attempted,
-        run.attempt,
-        run.retry_of,
-        REPORTED_STATUS[run.status],
-        len(run.results),
-        run.results,
-        run.failure_type.value if run.failure_type else None,
-        run.reported_failure_type,
-        run.classified_policy_version,
-        run.retryable,
-        run.retry_after,
-        run.status_code,
-        run.provider_code or "",
-        run.exception_type,
-        run.signal.value if run.signal else "",
-        run.detail,
-        run.chain,
-        run.partial_results,
-        len(run.partial_results),
-        run.alternatives,
-        signature(run.source, run.failure_type.value, run.detail) if run.failure_type else "",
-        run.started_at,
-        run.finished_at,
-        _duration_ms(run),
-        p.key,
-        p.digest,
-        run.trace_id,
-        run.span_id,
-        run.scrubbed_fields,
-        *cost_columns(run.usage, run.cost, run.source, run.started_at or timezone.now()),
-    )
-
-
-def run_fields(run: RunIn) -> dict[str, Any]:
-    """The columns a report sets, by attribute name: a later report of the same run updates them."""
-    return dict(zip(_row_attnames(), _row(Pending(0, run, 0, "", "")), strict=True))
 
 
 def key_reused(key: str, stored_id: int, path: str, noun: str = "run") -> ApiError:
@@ -316,8 +445,8 @@ def store(
     # batches sharing keys wait for each other instead of deadlocking.
     to_insert.sort(key=lambda p: p.key)
     for p in to_insert:
-        p.row = _row(p)
-    inserted = insert_rows(token_id, [p.row for p in to_insert], created_at)
+        p.columns = report_columns(p)
+    inserted = insert_rows(token_id, [p.columns for p in to_insert], created_at)
 
     stored = {key: Stored(pk, first[key].digest, created_at) for pk, key in inserted if key}
     keyless = iter(pk for pk, key in inserted if not key)
@@ -420,60 +549,33 @@ def _judge_repeat(p: Pending, stored: Stored | None, path: str) -> Outcome:
     return Outcome(p.index, "existing", stored.id, created_at=stored.created_at)
 
 
-def ingest_batch(
-    token_id: int, items: Sequence[Any], digests: Sequence[str] | None = None
-) -> list[Outcome]:
-    """Validate each item on its own, store the valid ones, and say what happened to each.
-    `digests` replaces each item's hash (spans compare the span as sent: see `otlp`)."""
-    outcomes: dict[int, Outcome] = {}
-    pending: list[Pending] = []
-    for index, raw in enumerate(items):
-        run, errors = validate_item(raw, f"runs.{index}")
-        if run is None:
-            outcomes[index] = Outcome(index, "rejected", None, invalid("Invalid run.", errors))
-            continue
-        digest = digests[index] if digests is not None else request_hash(raw)
-        pending.append(Pending(index, named(run, token_id), token_id, run.idempotency_key, digest))
-    reclassify(p.run for p in pending)
+def _store_batch(token_id: int, pending: Sequence[Pending]) -> list[Outcome]:
+    """Step 4 for a batch: items whose references the database would refuse are rejected alone,
+    the others stored in one statement (COPY beyond a few dozen)."""
+    outcomes: list[Outcome] = []
     missing = reference_errors(pending, lambda i: f"runs.{i}")
     for index, errors in missing.items():
-        outcomes[index] = Outcome(
-            index, "rejected", None, invalid("Invalid reference to a workflow or run.", errors)
-        )
+        refusal = invalid("Invalid reference to a workflow or run.", errors)
+        outcomes.append(Outcome(index, "rejected", None, refusal))
     valid = [p for p in pending if p.index not in missing]
     if valid:
-        for outcome in store(token_id, valid, lambda i: f"runs.{i}.idempotency_key"):
-            outcomes[outcome.index] = outcome
-    return [outcomes[index] for index in range(len(items))]
+        outcomes.extend(store(token_id, valid, lambda i: f"runs.{i}.idempotency_key"))
+    return outcomes
 
 
-def ingest_one(
-    token_id: int, run: RunIn, raw: dict[str, Any], header_key: str | None
-) -> tuple[Run, bool]:
-    """Store one report (sharing an INSERT and commit with those arriving together), or find its
-    identical earlier report; return the run and whether it was the earlier one."""
-    if header_key and run.idempotency_key and header_key != run.idempotency_key:
-        raise invalid(
-            "The Idempotency-Key header and the body's idempotency_key differ.",
-            [FieldError("idempotency_key", "differs from the Idempotency-Key header")],
-        )
-    key = header_key or run.idempotency_key
-    errors = consistency_errors(run)
-    if errors:
-        raise invalid("Invalid run.", errors)
-    run.scrub(scrubbing.current())  # before anything is stored
-    reclassify([named(run, token_id)])
-    p = Pending(0, run, token_id, key, request_hash(raw))
+def _store_alone(p: Pending) -> Outcome:
+    """Step 4 for a single report: stored with those arriving together (one INSERT and commit),
+    or its identical earlier report found; its outcome carries the run."""
     # Inside a caller's transaction the commit is the caller's: nobody else's report rides on it.
     alone = connection.in_atomic_block
     outcome, created_at = store_group([p])[0] if alone else GROUP.submit(p)
-    if outcome.error is not None:
-        raise outcome.error
     if outcome.status == "created":
         # Not read back: a read after the commit could fail and turn a stored report into an error.
-        return inserted_run(p, outcome.id, created_at), False
-    bound = {"created_at": outcome.created_at} if outcome.created_at is not None else {}
-    return Run.objects.get(pk=outcome.id, **bound), True
+        outcome.run = inserted_run(p, outcome.id, created_at)
+    elif outcome.status == "existing":
+        bound = {"created_at": outcome.created_at} if outcome.created_at is not None else {}
+        outcome.run = Run.objects.get(pk=outcome.id, **bound)
+    return outcome
 
 
 def store_group(items: Sequence[Pending]) -> list[tuple[Outcome, datetime]]:
@@ -511,7 +613,7 @@ def _store_by_token(pending: Sequence[Pending], created_at: datetime) -> dict[in
     # tokens in id order (as keys within one), so two processes' groups cannot deadlock.
     with transaction.atomic() if len(by_token) > 1 else nullcontext():
         for token_id, items in sorted(by_token.items()):
-            for outcome in store(token_id, items, lambda i: "Idempotency-Key", created_at):
+            for outcome in store(token_id, items, lambda i: HEADER_KEY_PATH, created_at):
                 outcomes[outcome.index] = outcome
     return outcomes
 
@@ -528,11 +630,7 @@ GROUP: GroupCommit[Pending, tuple[Outcome, datetime]] = GroupCommit(
 
 
 def inserted_run(p: Pending, pk: int, created_at: datetime) -> Run:
-    values = dict(zip(_row_attnames(), p.row or _row(p), strict=True))
+    """The run a report just inserted, built from its columns (not read back)."""
     project_id = project_of(p.token_id)
-    return Run(id=pk, token_id=p.token_id, project_id=project_id, created_at=created_at, **values)
-
-
-@cache
-def _row_attnames() -> tuple[str, ...]:
-    return tuple(Run._meta.get_field(name).attname for name in ROW_FIELDS)
+    columns = p.columns or report_columns(p)
+    return Run(id=pk, token_id=p.token_id, project_id=project_id, created_at=created_at, **columns)

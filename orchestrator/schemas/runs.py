@@ -1,5 +1,6 @@
-"""The schemas of the runs routes. Input schemas are plain pydantic models, which validate faster
-than ninja's `Schema` on the batch path; output schemas are ninja `Schema`s read from model rows."""
+"""The schemas of the runs routes, plain data. Input schemas are plain pydantic models, which
+validate faster than ninja's `Schema` on the batch path (what happens to a report is
+`orchestrator.ingest`'s); output schemas are ninja `Schema`s read from model rows."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from pydantic import (
     model_validator,
 )
 
-from classifier import TAXONOMY_VERSION, Failure, FailureCategory, Signal
+from classifier import TAXONOMY_VERSION, FailureCategory, Signal
 from classifier.envelope import field_names
-from classifier.scrub import ENVELOPE_FIELDS, Scrubber
-from orchestrator.api.schemas.common import (
+from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, Run
+from orchestrator.schemas.common import (
     INT_MAX,
     SMALLINT_MAX,
     FailureTypeName,
@@ -41,12 +42,8 @@ from orchestrator.api.schemas.common import (
     fold_other_names,
     in_utc,
 )
-from orchestrator.api.schemas.shapes import fold_shapes
-from orchestrator.api.schemas.usage import CostIn, CostOut, UsageIn, UsageOut, cost_out, usage_out
-from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, Run
-
-# The source of a report that names none, in `source` or `attempted.source`.
-UNKNOWN = "unknown"
+from orchestrator.schemas.shapes import fold_shapes
+from orchestrator.schemas.usage import CostIn, CostOut, UsageIn, UsageOut, cost_out, usage_out
 
 RunSetName = Enum("RunSetName", {name: name for name in NAMED_SETS}, type=str)
 # A run status, or one of the envelope's two words for an outcome (ok, error).
@@ -129,7 +126,6 @@ class EnvelopeIn(BaseModel):
     )
 
     _sent_failure_type: str | None = PrivateAttr(None)
-    _scrubbed_fields: int = PrivateAttr(0)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -149,60 +145,11 @@ class EnvelopeIn(BaseModel):
         # Not `self._sent_failure_type`: BaseModel.__getattr__ is slow, on every run ingested.
         return self.__pydantic_private__.get("_sent_failure_type")
 
-    @property
-    def scrubbed_fields(self) -> int:
-        """How many values are [Filtered] in what the agent's call held (`scrub`)."""
-        return self.__pydantic_private__["_scrubbed_fields"]
+    @reported_failure_type.setter
+    def reported_failure_type(self, sent: str | None) -> None:
+        self.__pydantic_private__["_sent_failure_type"] = sent
 
     _finished_in_utc = field_validator("finished_at")(in_utc)
-
-    def scrub(self, scrubber: Scrubber) -> int:
-        """Filter the secrets out of what the agent's call held (attempted, results, partial
-        results, alternatives, detail, the exception chain, the operation); return how many
-        values are filtered in them (those a client's filters left `[Filtered]` too)."""
-        values = [getattr(self, name, None) for name in ENVELOPE_FIELDS]
-        clean, found = scrubber.scrub(values)  # one look at them all: most hold nothing
-        if clean is not values:
-            for name, value, new in zip(ENVELOPE_FIELDS, values, clean, strict=True):
-                if new is not value:
-                    setattr(self, name, new[:200] if name == "operation" else new)
-        self.__pydantic_private__["_scrubbed_fields"] = found
-        return found
-
-    def restate(self, failure: Failure | None, version: int) -> None:
-        """Record that policy `version`'s overrides classified this failure; with `failure`,
-        theirs replaces the reported classification (the type sent kept as reported)."""
-        self.classified_policy_version = version
-        if failure is None or self.failure_type is None:
-            return
-        sent = self.reported_failure_type or self.failure_type.value
-        self.failure_type = failure.category
-        self.retryable = failure.retryable
-        self.retry_after = self.retry_after if failure.retryable else None
-        self.signal = failure.signal
-        if failure.provider_code:
-            self.provider_code = failure.provider_code[:200]
-        differs = sent if sent != failure.category.value else None
-        self.__pydantic_private__["_sent_failure_type"] = differs
-
-    def envelope(self) -> dict[str, Any]:
-        """The outcome as `Run.outcome_fields` reads it."""
-        return {
-            "status": self.status,
-            "failure_type": self.failure_type.value if self.failure_type else None,
-            "retryable": self.retryable,
-            "retry_after": self.retry_after,
-            "attempted": self.attempted,
-            "partial_results": self.partial_results,
-            "alternatives": self.alternatives,
-            "detail": self.detail,
-            "results": self.results,
-            "status_code": self.status_code,
-            "provider_code": self.provider_code,
-            "exception_type": self.exception_type,
-            "signal": self.signal.value if self.signal else "",
-            "chain": self.chain,
-        }
 
 
 class RunIn(EnvelopeIn):
@@ -239,16 +186,6 @@ class RunIn(EnvelopeIn):
     )
 
     _started_in_utc = field_validator("started_at")(in_utc)
-
-    def with_defaults(self, token_name: str) -> RunIn:
-        """Name the agent and source a report left out: the token's name, attempted.source."""
-        if self.agent is None:
-            self.agent = token_name[:100] or UNKNOWN
-        if self.source is None:
-            named = self.attempted.get("source")
-            fits = isinstance(named, str) and 0 < len(named) <= 100
-            self.source = named if fits else UNKNOWN
-        return self
 
 
 class RunFinishIn(EnvelopeIn):
