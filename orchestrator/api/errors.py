@@ -39,7 +39,7 @@ DB_RETRY_AFTER = 5.0
 
 # For the OpenAPI document: what any operation may answer, and one with a JSON body too.
 COMMON_ERRORS = (401, 405, 429, 500, 503)
-BODY_ERRORS = (400, 411, 413, 422)
+BODY_ERRORS = (400, 411, 413, 415, 422)
 
 
 def not_found_error(detail: str) -> ApiError:
@@ -439,6 +439,8 @@ class EnvelopeParser(Parser):
     U+FFFD rather than refusing a failure report whose exception message carried one."""
 
     def parse_body(self, request: HttpRequest) -> Any:
+        if not is_json(request.content_type):
+            raise not_json(request.content_type)
         data = parse_json(read_body(request))
         request.parsed_json = data  # type: ignore[attr-defined]  # read back by `parsed`
         return data
@@ -447,6 +449,24 @@ class EnvelopeParser(Parser):
     def parsed(request: HttpRequest) -> Any:
         """The body as this parser returned it (views hash it for idempotency)."""
         return getattr(request, "parsed_json", None)
+
+
+def is_json(content_type: str | None) -> bool:
+    """Whether a Content-Type names JSON: application/json, or a `+json` type (RFC 6839)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def not_json(content_type: str | None) -> ApiError:
+    """A body sent as anything but JSON: refused, never guessed at (text/plain is not parsed)."""
+    return ApiError(
+        415,
+        FailureCategory.INVALID_INPUT,
+        f"Content-Type {content_type or '(none)'!r} is not JSON: send application/json.",
+        alternatives=["send the body as JSON with Content-Type: application/json"],
+    )
 
 
 def parse_json(body: bytes) -> Any:
