@@ -26,6 +26,7 @@ from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, Run
 from orchestrator.schemas.common import (
     INT_MAX,
     SMALLINT_MAX,
+    Duration,
     FailureTypeName,
     FieldErrorOut,
     Name,
@@ -41,6 +42,7 @@ from orchestrator.schemas.common import (
     _other_names,
     fold_other_names,
     in_utc,
+    report_time,
 )
 from orchestrator.schemas.shapes import fold_shapes
 from orchestrator.schemas.usage import CostIn, CostOut, UsageIn, UsageOut, cost_out, usage_out
@@ -94,7 +96,9 @@ class EnvelopeIn(BaseModel):
     detail: str = Field("", description="Human-readable error, kept verbatim")
     results: list[Any] = Field(default_factory=list, description="The results, when ok")
     finished_at: datetime | None = None
-    duration_ms: float | None = Field(None, ge=0)
+    duration_ms: Duration | None = Field(
+        None, description="Milliseconds the call took (at most the time window's width)"
+    )
     status_code: int | None = Field(
         None, ge=0, le=SMALLINT_MAX, description="HTTP or RPC status code"
     )
@@ -149,7 +153,7 @@ class EnvelopeIn(BaseModel):
     def reported_failure_type(self, sent: str | None) -> None:
         self.__pydantic_private__["_sent_failure_type"] = sent
 
-    _finished_in_utc = field_validator("finished_at")(in_utc)
+    _finished_in_window = field_validator("finished_at")(report_time)
 
 
 class RunIn(EnvelopeIn):
@@ -185,7 +189,7 @@ class RunIn(EnvelopeIn):
         "", description="The span of this run in that trace (16 hex digits; needs trace_id)"
     )
 
-    _started_in_utc = field_validator("started_at")(in_utc)
+    _started_in_window = field_validator("started_at")(report_time)
 
 
 class RunFinishIn(EnvelopeIn):
