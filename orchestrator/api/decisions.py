@@ -17,7 +17,7 @@ from ninja import Router
 
 from classifier.described import classify_description, describe_mcp_result
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
-from orchestrator import scopes
+from orchestrator import ingest, scopes
 from orchestrator.api.errors import (
     ApiError,
     EnvelopeParser,
@@ -70,6 +70,7 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
 
     A decision on another token's run takes `act:all`; naming another token's `workflow`,
     `read:all` (else 404, as for an unknown id)."""
+    ingest.settle()  # the reports this process has stored have reached their sources' health
     if payload.run is not None:
         return _decide_on_run(request, payload)
     assert payload.failure is not None and payload.source is not None  # DecisionIn says so

@@ -38,6 +38,7 @@ from orchestrator import scopes, scrubbing
 from orchestrator.coordination import budget
 from orchestrator.ingest.costs import columns as cost_columns
 from orchestrator.ingest.costs import finish_fields
+from orchestrator.ingest.feed import Feed
 from orchestrator.ingest.groupcommit import GroupCommit
 from orchestrator.ingest.inserts import Stored, insert_rows, stored_keys
 from orchestrator.ingest.reclassify import reclassify
@@ -464,12 +465,26 @@ def store(
 
 
 def tell_sources(runs: Sequence[tuple[EnvelopeIn, int]], now: datetime | None = None) -> None:
-    """Write what newly stored reports (with their run ids) say about their sources: a call
+    """Step 5: feed what newly stored reports (with their run ids) say about their sources: a call
     started inside a source's Retry-After hold is early, whatever its query; every success and
     failure feeds the source's breaker, budget and hold, as the built-in coordinator's calls do.
-    The reports stand whatever happens here: an error is logged, never answered."""
+    Off the request path (`feed`), unless inside the caller's transaction. The reports stand
+    whatever happens there: an error is logged, never answered."""
     now = now or timezone.now()
     answers = [answer for run, _ in runs if (answer := _answer(run, now)) is not None]
+    if not runs:
+        return
+    if connection.in_atomic_block:
+        _feed([(runs, answers)])
+    else:
+        FEED.submit([(runs, answers)])
+
+
+def _feed(batches: Sequence[tuple[Sequence[tuple[EnvelopeIn, int]], list[budget.Answer]]]) -> None:
+    """Apply reports' feeds, as many as have gathered, with one read and one UPDATE a source."""
+    runs = [pair for batch_runs, _ in batches for pair in batch_runs]
+    answers = [answer for _, batch_answers in batches for answer in batch_answers]
+    now = timezone.now()
     try:
         with transaction.atomic() if connection.in_atomic_block else nullcontext():
             known = _mark_early(runs, answers)
@@ -477,6 +492,14 @@ def tell_sources(runs: Sequence[tuple[EnvelopeIn, int]], now: datetime | None = 
         _wake(closed, now)
     except DatabaseError:
         logger.warning("reports stored, but not fed to their sources' health", exc_info=True)
+
+
+FEED = Feed(_feed)
+
+
+def settle() -> None:
+    """Apply this process's reports still waiting for their sources' health, here and now."""
+    FEED.flush()
 
 
 def _wake(sources: Iterable[str], now: datetime) -> None:

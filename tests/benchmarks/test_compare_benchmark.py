@@ -21,7 +21,6 @@ def worktrees() -> str:
 
 @pytest.mark.slow
 def test_the_comparison_prints_each_figure_for_both_trees_with_its_ratio():
-    before = worktrees()
     _, out = run_benchmark("compare.py", "HEAD", "--quick", suffix="_cmp", timeout=900)
     assert re.search(r"^this tree against HEAD, 1 rounds alternated \(load average", out, re.M)
     for label in ("single report, CPU in process", "batches of 1,000, in process"):
@@ -33,4 +32,4 @@ def test_the_comparison_prints_each_figure_for_both_trees_with_its_ratio():
         assert ours > 0 and theirs > 0 and ratio == pytest.approx(ours / theirs, abs=0.01)
     assert re.search(r"^  open loop, served +[\d,.]+ /s", out, re.M), out
     assert re.search(r"^goals: single-report CPU <= 0.8 ms", out, re.M), out
-    assert worktrees() == before  # the ref's checkout removed
+    assert "failsight-compare-" not in worktrees()  # the ref's checkout removed
