@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 # What a `running` report cannot carry yet: its outcome, and when it ended.
 OUTCOME_FIELDS = (*OUTCOME_KEYS, "finished_at", "duration_ms")
-# The envelope's fields a report carries, read by `Run.outcome_fields` and `outcome_columns`.
+# The envelope's fields `envelope_of` hands to `outcome_columns` (the vocabulary's version aside).
 ENVELOPE_FIELDS_READ = tuple(k for k in (*ENVELOPE_KEYS, *EVIDENCE_KEYS) if k != "taxonomy_version")
 # A single report's key, in the error paths that name it.
 HEADER_KEY_PATH = "Idempotency-Key"

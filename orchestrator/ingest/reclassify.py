@@ -49,7 +49,8 @@ def reclassify(runs: Iterable[EnvelopeIn], sources: Iterable[str | None] | None 
         if not describes_exception(evidence):
             continue
         if current is None:
-            current, version = policy.versioned_classifier()
+            # The classifier of the announced version when cached: no query on most failures.
+            current, version = policy.announced_classifier() or policy.versioned_classifier()
         if said is not None and said >= version:
             continue
         earlier = overrides_at(said) if said is not None else None
