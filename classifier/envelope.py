@@ -18,6 +18,8 @@ from classifier.usage import usage_of
 MAX_DEPTH: Final = 20
 MAX_DETAIL: Final = 2000
 
+# The one declaration of the envelope's fields; every other list of them (the server's schema
+# and run columns, the scrubber, the client) is derived from these.
 ENVELOPE_KEYS: Final = (
     "status",
     "failure_type",
@@ -37,6 +39,19 @@ EVIDENCE_KEYS: Final = (
     "chain",
     "taxonomy_version",
 )
+# What the call asked for and what could be tried instead: known before it has an outcome.
+REQUEST_KEYS: Final = ("status", "attempted", "alternatives")
+# The outcome: what a call that has only started cannot say yet (`taxonomy_version` names the
+# vocabulary, not an outcome).
+OUTCOME_KEYS: Final = tuple(
+    key
+    for key in (*ENVELOPE_KEYS, *EVIDENCE_KEYS)
+    if key not in (*REQUEST_KEYS, "taxonomy_version")
+)
+# The exception a failure describes, as a classifier reads it again (`classifier.reported`).
+EXCEPTION_KEYS: Final = ("exception_type", "chain", "status_code", "provider_code", "detail")
+# What the agent's call held, where a secret can hide (`classifier.scrub`).
+HELD_KEYS: Final = ("attempted", "partial_results", "results", "alternatives", "detail", "chain")
 
 # Other names agents give envelope fields; every field is also read in camelCase.
 FIELD_ALIASES: Final = MappingProxyType(

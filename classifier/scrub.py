@@ -24,19 +24,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote, unquote_plus
 
+from classifier.envelope import HELD_KEYS
 from classifier.token_rules import Compile, TokenRules, python_compile
 
 FILTERED: Final = "[Filtered]"
-# The envelope's fields that carry what an agent's call held (`chain`: the exception chain).
-ENVELOPE_FIELDS: Final = (
-    "attempted",
-    "partial_results",
-    "results",
-    "alternatives",
-    "detail",
-    "chain",
-    "operation",
-)
+# The envelope's fields that carry what an agent's call held (`chain`: the exception chain), and
+# the run's operation, which names it.
+ENVELOPE_FIELDS: Final = (*HELD_KEYS, "operation")
 # The report's fields that name it (shown in lists, labels and filters): scrubbed as text, and a
 # URL in them loses its user info and query values (`Scrubber.identity`).
 IDENTITY_FIELDS: Final = (

@@ -14,7 +14,7 @@ from django.http import QueryDict
 
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from orchestrator import keyset
-from orchestrator.api.schemas.common import BIGINT_MAX
+from orchestrator.schemas.common import BIGINT_MAX
 
 MAX_VALUES = 20
 

@@ -33,8 +33,8 @@ from dashboard.views.common import LIST_DEFER
 from insights.models import FailureGroup
 from orchestrator import keyset
 from orchestrator import search as run_search
-from orchestrator.api.schemas.common import BIGINT_MAX
 from orchestrator.models import ReviewItem, Run, Workflow
+from orchestrator.schemas.common import BIGINT_MAX
 
 SECTION_SIZE = 10
 RUNS_WINDOW = SEARCH_MAX

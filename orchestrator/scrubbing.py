@@ -1,12 +1,12 @@
 """Secrets filtered out of what agents report, at the door (`classifier.scrub`): the built-in
 rules with the operators' `ScrubRule`s of the current policy version, compiled by RE2
 (`orchestrator.patterns`) once per version and process; the count of what was filtered is kept
-on each run (`Run.scrubbed_fields`). `EnvelopeIn.scrub` is the one call over a whole report."""
+on each run (`Run.scrubbed_fields`). The ingest pipeline's `scrub` step is the one call over a
+whole report."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Sum
@@ -42,12 +42,6 @@ def rules_at(version: int) -> Any:
     """The scrub rules of policy `version` as its snapshot kept them (the table's, without one)."""
     rows = PolicyVersion.objects.filter(version=version).values_list("scrub_rules", flat=True)
     return ScrubRule.rules(rows.first())
-
-
-def scrub_reports(reports: Iterable[Any]) -> int:
-    """Filter the secrets out of each report (`EnvelopeIn.scrub`); return how many in all."""
-    scrubber = current()
-    return sum(report.scrub(scrubber) for report in reports)
 
 
 def scrub_text(text: str) -> str:

@@ -8,7 +8,6 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from orchestrator import counters, partitions, pricing, search
-from orchestrator.api import span_joins
 from orchestrator.coordination import (
     deadlines,
     dispatch,
@@ -18,6 +17,7 @@ from orchestrator.coordination import (
     webhooks,
     workflow,
 )
+from orchestrator.ingest import span_joins
 
 # The longest wait stays below the smallest visibility timeout (10 s), past which Redis would
 # deliver the message twice.

@@ -1,6 +1,7 @@
 """REST API v1 for agents and coordinators: one router per concern, mounted on one `api`, which
 sets auth, the rate limit, the body parser and the error envelope once for all. Business rules
-live in the models and `orchestrator.coordination`, never here.
+live in the models, `orchestrator.ingest` (every report and finish) and
+`orchestrator.coordination`, never here.
 
 A token reads and acts on its own work (the runs it reported, the workflows it started and their
 runs, their review items); coordinators that read or act on what other tokens reported are granted

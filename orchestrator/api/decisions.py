@@ -18,7 +18,7 @@ from ninja import Router
 
 from classifier.described import classify_description, describe_mcp_result
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
-from orchestrator.api import scopes
+from orchestrator import ingest, scopes
 from orchestrator.api.errors import (
     ApiError,
     EnvelopeParser,
@@ -27,16 +27,16 @@ from orchestrator.api.errors import (
     invalid,
     not_found_error,
 )
-from orchestrator.api.schemas import (
+from orchestrator.coordination import budget, clock, policy, routing
+from orchestrator.coordination.registry import registry
+from orchestrator.coordination.workflow import decide_reported
+from orchestrator.models import ApiToken, ReviewItem, Run, Workflow
+from orchestrator.schemas import (
     ClassificationOut,
     ClassifyIn,
     DecisionIn,
     DecisionOut,
 )
-from orchestrator.coordination import budget, clock, policy, routing
-from orchestrator.coordination.registry import registry
-from orchestrator.coordination.workflow import decide_reported
-from orchestrator.models import ApiToken, ReviewItem, Run, Workflow
 from orchestrator.vocabulary import Action, FailureCategory
 
 router = Router(tags=["coordination"])
@@ -79,6 +79,7 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
 
 def decision(token: ApiToken, payload: DecisionIn, absolute: Absolute) -> dict[str, Any]:
     """`POST /decisions` for `token`; `absolute` makes a review item's page address whole."""
+    ingest.settle()  # the reports this process has stored have reached their sources' health
     if payload.run is not None:
         return _decide_on_run(token, payload, absolute)
     assert payload.failure is not None and payload.source is not None  # DecisionIn says so

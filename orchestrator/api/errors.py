@@ -11,7 +11,6 @@ import logging
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -27,7 +26,9 @@ from ninja.errors import AuthenticationError, AuthorizationError, HttpError, Thr
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
-from orchestrator.api.schemas import ErrorOut
+from orchestrator.ingest.bounds import replace_nul
+from orchestrator.refusals import ApiError, FieldError, invalid
+from orchestrator.schemas import ErrorOut
 from orchestrator.vocabulary import RETRYABLE, FailureCategory
 
 logger = logging.getLogger(__name__)
@@ -39,50 +40,7 @@ DB_RETRY_AFTER = 5.0
 
 # For the OpenAPI document: what any operation may answer, and one with a JSON body too.
 COMMON_ERRORS = (401, 405, 429, 500, 503)
-BODY_ERRORS = (400, 411, 413, 422)
-
-
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    path: str
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"path": self.path, "message": self.message}
-
-
-class ApiError(Exception):
-    """An error answer in the envelope shape; raise it anywhere under the API."""
-
-    def __init__(
-        self,
-        status: int,
-        failure_type: FailureCategory,
-        detail: str,
-        *,
-        errors: Iterable[FieldError] = (),
-        retry_after: float | None = None,
-        alternatives: Iterable[str] = (),
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.failure_type = failure_type
-        self.detail = detail
-        self.errors = list(errors)
-        self.retry_after = retry_after
-        self.alternatives = list(alternatives)
-        self.headers = headers or {}
-
-
-def invalid(detail: str, errors: Iterable[FieldError] = (), status: int = 422) -> ApiError:
-    return ApiError(
-        status,
-        FailureCategory.INVALID_INPUT,
-        detail,
-        errors=errors,
-        alternatives=["fix the request as the errors say; repeating it unchanged cannot succeed"],
-    )
+BODY_ERRORS = (400, 411, 413, 415, 422)
 
 
 def not_found_error(detail: str) -> ApiError:
@@ -316,17 +274,6 @@ def json_shape(value: Any, limit: int) -> tuple[bool, bool]:
     return False, rounded
 
 
-def replace_nul(value: Any) -> Any:
-    """`value` with every U+0000 in its strings and keys replaced by U+FFFD."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, list):
-        return [replace_nul(item) for item in value]
-    if isinstance(value, dict):
-        return {replace_nul(key): replace_nul(item) for key, item in value.items()}
-    return value
-
-
 def _too_wide(path: str) -> ApiError:
     message = f"integer outside {INT_RANGE[0]}..{INT_RANGE[1]}: send it as a string"
     return invalid("An integer is too wide to keep exactly.", [FieldError(path, message)])
@@ -524,6 +471,8 @@ class EnvelopeParser(Parser):
     U+FFFD rather than refusing a failure report whose exception message carried one."""
 
     def parse_body(self, request: HttpRequest) -> Any:
+        if not is_json(request.content_type):
+            raise not_json(request.content_type)
         data = parse_json(read_body(request))
         request.parsed_json = data  # type: ignore[attr-defined]  # read back by `parsed`
         return data
@@ -532,6 +481,24 @@ class EnvelopeParser(Parser):
     def parsed(request: HttpRequest) -> Any:
         """The body as this parser returned it (views hash it for idempotency)."""
         return getattr(request, "parsed_json", None)
+
+
+def is_json(content_type: str | None) -> bool:
+    """Whether a Content-Type names JSON: application/json, or a `+json` type (RFC 6839)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def not_json(content_type: str | None) -> ApiError:
+    """A body sent as anything but JSON: refused, never guessed at (text/plain is not parsed)."""
+    return ApiError(
+        415,
+        FailureCategory.INVALID_INPUT,
+        f"Content-Type {content_type or '(none)'!r} is not JSON: send application/json.",
+        alternatives=["send the body as JSON with Content-Type: application/json"],
+    )
 
 
 def parse_json(body: bytes) -> Any:

@@ -17,12 +17,6 @@ from pydantic import Field
 
 from orchestrator.analytics import dryrun
 from orchestrator.api.errors import FieldError, api_view, error_responses, invalid
-from orchestrator.api.schemas import (
-    DryRunIn,
-    DryRunOut,
-    PoliciesOut,
-    PolicyVersionListOut,
-)
 from orchestrator.models import (
     PolicyState,
     PolicyVersion,
@@ -30,6 +24,12 @@ from orchestrator.models import (
     ProviderOverride,
     RoutingPolicy,
     ScrubRule,
+)
+from orchestrator.schemas import (
+    DryRunIn,
+    DryRunOut,
+    PoliciesOut,
+    PolicyVersionListOut,
 )
 
 logger = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from django.http import HttpRequest
 from ninja import Query, Router
 from ninja.responses import Status
 
-from orchestrator import keyset, notify
-from orchestrator.api import overload, scopes
+from orchestrator import keyset, notify, scopes
+from orchestrator.api import overload
 from orchestrator.api.decisions import Absolute, review_ref
 from orchestrator.api.errors import (
     ApiError,
@@ -31,10 +31,10 @@ from orchestrator.api.errors import (
     invalid,
     not_found_error,
 )
-from orchestrator.api.schemas import ReviewFilters, ReviewIn, ReviewListOut, ReviewOut, ReviewWait
 from orchestrator.coordination.delivery import resolution_payload
 from orchestrator.coordination.escalation import CannotEscalate, escalate_reported
 from orchestrator.models import ApiToken, ReviewItem, Run
+from orchestrator.schemas import ReviewFilters, ReviewIn, ReviewListOut, ReviewOut, ReviewWait
 from orchestrator.vocabulary import Delivery, FailureCategory
 
 router = Router(tags=["reviews"])

@@ -1,5 +1,6 @@
-"""The runs endpoints: report one run or a batch (idempotent), list them, read one. Validation
-and the insert live in `ingest`; this module only maps HTTP onto it."""
+"""The runs endpoints: report one run or a batch (idempotent), finish one, list them, read one.
+What happens to a report or a finish is `orchestrator.ingest`'s; this module only maps HTTP onto
+it."""
 
 from __future__ import annotations
 
@@ -8,24 +9,22 @@ from typing import Annotated, Any
 import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from django.utils import timezone
 from ninja import Header, Query, Router
 from ninja.responses import Status
 
-from orchestrator import scrubbing
+from orchestrator import ingest, scopes
 from orchestrator.analytics import export
-from orchestrator.api import ingest, scopes
-from orchestrator.api.costs import finish_fields
 from orchestrator.api.errors import (
-    ApiError,
     EnvelopeParser,
     FieldError,
     error_responses,
     invalid,
     not_found_error,
 )
-from orchestrator.api.reclassify import reclassify
-from orchestrator.api.schemas import (
+from orchestrator.keyset import decode_cursor, encode_cursor
+from orchestrator.models import ApiToken, Run
+from orchestrator.models.run_queries import keyset_page_of
+from orchestrator.schemas import (
     BatchResultOut,
     RunBatchIn,
     RunExportFilters,
@@ -36,10 +35,6 @@ from orchestrator.api.schemas import (
     RunOut,
     Str255,
 )
-from orchestrator.keyset import decode_cursor, encode_cursor
-from orchestrator.models import ApiToken, Run
-from orchestrator.models.run_queries import keyset_page_of
-from orchestrator.vocabulary import FailureCategory
 
 router = Router(tags=["runs"])
 
@@ -59,11 +54,13 @@ def report_run(
     with another body is a 409. The output of `error_envelope()` / `success_envelope()` is
     accepted as it is, and a failure type from another vocabulary ("auth_error") is stored under
     its canonical name, with what was sent kept in `reported_failure_type`."""
-    raw = EnvelopeParser.parsed(request)
-    run, replayed = ingest.ingest_one(request.auth.pk, payload, raw, idempotency_key)
-    if replayed:
+    report = ingest.Report(EnvelopeParser.parsed(request), payload, idempotency_key)
+    [outcome] = ingest.accept(request.auth.pk, [report], alone=True)
+    if outcome.error is not None:
+        raise outcome.error
+    if outcome.status == "existing":
         response[REPLAYED_HEADER] = "true"
-    return Status(201, run)
+    return Status(201, outcome.run)
 
 
 @router.post("/batch", response={200: BatchResultOut, **error_responses(409, body=True)})
@@ -75,7 +72,7 @@ def report_runs(request: HttpRequest, payload: RunBatchIn) -> HttpResponse:
     if len(payload.runs) > limit:
         message = f"at most {limit} runs per batch"
         raise invalid(f"Too many runs: {len(payload.runs)}.", [FieldError("runs", message)])
-    outcomes = ingest.ingest_batch(request.auth.pk, payload.runs)
+    outcomes = ingest.accept(request.auth.pk, payload.runs)
     # Not validated against the schema again (it documents the shape): that cost more than the rest.
     body = {"results": [outcome.as_dict() for outcome in outcomes]}
     return HttpResponse(orjson.dumps(body), content_type="application/json")
@@ -136,60 +133,4 @@ def finish(token: ApiToken, run_id: int, payload: RunFinishIn) -> Run:
     run = scopes.actionable(token, Run, run_id)
     if run is None:
         raise not_found_error(f"No run with id {run_id}.")
-    if not run.is_reported:
-        raise _conflict(f"Run {run_id} is run by the built-in coordinator: it records its own.")
-    errors = ingest.consistency_errors(payload)
-    if errors:
-        raise invalid("Invalid outcome.", errors)
-    payload.scrub(scrubbing.current())  # before anything is stored
-    reclassify([payload], [run.source])
-    envelope = payload.envelope()
-    finished = payload.finished_at or timezone.now()
-    started = run.started_at or run.created_at
-    if finished < started:
-        raise invalid("Invalid outcome.", [FieldError("finished_at", "is before the run started")])
-    extra = {
-        "reported_failure_type": payload.reported_failure_type,
-        "classified_policy_version": payload.classified_policy_version,
-        # What the start reported filtered stays counted while its attempted call does.
-        "scrubbed_fields": payload.scrubbed_fields
-        + (0 if payload.attempted else run.scrubbed_fields),
-        "duration_ms": payload.duration_ms
-        if payload.duration_ms is not None
-        else (finished - started).total_seconds() * 1000,
-    }
-    extra |= finish_fields(payload.usage, payload.cost, run)
-    if run.finish_reported(envelope, finished, **extra):
-        ingest.tell_finish(run)
-        return run
-    run.refresh_from_db()
-    if run.finished_by_deadline:
-        raise _finished_by_deadline(run)
-    # The same outcome again is the same finish (a retry whose answer was lost), whatever time
-    # the retry says it finished at; the first finish's time stays.
-    if run.status != Run.Status.RUNNING and run.same_outcome(envelope):
-        return run
-    raise _conflict(f"Run {run_id} already finished ({run.status}) with another outcome.")
-
-
-def _finished_by_deadline(run: Run) -> ApiError:
-    return ApiError(
-        409,
-        FailureCategory.INVALID_INPUT,
-        f"Run {run.pk} was finished by the running deadline at {run.finished_at.isoformat()}, "
-        f"as a {run.failure_type} failure, before this finish came: {run.detail}",
-        alternatives=[
-            "report a new run (retry_of this one) for a new attempt",
-            "finish runs sooner, or give this token a longer running timeout "
-            "(manage.py createtoken --running-timeout, the admin, or RUN_RUNNING_TIMEOUT)",
-        ],
-    )
-
-
-def _conflict(detail: str) -> ApiError:
-    return ApiError(
-        409,
-        FailureCategory.INVALID_INPUT,
-        detail,
-        alternatives=["report a new run (retry_of this one) for a new attempt"],
-    )
+    return ingest.finish(run, payload)

@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Header, Router
 from ninja.responses import Status
 
-from orchestrator.api import scopes
+from orchestrator import scopes
 from orchestrator.api.errors import (
     ApiError,
     EnvelopeParser,
@@ -23,13 +23,13 @@ from orchestrator.api.errors import (
     invalid,
     not_found_error,
 )
-from orchestrator.api.ingest import key_reused, request_hash
 from orchestrator.api.runs import REPLAYED_HEADER
-from orchestrator.api.schemas import CoverageOut, Str255, WorkflowIn, WorkflowOut
 from orchestrator.coordination import coverage
 from orchestrator.coordination.registry import registry
 from orchestrator.coordination.workflow import RunsInFlight, finish_external, start_workflow_once
+from orchestrator.ingest.pipeline import key_reused, request_hash
 from orchestrator.models import ReviewItem, Run, Workflow
+from orchestrator.schemas import CoverageOut, Str255, WorkflowIn, WorkflowOut
 from orchestrator.vocabulary import Coordinator, FailureCategory
 
 router = Router(tags=["workflows"])

@@ -86,6 +86,16 @@ def versioned_classifier() -> tuple[Classifier, int]:
     return found, key[0]
 
 
+def announced_classifier() -> tuple[Classifier, int] | None:
+    """`versioned_classifier()` without a query, when the version API answers announce
+    (`PolicyState.announced_version`, remembered a few seconds) is the one cached; else None."""
+    announced = PolicyState.announced_version()
+    for key, found in list(_classifiers.items()):
+        if key[0] == announced:
+            return found, announced
+    return None
+
+
 def rule_of(policy: RoutingPolicy | ProjectPolicy | routing.Rule | dict[str, Any]) -> routing.Rule:
     if isinstance(policy, routing.Rule):
         return policy

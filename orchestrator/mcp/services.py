@@ -3,8 +3,7 @@ the token the endpoint admitted (`Caller`), with the same body rules (`errors.pa
 integers, U+0000), the same secret scrubbing (in the ingest services) and the same error mapping
 (`errors.api_error`, as the REST handlers answer). No view is called and no request is made up.
 
-`accept_one` and `finish` are the one seam to the ingest services: repoint them there when the
-ingest package takes reports and finishes."""
+`accept_one` and `finish` are the one seam to the ingest pipeline (`orchestrator.ingest`)."""
 
 from __future__ import annotations
 
@@ -19,10 +18,14 @@ import pydantic
 from django.db import close_old_connections
 from ninja import Schema
 
-from orchestrator.api import decisions, ingest, policies, reviews, runs
+from orchestrator import ingest
+from orchestrator.api import decisions, policies, reviews, runs
 from orchestrator.api.decisions import Absolute
 from orchestrator.api.errors import Environ, api_error, envelope, parse_json
-from orchestrator.api.schemas import (
+from orchestrator.client import report_body
+from orchestrator.client.mcp_tools import ToolFailure
+from orchestrator.models import ApiToken, ReviewItem, Run
+from orchestrator.schemas import (
     ClassificationOut,
     ClassifyIn,
     DecisionIn,
@@ -33,18 +36,16 @@ from orchestrator.api.schemas import (
     ReviewListOut,
     ReviewOut,
     RunFinishIn,
-    RunIn,
     RunOut,
 )
-from orchestrator.client import report_body
-from orchestrator.client.mcp_tools import ToolFailure
-from orchestrator.models import ApiToken, ReviewItem, Run
 
 
 def accept_one(token: ApiToken, raw: dict[str, Any], key: str) -> Run:
     """A new report, as `POST /runs` takes it (scrubbed, idempotent by `key`)."""
-    run, _ = ingest.ingest_one(token.pk, RunIn.model_validate(raw), raw, key)
-    return run
+    [accepted] = ingest.accept(token.pk, [ingest.Report(raw, key=key)], alone=True)
+    if accepted.error is not None:
+        raise accepted.error
+    return accepted.run
 
 
 def finish(token: ApiToken, run_id: int, outcome: dict[str, Any]) -> Run:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,7 +18,7 @@ from orchestrator.fingerprint import signature as failure_signature
 from orchestrator.models import run_queries
 from orchestrator.models.prices import CURRENCY, money_field
 from orchestrator.models.projects import DEFAULT_PROJECT_ID
-from orchestrator.models.run_queries import RunQuerySet
+from orchestrator.models.run_queries import RunQuerySet, RunStatus
 from orchestrator.models.tokens import ApiToken, default_running_timeout
 from orchestrator.vocabulary import Action, FailureCategory
 
@@ -56,7 +57,7 @@ class Run(models.Model):
     NO_FINISH_REPORTED = "NoFinishReported"
 
     # No foreign key is a database constraint: a partitioned table has no unique `id` to point at.
-    # The API checks references before inserting (`api.ingest.reference_errors`).
+    # The API checks references before inserting (`orchestrator.ingest.pipeline.reference_errors`).
     workflow = models.ForeignKey(
         "Workflow",
         null=True,
@@ -94,7 +95,7 @@ class Run(models.Model):
     # The failure type as the agent wrote it, when that was an alias ("auth_error").
     reported_failure_type = models.CharField(max_length=50, null=True, blank=True)
     # The policy version whose provider overrides classified the failure: the agent's, or the
-    # server's when it classified the report again (`api.reclassify`).
+    # server's when it classified the report again (`orchestrator.ingest.reclassify`).
     classified_policy_version = models.PositiveIntegerField(null=True, blank=True)
     # Which evidence decided the category (classifier.Signal: status, provider_code, type, …).
     signal = models.CharField(max_length=20, blank=True)
@@ -412,35 +413,13 @@ class Run(models.Model):
         return bool(changed)
 
     def outcome_fields(self, envelope: dict[str, Any], finished_at: datetime) -> dict[str, Any]:
-        """The columns an envelope sets on a finished run, its status included."""
-        ok = envelope.get("status") == "ok"
-        results = list(envelope.get("results") or []) if ok else []
-        partial = list(envelope.get("partial_results") or [])
-        started = self.started_at or finished_at
-        failure_type = None if ok else envelope.get("failure_type") or FailureCategory.UNCLASSIFIED
-        detail = envelope.get("detail") or ""
-        return dict(
-            status=self.Status.SUCCEEDED if ok else self.Status.FAILED,
-            results=results,
-            result_count=len(results),
-            failure_type=failure_type,
-            signature="" if ok else failure_signature(self.source, failure_type, detail),
-            retryable=None if ok else envelope.get("retryable"),
-            retry_after=None if ok else envelope.get("retry_after"),
-            signal="" if ok else envelope.get("signal") or "",
-            status_code=envelope.get("status_code"),
-            provider_code=envelope.get("provider_code") or "",
-            exception_type=envelope.get("exception_type") or "",
-            detail=detail,
-            exception_chain=list(envelope.get("chain") or []),
-            partial_results=partial,
-            partial_count=len(partial),
-            alternatives=list(envelope.get("alternatives") or []),
-            attempted=envelope.get("attempted") or self.attempted,
-            finished_at=finished_at,
-            duration_ms=max(0.0, (finished_at - started).total_seconds() * 1000),
-            calls=envelope.get("calls", self.calls),
-        )
+        """The columns an envelope sets on this finished run, its status included
+        (`outcome_columns`); a call with no start of its own lasted no time, one whose envelope
+        names no attempt keeps the attempt the run was started with."""
+        fields = outcome_columns(envelope, self.source, self.started_at or finished_at, finished_at)
+        fields["attempted"] = fields["attempted"] or self.attempted
+        fields["calls"] = envelope.get("calls", self.calls)
+        return fields
 
     def record_outcome(
         self,
@@ -576,3 +555,57 @@ FINISH_COMPARED = (
     "partial_results",
     "alternatives",
 )
+
+# An envelope's status as a run's ("running": reported started, finished later with an outcome).
+ENVELOPE_RUN_STATUS = {
+    "ok": RunStatus.SUCCEEDED,
+    "error": RunStatus.FAILED,
+    "running": RunStatus.RUNNING,
+}
+
+
+def outcome_columns(
+    envelope: Mapping[str, Any],
+    source: str | None,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+) -> dict[str, Any]:
+    """The run columns an envelope (`classifier.envelope`'s fields, by name) sets: the one mapping
+    from an outcome to a run, for an agent's report, its finish and the built-in coordinator's
+    runs alike. Fields are stored as the envelope says them, except that a failure without a
+    failure type is unclassified, only a failure has a failure type (and a signature), only a
+    success has results; the duration is the reported one, else the time between start and
+    finish (never negative), else unknown."""
+    status = ENVELOPE_RUN_STATUS.get(envelope.get("status"), RunStatus.FAILED).value
+    failed = status == RunStatus.FAILED
+    ok = status == RunStatus.SUCCEEDED
+    results = list(envelope.get("results") or []) if ok else []
+    partial = list(envelope.get("partial_results") or [])
+    failure_type = (
+        (envelope.get("failure_type") or FailureCategory.UNCLASSIFIED.value) if failed else None
+    )
+    detail = envelope.get("detail") or ""
+    duration = envelope.get("duration_ms")
+    if duration is None and started_at is not None and finished_at is not None:
+        duration = max(0.0, (finished_at - started_at).total_seconds() * 1000)
+    return {
+        "status": status,
+        "results": results,
+        "result_count": len(results),
+        "failure_type": failure_type,
+        "signature": failure_signature(source or "", failure_type, detail) if failed else "",
+        "retryable": envelope.get("retryable"),
+        "retry_after": envelope.get("retry_after"),
+        "signal": envelope.get("signal") or "",
+        "status_code": envelope.get("status_code"),
+        "provider_code": envelope.get("provider_code") or "",
+        "exception_type": envelope.get("exception_type") or "",
+        "detail": detail,
+        "exception_chain": list(envelope.get("chain") or []),
+        "partial_results": partial,
+        "partial_count": len(partial),
+        "alternatives": list(envelope.get("alternatives") or []),
+        "attempted": envelope.get("attempted") or {},
+        "finished_at": finished_at,
+        "duration_ms": duration,
+    }

@@ -21,7 +21,7 @@ from orchestrator.models.audit import AuditEntry
 from orchestrator.models.projects import DEFAULT_PROJECT_ID
 
 # What a token may do beyond its own work (the runs, workflows and review items it reported):
-# granted explicitly, never by default (orchestrator.api.scopes applies them).
+# granted explicitly, never by default (orchestrator.scopes applies them).
 READ_ALL = "read:all"
 ACT_ALL = "act:all"
 SCOPES = {

@@ -1,5 +1,5 @@
 """Failed spans of OpenTelemetry exports, kept a while so that the parts of one trace exported
-in different batches make the runs one export would (`orchestrator.api.span_joins`)."""
+in different batches make the runs one export would (`orchestrator.ingest.span_joins`)."""
 
 from __future__ import annotations
 

@@ -101,7 +101,8 @@ def test_the_same_finish_again_returns_the_run_and_another_is_a_409(client, auth
     first = patch(client, f"/runs/{run_id}", auth_error(), auth_headers)
     again = patch(client, f"/runs/{run_id}", auth_error(), auth_headers)
     assert again.status_code == 200 and again.json() == first.json()
-    later = auth_error(finished_at="2999-01-01T00:00:00Z")  # a retry saying another time
+    at = (timezone.now() + timedelta(hours=1)).isoformat()
+    later = auth_error(finished_at=at)  # a retry saying another time
     assert patch(client, f"/runs/{run_id}", later, auth_headers).json() == first.json()
     other = patch(client, f"/runs/{run_id}", {"status": "ok", "results": [1]}, auth_headers)
     body = assert_envelope(other, 409, "invalid_input")

@@ -9,7 +9,7 @@ import pytest
 from django.db import OperationalError, connection
 from django.test import override_settings
 
-from orchestrator.api import ingest
+from orchestrator import ingest
 from orchestrator.models import Run
 from tests.api.helpers import assert_envelope, error_paths, failed_run, ok_run, post_json
 
@@ -251,7 +251,7 @@ def test_an_unexpected_error_is_a_logged_500_envelope(client, auth_headers, monk
     def explode(*args, **kwargs):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(ingest, "ingest_one", explode)
+    monkeypatch.setattr(ingest, "accept", explode)
     response = post_json(client, "/runs", ok_run(), **auth_headers)
     body = assert_envelope(response, 500, "server_fault")
     assert "bug" not in body["detail"]  # internals stay in the log

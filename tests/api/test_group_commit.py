@@ -18,8 +18,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from orchestrator.api import ingest
-from orchestrator.api.groupcommit import GroupCommit
+from orchestrator.ingest import pipeline as ingest
+from orchestrator.ingest.groupcommit import GroupCommit
 from orchestrator.models import ApiToken, Run
 from tests.api.helpers import ok_run
 from tests.orchestrator.test_worker import database_url

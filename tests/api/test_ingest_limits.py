@@ -4,13 +4,28 @@ round, and the answer for a stored run never depends on reading it back."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.urls import reverse
 
 from orchestrator.models import Run, RunQuerySet
+from orchestrator.schemas.common import MAX_DURATION_MS, REPORT_TIME_AHEAD, REPORT_TIME_PAST
 from tests.api.helpers import assert_envelope, error_paths, failed_run, ok_run, post_json
+
+API = "/api/v1"
+
+
+def patch(client, path, body, headers):
+    return client.patch(API + path, json.dumps(body), content_type="application/json", **headers)
+
+
+def started(client, headers) -> int:
+    response = post_json(client, "/runs", {"status": "running", "source": "s"}, **headers)
+    assert response.status_code == 201, response.content
+    return response.json()["id"]
+
 
 UNREADABLE_TIMES = [
     ("started_at", "0001-01-01T00:00:00+14:00"),  # year 0 in UTC
@@ -38,17 +53,126 @@ def test_a_batch_item_with_such_a_time_is_rejected_alone(client, auth_headers, f
     assert Run.objects.count() == 1
 
 
-def test_the_extremes_of_the_readable_range_are_stored_and_listed(client, auth_headers, operator):
-    report = ok_run(started_at="0001-01-01T00:00:00Z", finished_at="9999-12-31T23:59:59.999999Z")
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def test_the_edges_of_the_time_window_are_stored_and_listed(client, auth_headers, operator):
+    now = datetime.now(UTC)
+    oldest = now - REPORT_TIME_PAST + timedelta(minutes=1)
+    ahead = now + REPORT_TIME_AHEAD - timedelta(minutes=1)
+    report = ok_run(started_at=_iso(oldest), finished_at=_iso(ahead))
     created = post_json(client, "/runs", report, **auth_headers)
     assert created.status_code == 201, created.content
-    assert created.json()["started_at"].startswith("0001-01-01T00:00:00")
+    stored = datetime.fromisoformat(created.json()["started_at"].replace("Z", "+00:00"))
+    assert abs(stored - oldest) < timedelta(milliseconds=1)  # answered to the millisecond
     listed = client.get("/api/v1/runs", **auth_headers)
     assert listed.status_code == 200 and listed.json()["items"][0]["id"] == created.json()["id"]
     client.force_login(operator)
     assert client.get(reverse("dashboard:runs")).status_code == 200
     detail = reverse("dashboard:run_detail", args=[created.json()["id"]])
     assert client.get(detail).status_code == 200
+
+
+def _outside_the_window() -> list[tuple[str, str]]:
+    now = datetime.now(UTC)
+    return [
+        ("finished_at", "9999-12-31T23:59:59Z"),  # a placeholder for "never"
+        ("started_at", "9999-12-31T00:00:00Z"),
+        ("finished_at", _iso(now + REPORT_TIME_AHEAD + timedelta(hours=1))),
+        ("started_at", _iso(now - REPORT_TIME_PAST - timedelta(days=1))),
+        ("started_at", "0001-01-01T00:00:00Z"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_every_time_outside_the_window_is_a_422_and_nothing_is_stored(client, auth_headers, index):
+    field, value = _outside_the_window()[index]
+    response = post_json(client, "/runs", ok_run(**{field: value}), **auth_headers)
+    body = assert_envelope(response, 422, "invalid_input")
+    assert error_paths(body) == {field}
+    assert "server's clock" in body["errors"][0]["message"]
+    assert Run.objects.count() == 0
+
+
+@pytest.mark.parametrize("duration", [1e308, MAX_DURATION_MS * 1.01, -1])
+def test_a_duration_beyond_the_windows_width_or_negative_is_a_422(client, auth_headers, duration):
+    response = post_json(client, "/runs", ok_run(duration_ms=duration), **auth_headers)
+    assert error_paths(assert_envelope(response, 422, "invalid_input")) == {"duration_ms"}
+    assert Run.objects.count() == 0
+
+
+def test_a_duration_as_wide_as_the_window_is_stored_as_reported(client, auth_headers):
+    response = post_json(client, "/runs", ok_run(duration_ms=MAX_DURATION_MS), **auth_headers)
+    assert response.status_code == 201, response.content
+    assert response.json()["duration_ms"] == MAX_DURATION_MS
+
+
+def test_a_finish_is_held_to_the_same_window(client, auth_headers):
+    run_id = started(client, auth_headers)
+    outcome = {"status": "ok", "results": [], "finished_at": "9999-12-31T23:59:59Z"}
+    response = patch(client, f"/runs/{run_id}", outcome, auth_headers)
+    assert error_paths(assert_envelope(response, 422, "invalid_input")) == {"finished_at"}
+    response = patch(
+        client, f"/runs/{run_id}", {"status": "ok", "duration_ms": 1e308}, auth_headers
+    )
+    assert error_paths(assert_envelope(response, 422, "invalid_input")) == {"duration_ms"}
+    assert Run.objects.get(pk=run_id).status == Run.Status.RUNNING
+
+
+def test_a_batch_item_outside_the_window_is_rejected_alone(client, auth_headers):
+    batch = {"runs": [ok_run(finished_at="9999-12-31T23:59:59Z"), ok_run()]}
+    results = post_json(client, "/runs/batch", batch, **auth_headers).json()["results"]
+    assert [r["status"] for r in results] == ["rejected", "created"]
+    assert {e["path"] for e in results[0]["error"]["errors"]} == {"runs.0.finished_at"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Content types
+
+
+NOT_JSON = [
+    ("text/plain", "text/plain"),
+    ("form", "application/x-www-form-urlencoded"),
+    ("none", ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"), [("/runs", ok_run()), ("/runs/batch", {"runs": [ok_run()]})]
+)
+@pytest.mark.parametrize("content_type", [c for _, c in NOT_JSON], ids=[n for n, _ in NOT_JSON])
+def test_a_body_that_is_not_sent_as_json_is_a_415_and_nothing_is_stored(
+    client, auth_headers, path, body, content_type
+):
+    response = client.post(
+        f"/api/v1{path}", data=json.dumps(body), content_type=content_type, **auth_headers
+    )
+    answer = assert_envelope(response, 415, "invalid_input")
+    assert "application/json" in answer["detail"]
+    assert Run.objects.count() == 0
+
+
+def test_a_finish_not_sent_as_json_is_a_415(client, auth_headers):
+    run_id = started(client, auth_headers)
+    response = client.patch(
+        f"/api/v1/runs/{run_id}",
+        json.dumps({"status": "ok"}),
+        content_type="text/plain",
+        **auth_headers,
+    )
+    assert_envelope(response, 415, "invalid_input")
+    assert Run.objects.get(pk=run_id).status == Run.Status.RUNNING
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json; charset=utf-8", "application/vnd.x+json"]
+)
+def test_json_under_its_parameters_and_suffix_is_accepted(client, auth_headers, content_type):
+    response = client.post(
+        "/api/v1/runs", data=json.dumps(ok_run()), content_type=content_type, **auth_headers
+    )
+    assert response.status_code == 201, response.content
 
 
 def test_an_offset_time_is_stored_and_answered_in_utc(client, auth_headers):

@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from orchestrator.api import span_joins
+from orchestrator.ingest import span_joins
 from orchestrator.models import Run, TraceSpan
 from tests.api import otel
 

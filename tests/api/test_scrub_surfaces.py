@@ -13,7 +13,6 @@ import html
 import json
 import logging
 from collections.abc import Iterator
-from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 from unittest.mock import patch
@@ -21,7 +20,6 @@ from unittest.mock import patch
 import pytest
 import re2
 from django.apps import apps
-from django.test import RequestFactory
 from django.utils import timezone
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -32,10 +30,11 @@ from insights import groups
 from insights.models import FailureGroup
 from insights.stats import refresh_rollups
 from orchestrator import scrubbing
-from orchestrator.api import mcp
 from orchestrator.client import AgentClient
-from orchestrator.coordination import review
+from orchestrator.coordination.actions import do_resolve_review
+from orchestrator.mcp.services import Caller, InProcess
 from orchestrator.models import ReviewItem, Run
+from orchestrator.vocabulary import Channel
 from tests.api import otel
 from tests.api.helpers import post_json
 from tests.classifier import shapes_corpus as corpus
@@ -186,16 +185,17 @@ def by_otlp(client, auth_headers, **_: Any) -> list[int]:
 
 
 def by_mcp(client, auth_headers, api_token, **_: Any) -> list[int]:
-    """The MCP tools' backend in this process (the tool `report_run`), without the request
-    signals around it: they close the connection, which the test's transaction holds."""
-    environ = RequestFactory().post("/mcp").environ | {mcp.TOKEN: api_token[0]}
+    """The MCP tools' backend in this process (the tool `report_run`), as the endpoint calls it
+    for the token it admitted, but keeping the connection (the backend gives it back after each
+    call, as after a request; the test's transaction holds it)."""
+    tools = InProcess(Caller(api_token[0], lambda path: f"http://127.0.0.1{path}", {}))
     ids = []
-    with patch.object(mcp, "as_request", lambda environ: nullcontext()):
+    with patch("orchestrator.mcp.services.close_old_connections", lambda: None):
         for i, texts in enumerate(chunks()):
             outcome = envelope(i, texts)
             agent, source = outcome.pop("agent"), outcome.pop("source")
             fields = {k: outcome.pop(k) for k in ("topic", "capability")}
-            answer = mcp.InProcess(environ).report(outcome, agent, source, fields, f"mcp-{i}")
+            answer = tools.report(outcome, agent, source, fields, f"mcp-{i}")
             ids.append(answer["id"])
     return ids
 
@@ -233,8 +233,13 @@ def by_review_note(client, auth_headers, operator, **_: Any) -> list[int]:
         post_json(client, "/reviews", {"run": run.json()["id"], "reason": "stuck"}, **auth_headers)
         item = ReviewItem.objects.get(run_id=run.json()["id"])
         edited = {f"arg{n}": text for n, text in enumerate(texts)}
-        review.resolve(
-            item, operator, "retry_edited", note="\n".join(texts)[:4000], edited_input=edited
+        do_resolve_review(
+            item,
+            operator,
+            "retry_edited",
+            channel=Channel.DASHBOARD,
+            note="\n".join(texts)[:4000],
+            edited_input=edited,
         )
         ids.append(run.json()["id"])
     return ids

@@ -14,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from insights import retention
 from insights.models import FailureGroup, RunRollup
 from orchestrator import partitions, tasks
-from orchestrator.api.ingest import ingest_batch
+from orchestrator.ingest import accept
 from orchestrator.models import ReviewItem, Run, RunKey, Workflow
 
 FAR = datetime(2031, 3, 10, 12, tzinfo=UTC)  # beyond the partitions the migration created
@@ -31,7 +31,7 @@ def where(run_id: int) -> str:
 
 def report(token_id: int, key: str, **fields) -> dict:
     item = {"agent": "a", "source": "s", "status": "ok", "idempotency_key": key} | fields
-    return ingest_batch(token_id, [item])[0].as_dict()
+    return accept(token_id, [item])[0].as_dict()
 
 
 def run_at(when: datetime, **fields) -> Run:

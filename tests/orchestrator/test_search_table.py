@@ -15,7 +15,7 @@ from django.utils import timezone
 from dashboard.filters import search
 from orchestrator import partitions
 from orchestrator import search as run_search
-from orchestrator.api.ingest import ingest_batch
+from orchestrator.ingest import accept
 from orchestrator.models import ApiToken, Run
 
 FAR = datetime(2031, 3, 10, 12, tzinfo=UTC)  # beyond the partitions the migration created
@@ -180,7 +180,7 @@ def test_a_backlog_is_filled_a_slice_at_a_time_and_a_batch_never_splits(postgres
     singles = [run(detail=f"single {i}", created_at=start + timedelta(minutes=i)) for i in range(5)]
     token, _ = ApiToken.issue("slices")
     batch = [{"agent": "a", "source": "s", "status": "ok", "detail": f"b{i}"} for i in range(8)]
-    batch_ids = [outcome.id for outcome in ingest_batch(token.pk, batch)]
+    batch_ids = [outcome.id for outcome in accept(token.pk, batch)]
     assert len(set(Run.objects.filter(pk__in=batch_ids).values_list("created_at"))) == 1
 
     assert run_search.fill(limit=3) == 4  # up to the 4th run's creation (offset 3), inclusive

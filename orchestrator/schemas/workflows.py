@@ -11,7 +11,7 @@ from pydantic import (
     StringConstraints,
 )
 
-from orchestrator.api.schemas.common import (
+from orchestrator.schemas.common import (
     Str100,
 )
 from orchestrator.vocabulary import Coordinator

@@ -61,6 +61,8 @@ ROW_FIELDS = (
     "scrubbed_fields",
     *Run.USAGE_FIELDS,
 )
+# The same by attribute name (`workflow_id`), as the pipeline's columns name them.
+ROW_ATTNAMES = tuple(Run._meta.get_field(name).attname for name in ROW_FIELDS)
 
 
 def _batch_values(token_id: int, created_at: datetime) -> list[tuple[Field, Any]]:
@@ -225,12 +227,14 @@ def _max_params() -> int:
 
 
 def insert_rows(
-    token_id: int, rows: Sequence[tuple], created_at: datetime | None = None
+    token_id: int, runs: Sequence[dict[str, Any]], created_at: datetime | None = None
 ) -> list[tuple[int, str]]:
-    """Insert rows, skipping stored keys; return (id, key) of the rows inserted, in row order
-    (SQLite's RETURNING order, as Django's own bulk_create relies on)."""
-    if not rows:
+    """Insert runs (their columns by attribute name: `ROW_ATTNAMES`, the rest take their
+    defaults), skipping stored keys; return (id, key) of the rows inserted, in order (SQLite's
+    RETURNING order, as Django's own bulk_create relies on)."""
+    if not runs:
         return []
+    rows = [tuple(columns[name] for name in ROW_ATTNAMES) for columns in runs]
     batch = _batch_values(token_id, created_at or timezone.now())
     db = connections[DEFAULT_DB_ALIAS]
     if db.vendor != "postgresql":

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from classifier.described import classify_description, describe_mcp_result, is_mcp_result
 from classifier.envelope import field_names
 from classifier.retry_after import parse_retry_after
-from orchestrator.api.schemas.common import _error
+from orchestrator.schemas.common import _error
 
 # What an MCP result holds that is no envelope field: folded here, then dropped.
 MCP_KEYS = frozenset(

@@ -7,16 +7,22 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator import pricing
-from orchestrator.api.schemas.usage import CostIn, UsageIn
 from orchestrator.models import Run
+from orchestrator.schemas.usage import CostIn, UsageIn
 
 # The run's columns `columns` fills, in its order.
 COLUMNS = Run.USAGE_FIELDS
 
 
-def columns(usage: UsageIn | None, cost: CostIn | None, source: str | None, at: datetime) -> tuple:
-    """The `COLUMNS` values of a run of `source` started at `at` (on every run ingested: one
-    table lookup per kind, nothing built that it does not return)."""
+def columns(
+    usage: UsageIn | None, cost: CostIn | None, source: str | None, at: datetime
+) -> dict[str, Any]:
+    """The `COLUMNS` of a run of `source` started at `at`, by name (on every run ingested: one
+    table lookup per kind)."""
+    return dict(zip(COLUMNS, _values(usage, cost, source, at), strict=True))
+
+
+def _values(usage: UsageIn | None, cost: CostIn | None, source: str | None, at: datetime) -> tuple:
     if usage is None:
         counts: tuple = (None, None, None, "")
     else:
@@ -51,7 +57,7 @@ def finish_fields(usage: UsageIn | None, cost: CostIn | None, run: Run) -> dict[
         )
     if cost is None and run.cost_source == Run.CostSource.REPORTED:
         cost = CostIn(amount=run.cost, currency=run.cost_currency)
-    return dict(zip(COLUMNS, columns(usage, cost, run.source, run.priced_at), strict=True))
+    return columns(usage, cost, run.source, run.priced_at)
 
 
 def _given(value: int | None, stored: int | None) -> int | None:

@@ -12,11 +12,11 @@ from pydantic import (
 )
 
 from classifier import FailureCategory
-from orchestrator.api.schemas.common import (
+from orchestrator.models import ReviewItem
+from orchestrator.schemas.common import (
     NoNul,
     RunId,
 )
-from orchestrator.models import ReviewItem
 
 
 class ReviewIn(Schema):

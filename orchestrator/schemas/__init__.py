@@ -8,7 +8,7 @@ model rows. Every name is importable from here too, as it was from the single mo
 replaced.
 """
 
-from orchestrator.api.schemas.common import (
+from orchestrator.schemas.common import (
     BIGINT_MAX,
     INT_MAX,
     SMALLINT_MAX,
@@ -28,7 +28,7 @@ from orchestrator.api.schemas.common import (
     fold_other_names,
     in_utc,
 )
-from orchestrator.api.schemas.decisions import (
+from orchestrator.schemas.decisions import (
     ClassificationOut,
     ClassifyIn,
     DecisionIn,
@@ -37,7 +37,7 @@ from orchestrator.api.schemas.decisions import (
     FailureIn,
     ReviewRefOut,
 )
-from orchestrator.api.schemas.policies import (
+from orchestrator.schemas.policies import (
     DryRunIn,
     DryRunOut,
     FiguresOut,
@@ -49,7 +49,7 @@ from orchestrator.api.schemas.policies import (
     PolicyVersionListOut,
     PolicyVersionOut,
 )
-from orchestrator.api.schemas.reviews import (
+from orchestrator.schemas.reviews import (
     ResolutionOut,
     ReviewFilters,
     ReviewIn,
@@ -57,7 +57,7 @@ from orchestrator.api.schemas.reviews import (
     ReviewOut,
     ReviewWait,
 )
-from orchestrator.api.schemas.runs import (
+from orchestrator.schemas.runs import (
     BatchItemOut,
     BatchResultOut,
     EnvelopeIn,
@@ -72,7 +72,7 @@ from orchestrator.api.schemas.runs import (
     RunSetName,
     RunStatusFilter,
 )
-from orchestrator.api.schemas.workflows import CoverageOut, Topic, WorkflowIn, WorkflowOut
+from orchestrator.schemas.workflows import CoverageOut, Topic, WorkflowIn, WorkflowOut
 
 __all__ = [
     "BIGINT_MAX",

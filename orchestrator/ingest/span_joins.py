@@ -34,9 +34,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from classifier import Classifier
 from orchestrator import scrubbing
-from orchestrator.api import ingest, spans
-from orchestrator.api.spans import SpanRun, SpanView
 from orchestrator.coordination import policy
+from orchestrator.ingest import spans
+from orchestrator.ingest.pipeline import Report, accept, restated
+from orchestrator.ingest.spans import SpanRun, SpanView
 from orchestrator.models import Run, TraceSpan
 
 # Columns a late part does not change: who reported the run and under which key.
@@ -243,26 +244,26 @@ def _taken(view: SpanView) -> int | None:
 def _store(token_id: int, placements: Sequence[Placement], refused: list[str]) -> None:
     for p in placements:
         if p.into is not None:
-            _update(p, refused)
+            _update(token_id, p, refused)
     inserts = [p for p in placements if p.into is None or p.status == "gone"]
     size = settings.API_MAX_BATCH  # an export may hold more spans than one batch insert takes
     for start in range(0, len(inserts), size):
         chunk = inserts[start : start + size]
-        items, digests = [p.run.item for p in chunk], [p.run.digest for p in chunk]
-        for p, outcome in zip(chunk, ingest.ingest_batch(token_id, items, digests), strict=True):
+        reports = [Report(p.run.item, digest=p.run.digest) for p in chunk]
+        for p, outcome in zip(chunk, accept(token_id, reports), strict=True):
             if outcome.error is not None:
                 refused.append(f"{p.run.label}: {_reason(outcome.error)}")
             else:
                 p.id, p.status = outcome.id, outcome.status
 
 
-def _update(p: Placement, refused: list[str]) -> None:
-    run, errors = ingest.validate_item(p.run.item, "")
-    if run is None:
+def _update(token_id: int, p: Placement, refused: list[str]) -> None:
+    columns, errors = restated(token_id, p.run.item)
+    if columns is None:
         refused.append(f"{p.run.label}: " + "; ".join(f"{e.path}: {e.message}" for e in errors))
         p.status = "refused"
         return
-    fields = {k: v for k, v in ingest.run_fields(run).items() if k not in KEPT_COLUMNS}
+    fields = {k: v for k, v in columns.items() if k not in KEPT_COLUMNS}
     if Run.objects.filter(pk=p.into).update(**fields):
         p.id, p.status = p.into, "updated"
     else:

@@ -5,7 +5,7 @@ database."""
 from __future__ import annotations
 
 import functools
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
@@ -48,6 +48,33 @@ def in_utc(value: datetime | None) -> datetime | None:
         return value.astimezone(UTC)
     except OverflowError:
         raise ValueError("must lie within the years 1 to 9999 in UTC") from None
+
+
+# The one bound on what a report says about time (docs/api.md, "Times and durations"): every
+# time lies within REPORT_TIME_PAST before and REPORT_TIME_AHEAD after the server's clock (an
+# agent's clock may run a little fast), and every duration is one such window wide at most, the
+# longest span between two times it admits. Beyond that a time is a bug or a placeholder
+# (9999-12-31), and storing it would skew every window, age and cost computed from it.
+REPORT_TIME_PAST = timedelta(days=3650)
+REPORT_TIME_AHEAD = timedelta(days=1)
+MAX_DURATION_MS = (REPORT_TIME_PAST + REPORT_TIME_AHEAD).total_seconds() * 1000
+
+
+def report_time(value: datetime | None) -> datetime | None:
+    """A reported time in UTC (`in_utc`), refused outside the window around the server's clock."""
+    value = in_utc(value)
+    if value is None:
+        return None
+    now = datetime.now(UTC)
+    if not now - REPORT_TIME_PAST <= value <= now + REPORT_TIME_AHEAD:
+        raise ValueError(
+            f"must lie within {REPORT_TIME_PAST.days} days before and "
+            f"{REPORT_TIME_AHEAD.days} day after the server's clock"
+        )
+    return value
+
+
+Duration = Annotated[float, Field(ge=0, le=MAX_DURATION_MS)]
 
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=100)]

@@ -1,5 +1,6 @@
-"""The schemas of the runs routes. Input schemas are plain pydantic models, which validate faster
-than ninja's `Schema` on the batch path; output schemas are ninja `Schema`s read from model rows."""
+"""The schemas of the runs routes, plain data. Input schemas are plain pydantic models, which
+validate faster than ninja's `Schema` on the batch path (what happens to a report is
+`orchestrator.ingest`'s); output schemas are ninja `Schema`s read from model rows."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ from pydantic import (
     model_validator,
 )
 
-from classifier import TAXONOMY_VERSION, Failure, FailureCategory, Signal
+from classifier import TAXONOMY_VERSION, FailureCategory, Signal
 from classifier.envelope import field_names
-from classifier.scrub import ENVELOPE_FIELDS, IDENTITY_FIELDS, Scrubber
-from orchestrator.api.schemas.common import (
+from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, Run
+from orchestrator.schemas.common import (
     INT_MAX,
     SMALLINT_MAX,
+    Duration,
     FailureTypeName,
     FieldErrorOut,
     Name,
@@ -40,15 +42,10 @@ from orchestrator.api.schemas.common import (
     _other_names,
     fold_other_names,
     in_utc,
+    report_time,
 )
-from orchestrator.api.schemas.shapes import fold_shapes
-from orchestrator.api.schemas.usage import CostIn, CostOut, UsageIn, UsageOut, cost_out, usage_out
-from orchestrator.models import ENVELOPE_STATUSES, NAMED_SETS, Run
-
-# The column sizes of the identity fields (`EnvelopeIn.scrub`), 100 for the others.
-IDENTITY_LIMITS = {"operation": 200, "topic": 200, "exception_type": 300, "provider_code": 200}
-# The source of a report that names none, in `source` or `attempted.source`.
-UNKNOWN = "unknown"
+from orchestrator.schemas.shapes import fold_shapes
+from orchestrator.schemas.usage import CostIn, CostOut, UsageIn, UsageOut, cost_out, usage_out
 
 RunSetName = Enum("RunSetName", {name: name for name in NAMED_SETS}, type=str)
 # A run status, or one of the envelope's two words for an outcome (ok, error).
@@ -99,7 +96,9 @@ class EnvelopeIn(BaseModel):
     detail: str = Field("", description="Human-readable error, kept verbatim")
     results: list[Any] = Field(default_factory=list, description="The results, when ok")
     finished_at: datetime | None = None
-    duration_ms: float | None = Field(None, ge=0)
+    duration_ms: Duration | None = Field(
+        None, description="Milliseconds the call took (at most the time window's width)"
+    )
     status_code: int | None = Field(
         None, ge=0, le=SMALLINT_MAX, description="HTTP or RPC status code"
     )
@@ -131,7 +130,6 @@ class EnvelopeIn(BaseModel):
     )
 
     _sent_failure_type: str | None = PrivateAttr(None)
-    _scrubbed_fields: int = PrivateAttr(0)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -151,85 +149,11 @@ class EnvelopeIn(BaseModel):
         # Not `self._sent_failure_type`: BaseModel.__getattr__ is slow, on every run ingested.
         return self.__pydantic_private__.get("_sent_failure_type")
 
-    @property
-    def scrubbed_fields(self) -> int:
-        """How many values are [Filtered] in what the agent's call held (`scrub`)."""
-        return self.__pydantic_private__["_scrubbed_fields"]
+    @reported_failure_type.setter
+    def reported_failure_type(self, sent: str | None) -> None:
+        self.__pydantic_private__["_sent_failure_type"] = sent
 
-    _finished_in_utc = field_validator("finished_at")(in_utc)
-
-    def scrub(self, scrubber: Scrubber) -> int:
-        """Filter the secrets out of the whole report before anything of it is kept: what the
-        agent's call held (attempted, results, partial results, alternatives, detail, the
-        exception chain, the operation) and the fields naming it (source, topic, model …, whose
-        URLs lose user info and query values; `Scrubber.identity`); return how many values are
-        filtered (those a client's filters left `[Filtered]` too)."""
-        values = [getattr(self, name, None) for name in ENVELOPE_FIELDS]
-        named = self._identity_fields()
-        if self.usage is not None and self.usage.model:
-            named.append(("usage.model", self.usage.model, 200))
-        key = getattr(self, "idempotency_key", "")
-        names = [value for _, value, _ in named] + ([key] if key else [])
-        # One look at them all: most reports hold nothing.
-        clean, clean_names, found = scrubber.split(values, names)
-        if clean is not values:
-            for name, value, new in zip(ENVELOPE_FIELDS, values, clean, strict=True):
-                if new is not value:
-                    setattr(self, name, new[:200] if name == "operation" else new)
-        if clean_names is not names:
-            for (name, value, limit), new in zip(named, clean_names, strict=False):
-                if new is not value and name == "usage.model":
-                    self.usage.model = new[:limit]
-                elif new is not value:
-                    setattr(self, name, new[:limit])
-            if key and clean_names[-1] != key:
-                self.idempotency_key = scrubber.idempotency_key(key)
-        self.__pydantic_private__["_scrubbed_fields"] = found
-        return found
-
-    def _identity_fields(self) -> list[tuple[str, str, int]]:
-        """(name, value, length limit) of each identity field this report holds as text."""
-        found = []
-        for name in IDENTITY_FIELDS:
-            value = getattr(self, name, None)
-            if isinstance(value, str) and value:
-                found.append((name, value, IDENTITY_LIMITS.get(name, 100)))
-        return found
-
-    def restate(self, failure: Failure | None, version: int) -> None:
-        """Record that policy `version`'s overrides classified this failure; with `failure`,
-        theirs replaces the reported classification (the type sent kept as reported)."""
-        self.classified_policy_version = version
-        if failure is None or self.failure_type is None:
-            return
-        sent = self.reported_failure_type or self.failure_type.value
-        self.failure_type = failure.category
-        self.retryable = failure.retryable
-        self.retry_after = self.retry_after if failure.retryable else None
-        self.signal = failure.signal
-        if failure.provider_code:
-            self.provider_code = failure.provider_code[:200]
-        differs = sent if sent != failure.category.value else None
-        self.__pydantic_private__["_sent_failure_type"] = differs
-
-    def envelope(self) -> dict[str, Any]:
-        """The outcome as `Run.outcome_fields` reads it."""
-        return {
-            "status": self.status,
-            "failure_type": self.failure_type.value if self.failure_type else None,
-            "retryable": self.retryable,
-            "retry_after": self.retry_after,
-            "attempted": self.attempted,
-            "partial_results": self.partial_results,
-            "alternatives": self.alternatives,
-            "detail": self.detail,
-            "results": self.results,
-            "status_code": self.status_code,
-            "provider_code": self.provider_code,
-            "exception_type": self.exception_type,
-            "signal": self.signal.value if self.signal else "",
-            "chain": self.chain,
-        }
+    _finished_in_window = field_validator("finished_at")(report_time)
 
 
 class RunIn(EnvelopeIn):
@@ -265,17 +189,7 @@ class RunIn(EnvelopeIn):
         "", description="The span of this run in that trace (16 hex digits; needs trace_id)"
     )
 
-    _started_in_utc = field_validator("started_at")(in_utc)
-
-    def with_defaults(self, token_name: str) -> RunIn:
-        """Name the agent and source a report left out: the token's name, attempted.source."""
-        if self.agent is None:
-            self.agent = token_name[:100] or UNKNOWN
-        if self.source is None:
-            named = self.attempted.get("source")
-            fits = isinstance(named, str) and 0 < len(named) <= 100
-            self.source = named if fits else UNKNOWN
-        return self
+    _started_in_window = field_validator("started_at")(report_time)
 
 
 class RunFinishIn(EnvelopeIn):

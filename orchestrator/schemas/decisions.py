@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 from classifier import Signal
 from classifier.envelope import field_names
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
-from orchestrator.api.schemas.common import (
+from orchestrator.schemas.common import (
     SMALLINT_MAX,
     FailureTypeName,
     Name,
@@ -34,7 +34,7 @@ from orchestrator.api.schemas.common import (
     _other_names,
     fold_other_names,
 )
-from orchestrator.api.schemas.shapes import fold_mcp_result
+from orchestrator.schemas.shapes import fold_mcp_result
 from orchestrator.vocabulary import Action
 
 

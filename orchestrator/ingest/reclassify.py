@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from classifier import Overrides
+from classifier import Failure, Overrides
+from classifier.envelope import EXCEPTION_KEYS
 from classifier.reported import describes_exception, reclassified
-from orchestrator.api.schemas import EnvelopeIn
 from orchestrator.coordination import policy
 from orchestrator.models import PolicyState, PolicyVersion
+from orchestrator.schemas import EnvelopeIn
 
 
 def overrides_at(version: int) -> Overrides | None:
@@ -48,18 +49,29 @@ def reclassify(runs: Iterable[EnvelopeIn], sources: Iterable[str | None] | None 
         if not describes_exception(evidence):
             continue
         if current is None:
-            current, version = policy.versioned_classifier()
+            # The classifier of the announced version when cached: no query on most failures.
+            current, version = policy.announced_classifier() or policy.versioned_classifier()
         if said is not None and said >= version:
             continue
         earlier = overrides_at(said) if said is not None else None
-        run.restate(reclassified(evidence, current, earlier, source), version)
+        restate(run, reclassified(evidence, current, earlier, source), version)
 
 
 def _evidence(run: EnvelopeIn) -> dict[str, Any]:
-    return {
-        "exception_type": run.exception_type,
-        "chain": run.chain,
-        "status_code": run.status_code,
-        "provider_code": run.provider_code,
-        "detail": run.detail,
-    }
+    return {name: getattr(run, name) for name in EXCEPTION_KEYS}
+
+
+def restate(run: EnvelopeIn, failure: Failure | None, version: int) -> None:
+    """Record that policy `version`'s overrides classified this failure; with `failure`, theirs
+    replaces the reported classification (the type sent kept as reported)."""
+    run.classified_policy_version = version
+    if failure is None or run.failure_type is None:
+        return
+    sent = run.reported_failure_type or run.failure_type.value
+    run.failure_type = failure.category
+    run.retryable = failure.retryable
+    run.retry_after = run.retry_after if failure.retryable else None
+    run.signal = failure.signal
+    if failure.provider_code:
+        run.provider_code = failure.provider_code[:200]
+    run.reported_failure_type = sent if sent != failure.category.value else None

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 from ninja import Schema
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.api.schemas.common import BIGINT_MAX, Str200
 from orchestrator.models import Run
 from orchestrator.models.prices import MICRO, MONEY_MAX
+from orchestrator.schemas.common import BIGINT_MAX, Str200
 
 Tokens = Annotated[int, Field(ge=0, le=BIGINT_MAX)]
 
