@@ -19,7 +19,6 @@ from typing import Any
 import pydantic
 from a2wsgi import ASGIMiddleware
 from django.core import signals
-from django.core.exceptions import DisallowedHost
 from django.core.handlers.wsgi import WSGIRequest
 from django.db import (
     DataError,
@@ -32,6 +31,7 @@ from ninja import Schema
 
 from orchestrator.api import decisions, ingest, policies, reviews, runs
 from orchestrator.api.auth import BearerToken, TokenRateThrottle
+from orchestrator.api.bodies import parse_json
 from orchestrator.api.errors import (
     ApiError,
     Environ,
@@ -41,11 +41,11 @@ from orchestrator.api.errors import (
     database_unavailable,
     envelope,
     invalid,
-    parse_json,
     throttled,
     unauthenticated,
     wsgi_error,
 )
+from orchestrator.api.middleware import host_refusal
 from orchestrator.api.schemas import (
     ClassificationOut,
     ClassifyIn,
@@ -70,7 +70,6 @@ logger = logging.getLogger(__name__)
 
 PATH = "/mcp"
 TOKEN = "failsight.mcp.token"  # the environ key of the caller's ApiToken, once authenticated
-security = logging.getLogger("django.security.DisallowedHost")
 
 
 class InProcess:
@@ -217,12 +216,9 @@ class McpApp:
 
     def refusal(self, environ: Environ) -> ApiError | None:
         request = WSGIRequest(environ)
-        try:
-            request.get_host()
-        except DisallowedHost as exc:
-            security.error(str(exc), extra={"status_code": 400, "request": request})
-            alternatives = ["call the server by a name it serves (its ALLOWED_HOSTS)"]
-            return ApiError(400, FailureCategory.INVALID_INPUT, str(exc), alternatives=alternatives)
+        refusal = host_refusal(request)
+        if refusal is not None:
+            return refusal
         with as_request(environ):
             try:
                 token = BearerToken()(request)

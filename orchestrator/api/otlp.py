@@ -21,7 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from orchestrator.api import span_joins
-from orchestrator.api.errors import ApiError, deeper_than, error_responses, invalid
+from orchestrator.api.bodies import deeper_than
+from orchestrator.api.errors import ApiError, error_responses, invalid
 from orchestrator.coordination import policy
 from orchestrator.vocabulary import FailureCategory
 

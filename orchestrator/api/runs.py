@@ -15,10 +15,10 @@ from ninja.responses import Status
 from orchestrator import scrubbing
 from orchestrator.analytics import export
 from orchestrator.api import ingest, scopes
+from orchestrator.api.bodies import EnvelopeParser
 from orchestrator.api.costs import finish_fields
 from orchestrator.api.errors import (
     ApiError,
-    EnvelopeParser,
     FieldError,
     error_responses,
     invalid,

@@ -22,7 +22,7 @@ from classifier import Classifier, Failure
 from classifier.described import classify_description
 from classifier.scrub import Scrubber
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
-from orchestrator.api.errors import replace_nul
+from orchestrator.api.bodies import replace_nul
 
 KEY_PREFIX: Final = "otlp"
 
