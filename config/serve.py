@@ -42,7 +42,7 @@ class Serving:
     def command(self, app: str = "config.web:application") -> list[str]:
         command = [sys.executable, "-m", "granian", "--interface", "asgi", app]
         command += ["--host", self.host, "--port", str(self.port)]
-        command += ["--workers", str(self.processes)]
+        command += ["--workers", str(self.processes), "--loop", "uvloop"]
         command += ["--backpressure", str(self.connections), "--backlog", str(self.backlog)]
         command += ["--http", "1", "--http1-header-read-timeout", str(self.header_timeout_ms)]
         # A stop lets requests in flight finish for 10 s (a long poll may take 30), then kills.
