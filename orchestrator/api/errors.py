@@ -34,7 +34,7 @@ DB_RETRY_AFTER = 5.0
 
 # For the OpenAPI document: what any operation may answer, and one with a JSON body too.
 COMMON_ERRORS = (401, 405, 429, 500, 503)
-BODY_ERRORS = (400, 411, 413, 422)
+BODY_ERRORS = (400, 408, 411, 413, 422)
 
 
 @dataclass(frozen=True, slots=True)
