@@ -69,8 +69,8 @@ class Web:
         if scope["type"] != "http":
             await send({"type": "websocket.close", "code": 1000})
             return
-        if scope["path"] in PROBES:
-            await self.probes(scope, receive, send)
+        if scope["path"] in PROBES and scope["method"] in ("GET", "HEAD"):
+            await self.probes(scope, replay(b"", receive), send)
             return
         try:
             body = await read_body(scope, receive, self.body_timeout)

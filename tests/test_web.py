@@ -122,6 +122,20 @@ def test_the_probes_pass_an_admission_that_refuses_everything_else():
     assert set(json.loads(api.body)) == ENVELOPE_KEYS
 
 
+def test_only_a_probes_get_and_head_pass_the_admission():
+    async def scenario():
+        app = Web(echo, echo, serving())
+        assert await app.admission.enter()  # the only slot is taken
+        answers = []
+        for method in ("HEAD", "POST"):
+            exchange = Exchange("/healthz", method=method)
+            exchange.give(b"")
+            answers.append((await exchange.through(app)).status)
+        return answers
+
+    assert run(scenario()) == [201, 503]
+
+
 def test_a_body_sent_slowly_holds_no_work_slot_while_it_arrives():
     async def scenario():
         app = Web(echo, echo, serving())
