@@ -83,7 +83,9 @@ class Web:
 
     async def admitted(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not await self.admission.enter():
-            await respond(send, *overload.shed(scope["method"], scope["path"]))
+            # Said in the answer too, so that the connection closes whatever the server makes of it.
+            close = "close" in (header(scope, b"connection") or "").lower()
+            await respond(send, *overload.shed(scope["method"], scope["path"]), close=close)
             return
         token = overload.current.set(self.admission)
         try:
