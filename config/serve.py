@@ -1,8 +1,8 @@
-"""The web server as shipped: granian serving `config.wsgi` (`python -m config.serve`).
+"""The web server as shipped: granian serving `config.web` over ASGI (`python -m config.serve`).
 
-granian gets more Python threads than WEB_THREADS so that the excess reaches `config.wsgi`'s
-admission and is refused with a 503 instead of waiting unseen; docs/configuration.md lists the
-variables."""
+One event loop per process reads every request (head and body) and applies the admission; only
+an admitted request with its whole body takes one of `config.web`'s threads. docs/configuration.md
+lists the variables, docs/deployment.md why this server."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class Serving:
     queue_ms: int
     long_polls: int
     header_timeout_ms: int
+    body_timeout_ms: int
     backlog: int
     access_log: bool
 
@@ -33,20 +34,15 @@ class Serving:
         return 2 * self.threads
 
     @property
-    def server_threads(self) -> int:
-        """granian's threads: the working, the waiting, the long polls and a few to refuse."""
-        return self.threads + self.waiting + self.long_polls + 8
-
-    @property
     def connections(self) -> int:
-        """granian's `--backpressure` counts connections, idle keep-alive ones included."""
+        """granian's `--backpressure`: requests in flight in a process, a slow client's included
+        (each a coroutine); more wait unaccepted in the kernel's backlog."""
         return max(self.backlog, 1024)
 
-    def command(self, app: str = "config.wsgi:application") -> list[str]:
-        command = [sys.executable, "-m", "granian", "--interface", "wsgi", app]
+    def command(self, app: str = "config.web:application") -> list[str]:
+        command = [sys.executable, "-m", "granian", "--interface", "asgi", app]
         command += ["--host", self.host, "--port", str(self.port)]
-        command += ["--workers", str(self.processes)]
-        command += ["--blocking-threads", str(self.server_threads)]
+        command += ["--workers", str(self.processes), "--loop", "uvloop"]
         command += ["--backpressure", str(self.connections), "--backlog", str(self.backlog)]
         command += ["--http", "1", "--http1-header-read-timeout", str(self.header_timeout_ms)]
         # A stop lets requests in flight finish for 10 s (a long poll may take 30), then kills.
@@ -68,6 +64,7 @@ def from_env() -> Serving:
         queue_ms=env_int("WEB_QUEUE_MS", 100),
         long_polls=env_int("WEB_LONG_POLLS", 32),
         header_timeout_ms=env_int("WEB_HEADER_TIMEOUT_MS", 5000, minimum=1),
+        body_timeout_ms=env_int("WEB_BODY_TIMEOUT_MS", 10_000, minimum=1),
         backlog=env_int("WEB_BACKLOG", 1024, minimum=128),
         access_log=env_bool("WEB_ACCESS_LOG", True),
     )

@@ -140,13 +140,13 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # /healthz and /readyz: answered for any Host, before sessions and sign-in.
     "orchestrator.health.ProbeMiddleware",
-    "orchestrator.api.errors.ApiHostMiddleware",
+    "orchestrator.api.middleware.ApiHostMiddleware",
     "orchestrator.api.policies.PolicyVersionMiddleware",
-    "orchestrator.api.errors.MethodNotAllowedMiddleware",
+    "orchestrator.api.middleware.MethodNotAllowedMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "dashboard.unavailable.DatabaseUnavailableMiddleware",
-    "orchestrator.api.errors.RequestBodyMiddleware",
+    "orchestrator.api.middleware.RequestBodyMiddleware",
     # The pages' middleware, each the library's own run for pages only: API operations skip them
     # (dashboard.middleware).
     "dashboard.middleware.SessionMiddleware",

@@ -1,6 +1,6 @@
-"""The WSGI entry point `config.serve` serves: Django, and the MCP endpoint at /mcp (an ASGI app
-through a2wsgi, `orchestrator.mcp`), behind `Admission` (WEB_THREADS requests at once, a fast
-503 for the excess) behind `ChunkedBodies` (a chunked API body read whole)."""
+"""The WSGI app: Django, and the MCP endpoint at /mcp (an ASGI app through a2wsgi,
+`orchestrator.mcp`). The server as shipped runs it behind `config.web` (bodies, probes,
+admission); `manage.py runserver` serves it as it is."""
 
 import gc
 import os
@@ -13,15 +13,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_application = get_wsgi_application()
 
 
-from config import serve  # noqa: E402  # reads the settings module configured above
-from orchestrator.api.errors import (  # noqa: E402  # needs the apps loaded above
-    ChunkedBodies,
-    Environ,
-    StartResponse,
-    WsgiApp,
-)
-from orchestrator.api.overload import Admission  # noqa: E402
-from orchestrator.health import PATHS as PROBES  # noqa: E402
+from orchestrator.api.errors import Environ, StartResponse, WsgiApp  # noqa: E402
 from orchestrator.mcp.wsgi import McpApp, mounted  # noqa: E402
 
 # PEP 3333's CGI names: any other name of the process's environment in a request's environ
@@ -59,18 +51,6 @@ def without_process_environment(app: WsgiApp) -> WsgiApp:
     return wsgi
 
 
-def probes_first(probes: WsgiApp, app: WsgiApp) -> WsgiApp:
-    """A load balancer's probes (/healthz, /readyz) go to `probes`, past `app`'s admission
-    limit: a process busy with its slots full still says it is alive."""
-
-    def wsgi(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") in PROBES:
-            return probes(environ, start_response)
-        return app(environ, start_response)
-
-    return wsgi
-
-
 def settle_heap() -> None:
     """Load what every request needs (the URLconf imports every view and the API), then move
     the objects alive now (Django, the apps, their libraries: long-lived) out of the cyclic
@@ -83,19 +63,5 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-_serving = serve.from_env()
-application = without_process_environment(
-    probes_first(
-        django_application,
-        ChunkedBodies(
-            Admission(
-                mounted(django_application, McpApp()),
-                slots=_serving.threads,
-                queue_ms=_serving.queue_ms,
-                waiting=_serving.waiting,
-                idling=_serving.long_polls,
-            )
-        ),
-    )
-)
+application = without_process_environment(mounted(django_application, McpApp()))
 settle_heap()

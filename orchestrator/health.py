@@ -2,8 +2,9 @@
 (the database answers, every migration is applied, the broker answers within its timeout).
 
 They are answered first in the middleware, for any Host (a probe addresses the pod's own
-address, which ALLOWED_HOSTS does not list) and before sessions or sign-in, and `config.wsgi`
-sends them past the admission limit, so a busy process still answers them. Their bodies say
+address, which ALLOWED_HOSTS does not list) and before sessions or sign-in, and `config.web`
+sends them past the body reading and the admission limit, on threads of their own, so a busy
+process still answers them. Their bodies say
 nothing but the status; the reason a check failed goes to the log.
 """
 

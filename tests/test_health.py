@@ -1,19 +1,15 @@
-"""/healthz and /readyz through Django and through the WSGI application as served: answered for
-any Host and without signing in, past the admission limit, with nothing in the body but the
-status (the reason goes to the log)."""
+"""/healthz and /readyz through Django: answered for any Host and without signing in, with nothing
+in the body but the status (the reason goes to the log). That the server as served sends them
+past its admission limit is tests/test_web.py's."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
-from django.core.wsgi import get_wsgi_application
 from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
-from config.wsgi import probes_first
-from orchestrator.api.overload import Admission
 from tests.dashboard.test_system import DEAD_BROKER, broker_at
 
 pytestmark = pytest.mark.django_db
@@ -56,28 +52,3 @@ def test_readyz_is_unavailable_while_a_migration_is_not_applied(client, caplog):
 def test_other_methods_and_paths_are_not_probes(client):
     assert client.post("/healthz").status_code == 404
     assert client.get("/healthz/").status_code == 404
-
-
-def test_the_probes_pass_an_admission_that_refuses_everything_else():
-    django_app = get_wsgi_application()
-    full = Admission(django_app, slots=1, queue_ms=0, waiting=0, idling=0)
-    assert full.enter()  # the only slot is taken
-    served = probes_first(django_app, full)
-    statuses = []
-
-    def start_response(status, headers, exc_info=None):
-        statuses.append(status)
-
-    for path in ("/healthz", "/", "/api/v1/runs"):
-        environ = {
-            "REQUEST_METHOD": "GET",
-            "PATH_INFO": path,
-            "SERVER_NAME": "10.1.2.3",
-            "SERVER_PORT": "8000",
-            "HTTP_HOST": "10.1.2.3:8000",
-            "wsgi.input": io.BytesIO(),
-            "wsgi.url_scheme": "http",
-        }
-        b"".join(served(environ, start_response))
-    assert statuses[0].startswith("200") and statuses[1].startswith("503")
-    assert statuses[2].startswith("503")

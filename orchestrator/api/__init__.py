@@ -14,8 +14,9 @@ from django.urls import URLPattern, URLResolver, re_path
 
 from orchestrator.api import decisions, otlp, policies, reviews, runs, workflows
 from orchestrator.api.auth import BearerToken, TokenRateThrottle
+from orchestrator.api.bodies import EnvelopeParser
 from orchestrator.api.docs import CachedSchemaAPI, Docs
-from orchestrator.api.errors import API_NAMESPACE, EnvelopeParser, install_handlers, not_found
+from orchestrator.api.errors import API_NAMESPACE, install_handlers, not_found
 
 DESCRIPTION = """
 Agents report every run with its structured outcome; coordinators read runs and routing policies.

@@ -14,7 +14,8 @@ from django.http import HttpRequest
 from ninja.security import HttpBearer
 from ninja.throttling import BaseThrottle
 
-from orchestrator.api.errors import host_refusal, throttled, unauthenticated
+from orchestrator.api.errors import throttled, unauthenticated
+from orchestrator.api.middleware import host_refusal
 from orchestrator.models import ApiToken
 
 logger = logging.getLogger(__name__)

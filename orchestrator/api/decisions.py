@@ -19,9 +19,9 @@ from ninja import Router
 from classifier.described import classify_description, describe_mcp_result
 from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from orchestrator import ingest, scopes
+from orchestrator.api.bodies import EnvelopeParser
 from orchestrator.api.errors import (
     ApiError,
-    EnvelopeParser,
     FieldError,
     error_responses,
     invalid,

@@ -20,7 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from orchestrator.api.errors import ApiError, deeper_than, error_responses, invalid
+from orchestrator.api.bodies import deeper_than
+from orchestrator.api.errors import ApiError, error_responses, invalid
 from orchestrator.coordination import policy
 from orchestrator.ingest import span_joins
 from orchestrator.vocabulary import FailureCategory

@@ -16,7 +16,8 @@ from ninja import Query, Router, Schema
 from pydantic import Field
 
 from orchestrator.analytics import dryrun
-from orchestrator.api.errors import FieldError, api_view, error_responses, invalid
+from orchestrator.api.errors import FieldError, error_responses, invalid
+from orchestrator.api.middleware import api_view
 from orchestrator.models import (
     PolicyState,
     PolicyVersion,

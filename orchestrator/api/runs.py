@@ -14,8 +14,8 @@ from ninja.responses import Status
 
 from orchestrator import ingest, scopes
 from orchestrator.analytics import export
+from orchestrator.api.bodies import EnvelopeParser
 from orchestrator.api.errors import (
-    EnvelopeParser,
     FieldError,
     error_responses,
     invalid,

@@ -16,9 +16,9 @@ from ninja import Header, Router
 from ninja.responses import Status
 
 from orchestrator import scopes
+from orchestrator.api.bodies import EnvelopeParser
 from orchestrator.api.errors import (
     ApiError,
-    EnvelopeParser,
     error_responses,
     invalid,
     not_found_error,

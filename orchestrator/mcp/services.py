@@ -1,5 +1,5 @@
 """The tools' backend in the web server: each tool calls the service its REST twin calls, for
-the token the endpoint admitted (`Caller`), with the same body rules (`errors.parse_json`: depth,
+the token the endpoint admitted (`Caller`), with the same body rules (`bodies.parse_json`: depth,
 integers, U+0000), the same secret scrubbing (in the ingest services) and the same error mapping
 (`errors.api_error`, as the REST handlers answer). No view is called and no request is made up.
 
@@ -20,8 +20,9 @@ from ninja import Schema
 
 from orchestrator import ingest
 from orchestrator.api import decisions, policies, reviews, runs
+from orchestrator.api.bodies import parse_json
 from orchestrator.api.decisions import Absolute
-from orchestrator.api.errors import Environ, api_error, envelope, parse_json
+from orchestrator.api.errors import Environ, api_error, envelope
 from orchestrator.client import report_body
 from orchestrator.client.mcp_tools import ToolFailure
 from orchestrator.models import ApiToken, ReviewItem, Run

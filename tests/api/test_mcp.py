@@ -164,8 +164,8 @@ def test_only_the_mcp_path_reaches_the_mcp_app():
 
 @pytest.mark.parametrize("path", ["/mcp", "/api/v1/runs"])
 def test_an_overloaded_server_refuses_agents_in_the_envelope(path):
-    status, headers, body = shed({"REQUEST_METHOD": "POST", "PATH_INFO": path})
-    assert status.startswith("503") and dict(headers)["Retry-After"] == "1"
+    status, headers, body = shed("POST", path)
+    assert status == 503 and dict(headers)["Retry-After"] == "1"
     data = json.loads(body)
     assert (data["failure_type"], data["retryable"], data["retry_after"]) == (
         "server_fault",

@@ -8,6 +8,7 @@ with a first report for as long as the test wants.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -21,7 +22,7 @@ import psycopg
 import pytest
 
 from orchestrator.api import overload
-from orchestrator.api.overload import Admission
+from orchestrator.api.overload import Admission, shed
 from orchestrator.models import ApiToken, Run
 from tests.api.helpers import ENVELOPE_KEYS, ok_run, web_env
 from tests.orchestrator.test_worker import database_url
@@ -186,169 +187,107 @@ def test_a_request_waiting_within_the_bar_is_served_once_the_slot_is_free(postgr
     assert set(Run.objects.values_list("topic", flat=True)) == {"first", "second"}
 
 
-# The admission itself, on threads of this process: who is let in, who waits, who is refused.
+# The admission itself, on an event loop of this test: who is let in, who waits, who is refused.
 
 
-class Gate:
-    """A WSGI app whose requests each wait until the test opens the gate."""
-
-    def __init__(self) -> None:
-        self.inside = threading.Semaphore(0)
-        self.open = threading.Event()
-
-    def __call__(self, environ, start_response):
-        self.inside.release()
-        self.open.wait(30)
-        start_response("201 Created", [])
-        return [b"served"]
-
-
-def call(app, path: str = "/api/v1/runs") -> tuple[str, dict[str, str], bytes]:
-    answer: dict = {}
-
-    def start_response(status, headers):
-        answer["status"], answer["headers"] = status, dict(headers)
-
-    body = b"".join(app({"REQUEST_METHOD": "POST", "PATH_INFO": path}, start_response))
-    return answer["status"], answer["headers"], body
-
-
-def in_thread(app, path: str = "/api/v1/runs") -> tuple[threading.Thread, list]:
-    answers: list = []
-    thread = threading.Thread(target=lambda: answers.append(call(app, path)))
-    thread.start()
-    return thread, answers
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 30))
 
 
 def test_past_the_waiting_line_a_newcomer_is_refused_without_waiting():
-    gate = Gate()
-    admission = Admission(gate, slots=1, queue_ms=60_000, waiting=1, idling=0)
-    working, worked = in_thread(admission)
-    assert gate.inside.acquire(timeout=10)
-    waiting, waited = in_thread(admission)
-    wait_until(lambda: admission.waiting == 1, 10, "the second request to wait")
-    status, headers, body = call(admission)  # a third: nobody ahead of it will leave soon
-    assert status.startswith("503") and headers["Retry-After"] == "1"
-    assert json.loads(body)["failure_type"] == "server_fault"
-    gate.open.set()
-    for thread in (working, waiting):
-        thread.join(10)
-    assert [worked[0][0], waited[0][0]] == ["201 Created", "201 Created"]
-    assert admission.free == 1 and admission.waiting == 0
+    async def scenario():
+        admission = Admission(slots=1, queue_ms=60_000, waiting=1, idling=0)
+        assert await admission.enter()
+        second = asyncio.create_task(admission.enter())
+        await asyncio.sleep(0)
+        assert admission.waiting == 1
+        third = await admission.enter()  # nobody ahead of it will leave soon
+        admission.leave()
+        return third, await second, admission
+
+    third, second, admission = run(scenario())
+    assert third is False and second is True
+    assert admission.free == 0 and admission.waiting == 0
 
 
 def test_a_waiting_request_is_refused_at_the_bar_and_its_place_freed():
-    gate = Gate()
-    admission = Admission(gate, slots=1, queue_ms=50, waiting=4, idling=0)
-    working, worked = in_thread(admission)
-    assert gate.inside.acquire(timeout=10)
-    assert call(admission)[0].startswith("503")
-    assert admission.waiting == 0
-    gate.open.set()
-    working.join(10)
-    assert worked[0][0] == "201 Created"
-    assert call(admission)[0] == "201 Created"  # the slot is back
+    async def scenario():
+        admission = Admission(slots=1, queue_ms=50, waiting=4, idling=0)
+        assert await admission.enter()
+        refused = await admission.enter()
+        waiting = admission.waiting
+        admission.leave()
+        return refused, waiting, await admission.enter()  # the slot is back
+
+    assert run(scenario()) == (False, 0, True)
 
 
-def test_a_refused_page_gets_plain_text_not_the_api_envelope():
-    gate = Gate()
-    admission = Admission(gate, slots=1, queue_ms=0, waiting=0, idling=0)
-    working, _ = in_thread(admission)
-    assert gate.inside.acquire(timeout=10)
-    status, headers, body = call(admission, "/runs/")
-    gate.open.set()
-    working.join(10)
-    assert status.startswith("503") and headers["Content-Type"].startswith("text/plain")
+def test_a_freed_slot_goes_to_the_first_in_line_not_a_newcomer():
+    async def scenario():
+        admission = Admission(slots=1, queue_ms=60_000, waiting=4, idling=0)
+        assert await admission.enter()
+        first = asyncio.create_task(admission.enter())
+        await asyncio.sleep(0)
+        admission.leave()
+        newcomer = asyncio.create_task(admission.enter())
+        await asyncio.sleep(0)
+        admission.leave()
+        return await first, await newcomer
+
+    assert run(scenario()) == (True, True)
+
+
+def test_a_refused_page_gets_plain_text_and_an_agent_the_envelope():
+    status, headers, body = shed("GET", "/runs/")
+    assert status == 503 and dict(headers)["Content-Type"].startswith("text/plain")
     assert b"overloaded" in body
-
-
-class LongPoll:
-    """A WSGI app whose requests wait, idle, until the test releases them (a long poll)."""
-
-    def __init__(self) -> None:
-        self.waiting = threading.Semaphore(0)
-        self.release = threading.Event()
-        self.waited: list[bool] = []
-
-    def __call__(self, environ, start_response):
-        with overload.idle(environ) as may_wait:
-            self.waited.append(may_wait)
-            if may_wait:
-                self.waiting.release()
-                self.release.wait(30)
-        start_response("200 OK", [])
-        return [b"answered"]
+    status, headers, body = shed("POST", "/api/v1/runs")
+    assert status == 503 and dict(headers)["Content-Type"] == "application/json"
+    assert json.loads(body)["failure_type"] == "server_fault"
 
 
 def test_a_long_poll_gives_its_slot_to_others_while_it_waits():
-    poll = LongPoll()
-    served = Gate()
-    served.open.set()
+    """The poll runs on a thread (as a2wsgi runs the WSGI app), the admission on the loop."""
 
-    def app(environ, start_response):
-        target = poll if environ["PATH_INFO"].endswith("wait") else served
-        return target(environ, start_response)
+    async def scenario():
+        admission = Admission(slots=1, queue_ms=0, waiting=0, idling=1)
+        assert await admission.enter()
+        polling, release = threading.Event(), threading.Event()
 
-    admission = Admission(app, slots=1, queue_ms=0, waiting=0, idling=1)
-    polling, polled = in_thread(admission, "/api/v1/reviews/1?wait")
-    assert poll.waiting.acquire(timeout=10)
-    assert call(admission)[0] == "201 Created"  # the only slot is free while the poll waits
-    poll.release.set()
-    polling.join(10)
-    assert polled[0][0] == "200 OK" and poll.waited == [True]
-    assert admission.free == 1 and admission.idling == 0
+        def poll() -> bool:
+            with admission.idle() as may_wait:
+                polling.set()
+                release.wait(10)
+            return may_wait
+
+        waited = asyncio.get_running_loop().run_in_executor(None, poll)
+        await asyncio.to_thread(polling.wait, 10)
+        other = await admission.enter()  # the only slot is free while the poll waits
+        release.set()
+        await asyncio.sleep(0.05)
+        admission.leave()  # the other request is done: the poll takes its slot back
+        may_wait = await waited
+        return other, may_wait, admission
+
+    other, may_wait, admission = run(scenario())
+    assert other is True and may_wait is True
+    assert admission.free == 0 and admission.idling == 0
 
 
 def test_past_the_long_poll_limit_a_poll_answers_without_waiting():
-    poll = LongPoll()
-    admission = Admission(poll, slots=2, queue_ms=0, waiting=0, idling=1)
-    first, _ = in_thread(admission, "/api/v1/reviews/1?wait")
-    assert poll.waiting.acquire(timeout=10)
-    assert call(admission, "/api/v1/reviews/2?wait")[0] == "200 OK"  # at once: no wait
-    poll.release.set()
-    first.join(10)
-    assert sorted(poll.waited) == [False, True]
+    async def scenario():
+        admission = Admission(slots=2, queue_ms=0, waiting=0, idling=0)
+        assert await admission.enter()
+
+        def poll() -> bool:
+            with admission.idle() as may_wait:
+                return may_wait
+
+        return await asyncio.to_thread(poll), admission.free
+
+    assert run(scenario()) == (False, 1)
 
 
 def test_outside_the_admission_a_long_poll_may_wait():
     with overload.idle({}) as may_wait:
         assert may_wait
-
-
-class SlowBody:
-    """A request body that arrives only when the test says so."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.reading = threading.Event()
-        self.arrive = threading.Event()
-
-    def read(self, size: int = -1) -> bytes:
-        self.reading.set()
-        self.arrive.wait(30)
-        return self.data[:size] if size >= 0 else self.data
-
-
-def test_a_body_sent_slowly_holds_no_work_slot_while_it_arrives():
-    seen: list[bytes] = []
-
-    def app(environ, start_response):
-        if "wsgi.input" in environ:
-            seen.append(environ["wsgi.input"].read())
-        start_response("201 Created", [])
-        return [b"served"]
-
-    admission = Admission(app, slots=1, queue_ms=0, waiting=0, idling=0)
-    body = SlowBody(b'{"status": "ok"}')
-    slow = {"REQUEST_METHOD": "POST", "PATH_INFO": "/api/v1/runs"}
-    slow |= {"CONTENT_LENGTH": str(len(body.data)), "wsgi.input": body}
-    answers: list = []
-    sending = threading.Thread(
-        target=lambda: answers.append(list(admission(slow, lambda *args: None)))
-    )
-    sending.start()
-    assert body.reading.wait(10)
-    assert call(admission)[0] == "201 Created"  # the only slot serves others meanwhile
-    body.arrive.set()
-    sending.join(10)
-    assert answers == [[b"served"]] and seen == [b'{"status": "ok"}']
