@@ -132,7 +132,9 @@ _LIST_VALUE = re.compile(
 )
 _LISTED = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 _USERINFO = re.compile(r"(?P<head>\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:)(?P<value>[^\s/@]+)(?=@)", re.I)
-_CARD = re.compile(r"(?<![\d.])(?:\d[ \-]?){12,18}\d(?!\d)")
+# Bounded by what no card number is glued to: a run of digits inside a hex id, a git SHA or a
+# trace id is not a card, however its digits happen to check.
+_CARD = re.compile(r"(?<![\w.])(?:\d[ \-]?){12,18}\d(?!\w)")
 # Decoding layers: a quoted JSON string holding escapes (`"{\\"password\\": …}"`), a word holding
 # URL escapes, a base64 run, an XML element, a command-line flag with its value.
 _ESCAPED_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*\\(?:[^"\\\n]|\\.)*)"')

@@ -160,8 +160,9 @@ MIDDLEWARE = [
     # Last, as django-axes asks.
     "dashboard.middleware.AxesMiddleware",
 ]
-# axes looks for its middleware by its dotted name; it is there, as a subclass run for pages only.
-SILENCED_SYSTEM_CHECKS = ["axes.W002"]
+# axes and Django's security checks look for their middleware by its dotted name; each is there,
+# as a subclass run for pages only, and dashboard.checks requires the CSRF and clickjacking ones.
+SILENCED_SYSTEM_CHECKS = ["axes.W002", "security.W002", "security.W003"]
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

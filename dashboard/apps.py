@@ -8,5 +8,5 @@ class DashboardConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Connects the receiver that audits sign-in lockouts.
-        from dashboard import signin  # noqa: F401
+        # Connects the receiver that audits sign-in lockouts; registers the pages' checks.
+        from dashboard import checks, signin  # noqa: F401

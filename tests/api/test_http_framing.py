@@ -44,6 +44,7 @@ pytestmark = [
 BOUND = 5.0  # seconds a socket waits for the server's next bytes: a bound, never a measure
 HEADER_TIMEOUT_MS = 1000
 BODY_TIMEOUT_MS = 1500
+NGINX_BODY_TIMEOUT = 10.0  # client_body_timeout in deploy/nginx/failsight.conf.template
 
 
 @dataclass
@@ -150,11 +151,16 @@ def stored(*markers: str) -> int:
 
 
 def exchange(
-    web: Web, data: bytes, *, half_close: bool = False, answers: int | None = 1
+    web: Web,
+    data: bytes,
+    *,
+    half_close: bool = False,
+    answers: int | None = 1,
+    bound: float = BOUND,
 ) -> Exchange:
     """Send `data` in one write and read until `answers` whole answers came (None: until the
-    server closes the connection), the server closes it, or it falls silent for BOUND."""
-    with socket.create_connection(web.address, timeout=BOUND) as sock:
+    server closes the connection), the server closes it, or it falls silent for `bound` s."""
+    with socket.create_connection(web.address, timeout=bound) as sock:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(data)
             if half_close:
@@ -396,7 +402,7 @@ SMUGGLING = {
             + chunked(m).removesuffix(b"\r\n")
             + b"POST /api/v1/runs HTTP/1.1\r\n\r\n"
         ),
-        "granian skips a trailer line that is not a field (no colon)",
+        None,
     ),
     "Content-Length and Transfer-Encoding behind an obs-fold": (
         lambda s, m: (
@@ -418,7 +424,7 @@ SMUGGLING = {
     ),
     "chunk data ended by a bare LF": (
         lambda s, m: head(s, CHUNKED + b"\r\n") + chunked(m, data_end=b"\n"),
-        "granian (hyper) ends a chunk's data at a bare LF",
+        None,
     ),
     "a chunk extension ended by a bare LF": (
         lambda s, m: head(s, CHUNKED + b"\r\n") + chunked(m, size_line_end=b";x\n"),
@@ -622,9 +628,15 @@ def server_closed(sock: socket.socket, line: bytes) -> bool:
 
 def test_a_body_that_stops_arriving_is_a_408_and_its_connection_is_closed(web, secret):
     """Half a body, then nothing (the connection left open): past WEB_BODY_TIMEOUT_MS the
-    server answers 408 in the envelope, closes, and nothing is stored."""
+    server answers 408 in the envelope, closes, and nothing is stored. Behind nginx its own
+    client_body_timeout (10 s, deploy/nginx) ends the request first: the app never sees it."""
     body = run_body("stopped-midway")
     data = head(secret, b"Content-Length: %d\r\n\r\n" % len(body)) + body[: len(body) // 2]
+    if web.proxied:
+        result = exchange(web, data, answers=None, bound=NGINX_BODY_TIMEOUT + BOUND)
+        assert result.closed and result.statuses in ([], [408]), result
+        assert stored("stopped-midway") == 0
+        return
     result = exchange(web, data, answers=None)  # read until the server closes (or BOUND)
     assert result.statuses == [408] and result.closed, result
     envelope = result.answers[0].envelope()

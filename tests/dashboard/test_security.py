@@ -168,3 +168,18 @@ def test_check_deploy_fails_when_the_rate_limit_would_count_per_process(tmp_path
     assert done.returncode != 0
     assert "failsight.E001" in done.stderr + done.stdout
     assert "per-process cache" in done.stderr + done.stdout
+
+
+def test_the_pages_checks_fail_without_csrf_or_clickjacking_middleware(settings):
+    from dashboard.checks import pages_protected
+
+    assert pages_protected() == []
+    settings.MIDDLEWARE = [
+        name
+        for name in settings.MIDDLEWARE
+        if not name.endswith(("CsrfViewMiddleware", "XFrameOptionsMiddleware"))
+    ]
+    assert sorted(message.id for message in pages_protected()) == [
+        "dashboard.E001",
+        "dashboard.E002",
+    ]
