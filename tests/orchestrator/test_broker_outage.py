@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from kombu import Connection
 
 from config.celery import app
@@ -27,6 +27,7 @@ from orchestrator import workers
 from orchestrator.coordination import dispatch, workflow
 from orchestrator.models import Workflow
 from tests.conftest import TEST_SOURCES, require_service
+from tests.orchestrator.outages import PrivateDispatcher, database_url
 from tests.services import PrivateRedis, Process, app_env, procfile, wait_until
 
 pytestmark = [
@@ -36,24 +37,6 @@ pytestmark = [
 ]
 
 OUTAGES = 10
-
-
-class PrivateDispatcher:
-    """Sends each task on a connection of its own to the private Redis: a connection pooled
-    before an outage would be a dead one after it."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def send(self, task: str, args: list[Any]) -> None:
-        with app.connection_for_write(self.url) as conn, conn.Producer() as producer:
-            app.send_task(task, args=args, producer=producer, retry=False)
-
-
-def database_url() -> str:
-    s = connection.settings_dict
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 @pytest.fixture
