@@ -10,6 +10,7 @@ hands its reports to `accept` and its finishes to `finish`; the steps they take 
 
 from __future__ import annotations
 
-from orchestrator.ingest.pipeline import Outcome, Report, accept, finish, settle
+from orchestrator.ingest.pipeline import Outcome, Report, accept, finish
+from orchestrator.ingest.sources import settle
 
 __all__ = ["Outcome", "Report", "accept", "finish", "settle"]

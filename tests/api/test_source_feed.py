@@ -9,7 +9,7 @@ import time
 import pytest
 
 from orchestrator.coordination.budget import BREAKER_TYPES
-from orchestrator.ingest import pipeline
+from orchestrator.ingest import sources
 from orchestrator.models import SourceHealth
 from tests.api.helpers import failed_run, post_json
 
@@ -43,7 +43,7 @@ def test_a_failure_reaches_its_sources_breaker_and_hold_within_a_second(client, 
             break
         time.sleep(0.02)
     assert seen is not None, f"not fed within {CONTRACT} s: {health() and vars(health())}"
-    assert pipeline.FEED.pending == 0
+    assert sources.FEED.pending == 0
 
 
 @pytest.mark.slow
@@ -62,4 +62,4 @@ def test_inside_the_callers_transaction_the_feed_is_applied_at_once(client, auth
     response = post_json(client, "/runs", failure(), **auth_headers)
     assert response.status_code == 201, response.content
     assert health().consecutive_failures == 1 and health().not_before is not None
-    assert pipeline.FEED.pending == 0
+    assert sources.FEED.pending == 0
