@@ -33,8 +33,8 @@ from django.utils import timezone
 
 from classifier import FailureCategory
 from classifier.envelope import ENVELOPE_KEYS, EVIDENCE_KEYS, OUTCOME_KEYS
-from classifier.scrub import ENVELOPE_FIELDS, IDENTITY_FIELDS
-from orchestrator import scopes, scrubbing
+from classifier.scrub import ENVELOPE_FIELDS, IDENTITY_FIELDS, Scrubber
+from orchestrator import pricing, scopes, scrubbing
 from orchestrator.ingest.costs import columns as cost_columns
 from orchestrator.ingest.costs import finish_fields
 from orchestrator.ingest.groupcommit import GroupCommit
@@ -124,14 +124,17 @@ def accept(
     the stored `run`."""
     reports = [r if isinstance(r, Report) else Report(r) for r in reports]
     outcomes: dict[int, Outcome] = {}
-    pending: list[Pending] = []
+    valid: list[tuple[int, Report, RunIn]] = []
     for index, report in enumerate(reports):
         prefix = "" if alone else f"runs.{index}"
         run, errors = checked(report, prefix)
         if run is None:
             outcomes[index] = Outcome(index, "rejected", None, invalid("Invalid run.", errors))
             continue
-        scrubbed = scrub(run)
+        valid.append((index, report, run))
+    pending: list[Pending] = []
+    counts = scrub_all([run for _, _, run in valid])
+    for (index, report, run), scrubbed in zip(valid, counts, strict=True):
         digest = report.digest if report.digest is not None else request_hash(report.body)
         key = scrubbing.scrub_idempotency_key(report.key) or run.idempotency_key
         pending.append(Pending(index, named(run, token_id), token_id, key, digest, scrubbed))
@@ -226,17 +229,14 @@ def checked(report: Report, prefix: str) -> tuple[RunIn | None, list[FieldError]
     return (None, errors) if errors else (run, errors)
 
 
-def scrub(run: EnvelopeIn) -> int:
+def scrub(run: EnvelopeIn, scrubber: Scrubber | None = None) -> int:
     """Step 2, before anything is stored: filter the secrets out of the whole report: what the
     agent's call held (`classifier.scrub.ENVELOPE_FIELDS`) and the fields naming it (source,
     topic, the usage's model …, whose URLs lose user info and query values), and its idempotency
     key (a digest of it when it holds a credential); return how many values are filtered (those a
     client's filters left `[Filtered]` too). The pipeline's one call of the scrubber."""
-    scrubber = scrubbing.current()
-    values = [getattr(run, name, None) for name in ENVELOPE_FIELDS]
-    named = _identity_fields(run)
-    key = getattr(run, "idempotency_key", None) or ""
-    names = [value for _, value, _ in named] + ([key] if key else [])
+    scrubber = scrubber or scrubbing.current()
+    values, named, key, names = _scrubbed_parts(run)
     clean, clean_names, found = scrubber.split(values, names)  # one look: most hold nothing
     if clean is not values:
         for name, value, new in zip(ENVELOPE_FIELDS, values, clean, strict=True):
@@ -250,6 +250,47 @@ def scrub(run: EnvelopeIn) -> int:
                 setattr(run, name, new[:limit])
         if key and clean_names[-1] != key:
             run.idempotency_key = scrubber.idempotency_key(key)
+    return found
+
+
+def _scrubbed_parts(run: EnvelopeIn) -> tuple[list[Any], list[tuple[str, str, int]], str, list]:
+    """What `scrub` looks at in `run`: the call's values, the identity fields (name, value,
+    limit), the idempotency key, and the names (the identity values and the key)."""
+    values = [getattr(run, name, None) for name in ENVELOPE_FIELDS]
+    named = _identity_fields(run)
+    key = getattr(run, "idempotency_key", None) or ""
+    names = [value for _, value, _ in named] + ([key] if key else [])
+    return values, named, key, names
+
+
+# Reports `scrub_all` scrubs one by one once a look cannot clear them all: below this, another
+# look at each half costs more than the reports' own looks.
+SCRUB_ONE_BY_ONE = 8
+
+
+def scrub_all(runs: Sequence[EnvelopeIn]) -> list[int]:
+    """`scrub` each of `runs`; return how many values each had filtered. One look at them all
+    first (`Scrubber.holds_nothing`): most batches hold no secret, and then nothing more is done.
+    A look that cannot clear a group looks at its halves, so a batch with one secret costs a few
+    looks, and only the reports no look clears are scrubbed one by one."""
+    scrubber = scrubbing.current()
+    found = [0] * len(runs)
+    parts = [_scrubbed_parts(run) for run in runs]
+
+    def clear(lo: int, hi: int) -> bool:
+        looked = [value for values, _, _, names in parts[lo:hi] for value in (*values, *names)]
+        urls = any("://" in name for _, _, _, names in parts[lo:hi] for name in names)
+        return not urls and scrubber.holds_nothing(looked)
+
+    groups = [(0, len(runs))]
+    while groups:
+        lo, hi = groups.pop()
+        if hi - lo > SCRUB_ONE_BY_ONE and not clear(lo, hi):
+            mid = (lo + hi) // 2
+            groups += [(lo, mid), (mid, hi)]
+        elif hi - lo <= SCRUB_ONE_BY_ONE:
+            for i in range(lo, hi):
+                found[i] = scrub(runs[i], scrubber)
     return found
 
 
@@ -300,9 +341,10 @@ def envelope_of(run: EnvelopeIn) -> dict[str, Any]:
     return envelope
 
 
-def report_columns(p: Pending) -> dict[str, Any]:
+def report_columns(p: Pending, prices: pricing.PriceTable | None = None) -> dict[str, Any]:
     """Step 4's mapping: the run columns a new report sets, by attribute name (the outcome's
-    through `outcome_columns`, as a finish and the built-in coordinator's runs do)."""
+    through `outcome_columns`, as a finish and the built-in coordinator's runs do); priced from
+    `prices`, else the current price table."""
     run = p.run
     columns = outcome_columns(envelope_of(run), run.source, run.started_at, run.finished_at)
     columns.update(
@@ -324,7 +366,7 @@ def report_columns(p: Pending) -> dict[str, Any]:
         scrubbed_fields=p.scrubbed,
     )
     at = run.started_at or timezone.now()
-    columns.update(cost_columns(run.usage, run.cost, run.source, at))
+    columns.update(cost_columns(run.usage, run.cost, run.source, at, prices))
     return columns
 
 
@@ -475,8 +517,9 @@ def store(
     # Inserting in key order makes concurrent batches take index locks in the same order, so two
     # batches sharing keys wait for each other instead of deadlocking.
     to_insert.sort(key=lambda p: p.key)
+    prices = pricing.current()
     for p in to_insert:
-        p.columns = report_columns(p)
+        p.columns = report_columns(p, prices)
     inserted = insert_rows(token_id, [p.columns for p in to_insert], created_at)
 
     stored = {key: Stored(pk, first[key].digest, created_at) for pk, key in inserted if key}
