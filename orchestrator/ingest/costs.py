@@ -15,21 +15,32 @@ COLUMNS = Run.USAGE_FIELDS
 
 
 def columns(
-    usage: UsageIn | None, cost: CostIn | None, source: str | None, at: datetime
+    usage: UsageIn | None,
+    cost: CostIn | None,
+    source: str | None,
+    at: datetime,
+    table: pricing.PriceTable | None = None,
 ) -> dict[str, Any]:
     """The `COLUMNS` of a run of `source` started at `at`, by name (on every run ingested: one
-    table lookup per kind)."""
-    return dict(zip(COLUMNS, _values(usage, cost, source, at), strict=True))
+    table lookup per kind), priced from `table` (a batch reads `pricing.current()` once) or the
+    current one."""
+    return dict(zip(COLUMNS, _values(usage, cost, source, at, table), strict=True))
 
 
-def _values(usage: UsageIn | None, cost: CostIn | None, source: str | None, at: datetime) -> tuple:
+def _values(
+    usage: UsageIn | None,
+    cost: CostIn | None,
+    source: str | None,
+    at: datetime,
+    table: pricing.PriceTable | None,
+) -> tuple:
     if usage is None:
         counts: tuple = (None, None, None, "")
     else:
         counts = (usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.model)
     if cost is not None:
         return (*counts, cost.amount, cost.currency, Run.CostSource.REPORTED)
-    table = pricing.current()
+    table = pricing.current() if table is None else table
     priced = table.cost(counts[3], *counts[:3], source or "", 1, at) if table else None
     if priced is None:
         return (*counts, *pricing.NO_COST)
