@@ -9,7 +9,9 @@ PYTHONPATH set to it (the same venv), against its own database, migrated by that
 
 - single-report CPU in process: the milliseconds of CPU one `POST /api/v1/runs` of the ingest
   benchmark's payload (`ingest.make_run`) costs through Django's test client, middleware
-  included, after a warm-up;
+  included, after a warm-up, in a process that has loaded the tree's served app (`config.wsgi`)
+  as its server's workers do: what that does to the heap (this tree freezes it, `settle_heap`)
+  counts as it does when served;
 - batches: runs per second through `POST /api/v1/runs/batch` in process (1,000-run batches);
 - open loop (unless `--open-rate 0`): each tree's server as shipped (`config.serve`) offered
   `--open-rate` single reports per second by `benchmarks/openloop.py`: served per second and p99.
@@ -56,6 +58,7 @@ PROBE = r"""
 import json, os, random, sys, time
 import django
 django.setup()
+import config.wsgi  # each tree's served app, loaded as its server loads it (heap settled or not)
 from django.test import Client
 sys.path.insert(0, os.environ["BENCH_DIR"])
 from ingest import make_run
