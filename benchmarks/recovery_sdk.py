@@ -2,7 +2,8 @@
 retry library (tenacity) told which failures are worth retrying.
 
 Each topic's task calls its capability's primary source (no switching) through
-`tenacity.Retrying`: at most ATTEMPTS attempts; a retry only when the project's own classifier
+`tenacity.Retrying`, as the status-aware baseline the Costs page counts against
+(`insights.baseline`): at most 3 attempts; a retry only when the project's own classifier
 (`classifier.classify`) calls the failure retryable (so a 401, 404, 400, a 501 or a 503 with
 `x-should-retry: false` is not retried); between attempts the failed call's own Retry-After when it
 gave one, else the blind arm's exponential backoff (1 s, 2 s, 4 s, at most 8 s). Partial results die
@@ -20,16 +21,13 @@ import tenacity
 from recovery_world import START, Timeline, World
 
 import classifier
-
-ATTEMPTS = 3
+from insights import baseline
 
 
 def backoff(state: tenacity.RetryCallState) -> float:
     """The failed call's own Retry-After, else exponential backoff as the blind arm's."""
     failure = classifier.classify(state.outcome.exception())
-    if failure.retry_after is not None:
-        return float(failure.retry_after)
-    return min(8.0, 2.0 ** (state.attempt_number - 1))
+    return baseline.wait(state.attempt_number, failure.retry_after)
 
 
 def retryable(exc: BaseException) -> bool:
@@ -42,7 +40,7 @@ def run_tasks(world: World, timeline: Timeline, workflows: list[tuple[str, list[
 
     def task(cap: str, topic: str) -> None:
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(ATTEMPTS),
+            stop=tenacity.stop_after_attempt(baseline.MAX_ATTEMPTS),
             retry=tenacity.retry_if_exception(retryable),
             wait=backoff,
             sleep=timeline.sleep,
