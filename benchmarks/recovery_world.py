@@ -128,7 +128,8 @@ class World:
     def renewed(self, key: tuple[str, str]) -> bool:
         """Whether the request's expired token was replaced by a refresh since it failed."""
         at = self.expired.get(key)
-        return at is not None and self.refreshed.get(key[1], at) > at
+        # A refresh at the moment of the failure (its retry at once) comes after it.
+        return at is not None and key[1] in self.refreshed and self.refreshed[key[1]] >= at
 
     def needed_partials(self) -> set[str]:
         """Partial items of (topic, source) pairs that never succeeded in this arm."""
