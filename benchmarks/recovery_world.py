@@ -1,5 +1,19 @@
 """The recovery benchmark's world: the seeded workload, the simulated providers that answer it,
-the timeline every run shares, and the lower bound the providers' waits put on settling it."""
+what each call consumes, the timeline every run shares, and the critical path of the providers'
+waits on each topic's preferred path.
+
+Credentials: a source's credential is either an expiring token, which its credential service
+renews on request (a refresh), or a static API key, which only a person can replace. An auth
+failure (a 401) on a token source is an expired token: a refresh of that source after the failure
+fixes it, and the next call with the new token succeeds. On a static-key source it is a revoked
+key: no refresh helps, and the world registers no refresher for it (`refreshable`). Every backup
+source and two primaries in three (capabilities whose number is not a multiple of 3) use tokens.
+
+Consumption: every call costs the calling subagent's model tokens, whatever the answer
+(AGENT_MODEL: CONTEXT_TOKENS of input plus ITEM_TOKENS for each item it reads back, results or
+partial items, and CALL_TOKENS of output, the call it writes), plus the source's price per call
+when the provider processed the call (not a refusal: a 401 or a 429). The benchmark prices both
+with the product's price table (PRICES, put in its database)."""
 
 from __future__ import annotations
 
@@ -36,8 +50,24 @@ PERMANENT = {"auth", "missing", "invalid", "partial_then_auth", *SAYS_NO_RETRY}
 RETRY_AFTERS = [1, 2, 5, 10, 30]
 CALL_SECONDS = 0.2
 TIMEOUT_SECONDS = 10.0
-# Dollars a call, by the source's place in its capability: a search-style primary, a dearer backup.
-PRICE_PER_CALL = {"primary": 0.002, "backup": 0.005}
+AUTH_KINDS = {"auth", "partial_then_auth"}
+# What a call consumes (see the module's docstring).
+AGENT_MODEL = "recovery-benchmark-agent"
+CONTEXT_TOKENS = 2_000
+ITEM_TOKENS = 150
+CALL_TOKENS = 80
+# The price table rows the benchmark puts in its database: the agent's model, dollars per million
+# tokens (input, output), and each source's price per call by its place in its capability (a
+# search-style primary, a dearer backup).
+MODEL_PRICES = {AGENT_MODEL: ("3.00", "15.00")}
+PRICE_PER_CALL = {"primary": "0.002", "backup": "0.005"}
+
+
+def refreshable(source: str) -> bool:
+    """Whether the source's credential is an expiring token its credential service renews (the
+    module's docstring): every backup, and the primaries of capabilities not a multiple of 3."""
+    cap, _, role = source.rpartition("_")
+    return role == "backup" or int(cap.removeprefix("cap")) % 3 != 0
 
 
 @dataclass
@@ -57,13 +87,16 @@ class Call:
     ok: bool
     wasted: bool
     early: bool
+    items: int = 0  # results or partial items the call brought back
+    refused: bool = False  # a 401 or a 429: the provider did not process it
 
 
 @dataclass
 class World:
-    """The simulated providers: ground truth for every call, on per-run clocks."""
+    """The simulated providers: ground truth for every call, on per-run clocks. `naive`: a
+    subagent's gathered items die with its exception (no partial results kept)."""
 
-    blind: bool
+    naive: bool
     scenarios: dict[tuple[str, str], Scenario]
     clock: Any = None
     log: list[Call] = field(default_factory=list)
@@ -78,6 +111,25 @@ class World:
     failed_topics: set[str] = field(default_factory=set)
     succeeded: set[tuple[str, str]] = field(default_factory=set)
     partial_of: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    # When each source's credentials were last refreshed, and when each request's expired.
+    refreshed: dict[str, datetime] = field(default_factory=dict)
+    expired: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    refreshes: int = 0
+
+    def refresher(self, name: str):
+        """The credential refresher of a token source: the service issues a new token."""
+
+        def refresh() -> None:
+            self.refreshes += 1
+            self.refreshed[name] = self.clock.now()
+
+        return refresh
+
+    def renewed(self, key: tuple[str, str]) -> bool:
+        """Whether the request's expired token was replaced by a refresh since it failed."""
+        at = self.expired.get(key)
+        # A refresh at the moment of the failure (its retry at once) comes after it.
+        return at is not None and key[1] in self.refreshed and self.refreshed[key[1]] >= at
 
     def needed_partials(self) -> set[str]:
         """Partial items of (topic, source) pairs that never succeeded in this arm."""
@@ -106,25 +158,32 @@ class World:
         key = (topic, source)
         window = self.held(source, began)
         early = window is not None
-        wasted = early or key in self.failed_permanently
+        wasted = early or (key in self.failed_permanently and not self.renewed(key))
         self.attempts[key] += 1
         self.against_signal += key in self.said_no_retry
+        sc = self.scenarios[key]
         try:
             if window is not None:
                 self.clock.sleep(CALL_SECONDS)
                 left = max(1, int((window[1] - began).total_seconds() + 0.999))
                 raise exception("rate_limited", str(left), url_of(source, topic))
-            results = self.respond(source, topic, key, self.scenarios[key], partial)
+            results = self.respond(source, topic, key, sc, partial)
         except Exception:
-            self.log.append(Call(source, topic, began, self.clock.now(), False, wasted, early))
+            refused = early or (sc.kind in AUTH_KINDS and key in self.failed_permanently)
+            refused = refused or (sc.kind == "rate_limited" and self.attempts[key] == 1)
+            items = 0 if early else sc.partial
+            ended = self.clock.now()
+            self.log.append(Call(source, topic, began, ended, False, wasted, early, items, refused))
             raise
-        self.log.append(Call(source, topic, began, self.clock.now(), True, wasted, early))
+        self.log.append(
+            Call(source, topic, began, self.clock.now(), True, wasted, early, len(results))
+        )
         return results
 
     def respond(self, source, topic, key, sc: Scenario, partial) -> list[dict]:
         url = url_of(source, topic)
         items = [{"url": f"{url}&item={i}", "partial": True} for i in range(sc.partial)]
-        if not self.blind:  # a naive subagent's gathered items die with its exception
+        if not self.naive:  # a naive subagent's gathered items die with its exception
             partial.extend(items)
         if sc.kind in ("timeout", "partial_then_timeout") and self.attempts[key] <= sc.fails:
             self.clock.sleep(TIMEOUT_SECONDS)
@@ -132,8 +191,10 @@ class World:
             self.partial_of[key].update(i["url"] for i in items)
             raise exception("timeout", "", url)
         self.clock.sleep(CALL_SECONDS)
-        if sc.kind in PERMANENT:
+        if sc.kind in PERMANENT and not self.renewed(key):
             self.partial_of[key].update(i["url"] for i in items)
+            if sc.kind in AUTH_KINDS and refreshable(source):  # an expired token
+                self.expired.setdefault(key, self.clock.now())
             self.failed_permanently.add(key)
             self.failed_topics.add(topic)
             if sc.kind in SAYS_NO_RETRY:
@@ -201,7 +262,7 @@ def workload(tasks: int, seed: int) -> tuple[dict, list[tuple[str, list[str]]]]:
 
 
 @dataclass(frozen=True)
-class Bound:
+class CriticalPath:
     seconds: float
     why: str  # the topic whose path it is, and its waits
     retry_after: float  # the longest single Retry-After
@@ -223,8 +284,11 @@ def finish(sc: Scenario, held: float) -> tuple[float, str]:
     return done, why
 
 
-def lower_bound(scenarios: dict, workflows: list) -> Bound:
-    """Return the critical path of the waits the providers impose, with zero processing time.
+def critical_path(scenarios: dict, workflows: list) -> CriticalPath:
+    """Return the critical path of the waits the providers impose, with zero processing time, on
+    the preferred paths. Not a lower bound of settling: an arm that gives a topic up, or moves it
+    to another source sooner, settles before it; it is what waiting out every transient failure
+    costs at least, the yardstick of the arm that does.
 
     A topic's path is its capability's sources in order of preference, each kept until it
     answers (a transient failure is waited out, as the taxonomy prescribes) or fails permanently
@@ -249,7 +313,7 @@ def lower_bound(scenarios: dict, workflows: list) -> Bound:
             done, said = finish(sc, held)
             if done > worst:
                 worst, why = done, f"{topic} on {source}: {said}"
-    return Bound(worst, why, float(longest))
+    return CriticalPath(worst, why, float(longest))
 
 
 class Timeline:
@@ -266,6 +330,10 @@ class Timeline:
 
     def now(self) -> datetime:
         return self.clock.now()
+
+    def spawn(self, task: Any) -> None:
+        """Start `task()` as a run of its own on this timeline, now."""
+        heapq.heappush(self.waiting, (self.now(), next(self.order), greenlet(task)))
 
     def sleep(self, seconds: float) -> None:
         if seconds <= 0:

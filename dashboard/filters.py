@@ -83,7 +83,8 @@ FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
         lambda qs: costs.wasted_spend(qs, None),  # `apply` passes the list's window
     ),
     "avoided_spend": (
-        "failures routed elsewhere that the blind policy would have retried",
+        "failures routed elsewhere that status-aware retries (retryable failures only, up to 3 "
+        "attempts) would have retried",
         costs.avoided_spend,
     ),
     "reviewed": ("failures escalated to a human", costs.reviewed),

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dashboard.templatetags.dashboard import duration
-from insights import costs, minutes
+from insights import baseline, costs, minutes
 from insights.stats import FAILURE_STATUSES, Window, WindowStats, window_stats
 from orchestrator.coordination.budget import source_states
 from orchestrator.models import FailureType, ReviewItem, Run, Workflow
@@ -375,8 +375,10 @@ def cost_tiles(window: Window, report: costs.Report) -> list[Tile]:
             "Spend avoided",
             amount(t.avoided, cur),
             runs_url(window, flag="avoided_spend"),
-            sub=f"what blind retries would have cost on {t.avoided_runs:,} failures routed "
-            "elsewhere",
+            sub=f"against status-aware retries (retryable failures only, up to "
+            f"{baseline.MAX_ATTEMPTS} attempts, after their Retry-After): what they would have "
+            f"cost on {t.avoided_runs:,} failures routed elsewhere, and "
+            f"{duration(t.avoided_seconds)} of their waiting and calls",
             tone="ok" if t.avoided else "",
         ),
         Tile(

@@ -12,14 +12,17 @@ Definitions (docs/operations.md, "What failures cost"):
   recovered the call and is not counted), plus the share of a retry's or a switched run's cost
   spent fetching again what the failure it followed had already gathered: cost * (its results
   equal to an item of that failure's partial results) / (its results).
-* **spend avoided**: what the blind policy (every failure retried, 3 retries at most: the blind arm
-  of `benchmarks/recovery.py`) would have spent on the failures routing did not retry
-  (`RunSets.AVOIDED_RETRIES`): replayed through `routing.decide` under BLIND, each blind retry
-  costs what the failed call cost and is made while the previous one failed: with k retries left
-  and a recovery rate p, cost * (1 + (1 - p) + … + (1 - p)^(k-1)). p is 0 for a failure that
-  cannot succeed again (it said so, or its type is hard-fail in the current policy), else the
-  share of the window's recorded retries of that type and source (else type, else all) that
-  succeeded, as the dry run reads it (`dryrun.Rates`).
+* **spend avoided**, and **time avoided**: what the status-aware baseline (`insights.baseline`:
+  a retry library retrying only what the failure's verdict calls retryable, up to 3 attempts in
+  all, after the call's own Retry-After; the status-aware arm of `benchmarks/recovery.py`) would
+  have spent, and the time its retries would have taken, on the failures routing did not retry
+  (`RunSets.AVOIDED_RETRIES`) that it would have retried (`AVOIDED_SPEND`): each retry costs what
+  the failed call cost, takes its wait and as long as the failed call, and is made while the
+  previous one failed: with k retries left and a recovery rate p, cost * (1 + (1 - p) + … +
+  (1 - p)^(k-1)). p is the share of the window's recorded retries of that type and source (else
+  type, else all) that succeeded, as the dry run reads it (`dryrun.Rates`). A failure the baseline
+  would not retry either (an auth failure, a missing resource, one that said a retry cannot help)
+  avoided nothing.
 * **time lost**: per failure, from its finish to the next thing that moved its task on: the end of
   the run that followed it (a retry or a switched run, whether it succeeded or failed: a failure
   after it takes over from its own finish, so a task's failures add up to its whole delay without
@@ -34,7 +37,6 @@ Definitions (docs/operations.md, "What failures cost"):
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -47,38 +49,17 @@ from django.core.cache import cache
 from django.db.models import Count, Exists, Min, OuterRef, Q, Sum
 from django.utils import timezone
 
-from insights import minutes
+from insights import baseline, minutes
 from insights.stats import Window
 from orchestrator.analytics.dryrun import Rates
-from orchestrator.coordination import routing
-from orchestrator.coordination.policy import current_snapshot
 from orchestrator.models import ReviewItem, Run, RunSets, Workflow
 from orchestrator.models.run_queries import CREATED_AFTER_MARGIN
-from orchestrator.vocabulary import Action, FailureCategory
+from orchestrator.vocabulary import Action
 
 ZERO = Decimal(0)
 MICRO = Decimal("0.000001")
 COST = "cost"
 CURRENCY = "cost_currency"
-# The blind policy: every failure looks the same (no classification, no Retry-After) and is
-# retried up to 4 attempts in all, as the blind arm of the recovery benchmark.
-BLIND_MAX_ATTEMPTS = 4
-BLIND = routing.PolicySnapshot.from_rows(
-    0,
-    [
-        dict(
-            failure_type=ftype,
-            max_attempts=BLIND_MAX_ATTEMPTS,
-            base_delay=1.0,
-            max_delay=8.0,
-            multiplier=2.0,
-            jitter="none",
-            hard_fail=False,
-            action_when_exhausted=Action.ACCEPT_PARTIAL,
-        )
-        for ftype in routing.DEFAULT_RULES
-    ],
-)
 # How old a window's cached report may be before a page computes it again (beat's `warm_costs`
 # computes them every minute, so pages seldom do): a longer window costs more to compute.
 STALE_SECONDS = {"1h": 60, "24h": 120, "7d": 600}
@@ -99,7 +80,7 @@ def _dim_columns() -> list[str]:
 
 # The named sets of runs behind each number (the runs list's `flag`s of the same names).
 
-AVOIDED_SPEND = RunSets.AVOIDED_RETRIES & Q(attempt__lt=BLIND_MAX_ATTEMPTS)
+AVOIDED_SPEND = RunSets.AVOIDED_RETRIES & Q(attempt__lt=baseline.MAX_ATTEMPTS) & baseline.RETRIES
 
 
 def priced(qs: Any) -> Any:
@@ -108,7 +89,7 @@ def priced(qs: Any) -> Any:
 
 
 def avoided_spend(qs: Any) -> Any:
-    """Failures routed elsewhere than a retry that the blind policy would have retried."""
+    """Failures routed elsewhere than a retry that the status-aware baseline would have retried."""
     return qs.filter(AVOIDED_SPEND)
 
 
@@ -154,6 +135,7 @@ class Line:
     wasted_runs: int = 0
     avoided: Decimal = ZERO
     avoided_runs: int = 0
+    avoided_seconds: float = 0.0
     lost: float = 0.0
     provider: float = 0.0
     human: float = 0.0
@@ -180,6 +162,7 @@ class Line:
             "wasted_runs": self.wasted_runs,
             "spend_avoided": self.avoided,
             "avoided_runs": self.avoided_runs,
+            "time_avoided_seconds": round(self.avoided_seconds, 3),
             "time_lost_seconds": round(self.lost, 3),
             "provider_wait_seconds": round(self.provider, 3),
             "human_wait_seconds": round(self.human, 3),
@@ -255,17 +238,14 @@ def report(
     waits = _Waits.load(since, projects)
     outcomes: dict[tuple[str, str, str], tuple[int, int]] = {}
     pairs: list[tuple[int, int]] = []
-    avoided: list[tuple[dict[str, str], int, Decimal, bool, str, str]] = []
-    snapshot = current_snapshot()
+    avoided: list[tuple[dict[str, str], dict[str, Any], Decimal]] = []
     for f in _failures(since, projects).iterator(chunk_size=2000):
         following = _next_runs(f, successors)
         pairs += _pairs(f, following)
         _outcome(outcomes, f, successors)
         dims = _dims(f)
-        if f["decision"] in AVOIDING and f["attempt"] < BLIND_MAX_ATTEMPTS:
-            ftype = f["failure_type"] or ""
-            permanent = _permanent(f, snapshot)
-            avoided.append((dims, f["attempt"], _cost(f, currency), permanent, ftype, f["source"]))
+        if _avoiding(f):
+            avoided.append((dims, f, _cost(f, currency)))
         review = waits.reviews.get(f["id"])
         d = delay(f, following, review, waits.settled, waits.topic_ok, now)
         if keep_delays:
@@ -278,6 +258,12 @@ def report(
 
 
 AVOIDING = frozenset(RunSets.AVOIDING_DECISIONS)
+
+
+def _avoiding(f: dict[str, Any]) -> bool:
+    """Whether failure `f` is in AVOIDED_SPEND (the same condition, in Python)."""
+    early = f["attempt"] < baseline.MAX_ATTEMPTS
+    return f["decision"] in AVOIDING and early and baseline.retries(f)
 
 
 def _window(since: datetime, projects: tuple[int, ...] | None = None) -> Any:
@@ -318,6 +304,7 @@ FAILURE_FIELDS = (
     "retry_after",
     "retryable",
     "partial_count",
+    "started_at",
 )
 
 
@@ -446,27 +433,6 @@ def refetch_shares(since: datetime, now: datetime | None = None) -> dict[int, De
     return dict(out.refetched)
 
 
-def _permanent(f: dict[str, Any], snapshot: routing.PolicySnapshot) -> bool:
-    ftype = f["failure_type"] or FailureCategory.UNCLASSIFIED
-    return f["retryable"] is False or snapshot.rule(ftype).hard_fail
-
-
-@functools.lru_cache(maxsize=4096)
-def blind_calls(attempt: int, recovery: float) -> float:
-    """Expected calls the blind policy makes after failed attempt `attempt`: each retry while the
-    previous one failed, a retry recovering at rate `recovery`."""
-    calls, reach, left = 0.0, 1.0, 0
-    while True:
-        decision = routing.decide(
-            {"failure_type": FailureCategory.SERVER_FAULT}, attempt + left, BLIND
-        )
-        if decision.action != Action.RETRY:
-            return calls
-        calls += reach
-        reach *= 1 - recovery
-        left += 1
-
-
 def _outcome(
     outcomes: dict[tuple[str, str, str], tuple[int, int]],
     f: dict[str, Any],
@@ -488,17 +454,20 @@ FINISHED = frozenset({Run.Status.SUCCEEDED, *Run.FAILURE})
 
 
 def _avoided(
-    out: Report,
-    avoided: list[tuple[dict[str, str], int, Decimal, bool, str, str]],
-    rates: Rates,
+    out: Report, avoided: list[tuple[dict[str, str], dict[str, Any], Decimal]], rates: Rates
 ) -> None:
-    """Add what the blind policy would have spent on each failure routed elsewhere."""
-    for dims, attempt, cost, permanent, ftype, source in avoided:
-        p = 0.0 if permanent else rates.rate(Action.RETRY, ftype, source)
-        amount = money(cost * Decimal(repr(blind_calls(attempt, p))))
+    """Add what the status-aware baseline would have spent, and the time its retries would have
+    taken, on each failure routed elsewhere that it would have retried."""
+    for dims, f, cost in avoided:
+        p = rates.rate(Action.RETRY, f["failure_type"] or "", f["source"])
+        began, ended = f["started_at"] or f["created_at"], f["finished_at"] or f["created_at"]
+        call = max(0.0, (ended - began).total_seconds())
+        calls, seconds = baseline.expected(f["attempt"], p, f["retry_after"], call)
+        amount = money(cost * Decimal(repr(calls)))
         for line in out._line(dims):
             line.avoided += amount
             line.avoided_runs += 1
+            line.avoided_seconds += seconds
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dashboard.access import VIEW, project_scope, requires, sees_every_project
 from dashboard.filters import RunFilters
 from dashboard.tiles import amount, cost_tiles, runs_url
 from dashboard.views.common import download
-from insights import costs
+from insights import baseline, costs
 from insights.stats import FAILURE_STATUSES, WINDOWS, Window, get_window
 from orchestrator.analytics import export
 from orchestrator.coordination import spend
@@ -38,6 +38,7 @@ CSV_HEADER = [
     "wasted_runs",
     "spend_avoided",
     "avoided_runs",
+    "time_avoided_seconds",
     "time_lost_seconds",
     "provider_wait_seconds",
     "human_wait_seconds",
@@ -140,5 +141,6 @@ def costs_page(request: HttpRequest) -> HttpResponse:
         "budgets": spend.states(timezone.now()) if sees_every_project(request.user) else None,
         "budgets_hidden": not sees_every_project(request.user),
         "amount": amount,
+        "aware_attempts": baseline.MAX_ATTEMPTS,
     }
     return render(request, "dashboard/costs.html", context)

@@ -17,7 +17,7 @@ from django.core.cache import cache
 from django.urls import reverse
 
 from dashboard.tiles import cost_tiles
-from insights import costs
+from insights import baseline, costs
 from insights.stats import WINDOWS
 from orchestrator.models import ReviewItem, Run
 from orchestrator.vocabulary import Action
@@ -151,11 +151,14 @@ SPEND = D("0.01") + D("0.01") + D("0.012") + D("0.02") + D("0.04") + D("0.005") 
 SPEND += D("0.003") + D("0.001") + D("0.001") + D("0.002") * 3 + D("0.1")  # = 0.211
 # a2 and d2 failed again after a retry; b2 fetched 2 of its 4 results again (b1 had them).
 WASTED = D("0.01") + D("0.003") + D("0.04") * 2 / 4  # = 0.033
-# The window's recorded retries: a1 -> a2 failed, a2 -> a3 ok, d1 -> d2 failed, f1 -> f2 ok: p = 2/4
-# (by action: none of type server_fault on web). b1 (attempt 1): 3 blind retries, 1 + 1/2 + 1/4
-# calls at 0.02; c1 (retryable false, attempt 1): 3 calls at 0.005; d2 (attempt 2, retryable
-# false): 2 calls at 0.003; g1 has no cost.
-AVOIDED = D("0.02") * D("1.75") + D("0.005") * 3 + D("0.003") * 2  # = 0.056
+# Against the status-aware baseline, the failures routed elsewhere that it would have retried: b1
+# only (server fault, retryable, attempt 1); c1, d2 and g1 said a retry cannot help (an auth
+# failure, invalid input), which no status-aware retry retries. The window's recorded retries:
+# a1 -> a2 failed, a2 -> a3 ok, d1 -> d2 failed, f1 -> f2 ok: p = 2/4 (by action: none of type
+# server_fault on web). b1's 2 retries left: 1 + 1/2 calls at 0.02, each waiting its backoff
+# (b1 gave no Retry-After: 1 s, then 2 s) and calling as long as b1 did (5 s).
+AVOIDED = D("0.02") * D("1.5")  # = 0.03
+AVOIDED_SECONDS = (1 + 5) + (2 + 5) / 2
 # a1 10->50 (30 provider), a2 50->70, b1 105->125, c1 205->905 (700 human), d1 301->309,
 # d2 309->310, e1 401->420 (15 provider), f1 505->520 (the topic succeeded on web at 520),
 # g1 1000->7200 (open review: 6200 human).
@@ -167,11 +170,11 @@ HUMAN = 700 + 6200
 def test_the_totals_to_the_micro_unit_and_the_second(history):
     report = costs.report(SINCE, NOW)
     t = report.total
-    assert (D("0.211"), D("0.033"), D("0.056")) == (SPEND, WASTED, AVOIDED)  # the sums above
+    assert (D("0.211"), D("0.033"), D("0.03")) == (SPEND, WASTED, AVOIDED)  # the sums above
     assert t.spend == SPEND and t.priced_runs == 14
     assert report.other_currency_runs == 1
     assert t.wasted == WASTED and t.wasted_runs == 3
-    assert t.avoided == AVOIDED and t.avoided_runs == 4
+    assert t.avoided == AVOIDED and t.avoided_runs == 1 and t.avoided_seconds == AVOIDED_SECONDS
     assert (t.lost, t.provider, t.human) == (LOST, PROVIDER, HUMAN)
     assert t.work == LOST - PROVIDER - HUMAN == 10 + 20 + 20 + 8 + 1 + 4 + 15
     assert (t.failures, t.reviewed) == (9, 2)
@@ -202,11 +205,11 @@ def test_the_tables_per_source_agent_and_failure_type(history):
     assert source["news"].spend == D("0.01") * 2 + D("0.012") + D("0.003") * 2 + D("0.002") * 2 + D(
         "0.1"
     )
-    assert source["news"].wasted == D("0.013") and source["news"].avoided == D("0.006")
+    assert source["news"].wasted == D("0.013") and source["news"].avoided == 0
     assert source["news"].lost == 40 + 20 + 8 + 1 + 15
-    assert (source["web"].spend, source["web"].avoided) == (D("0.024"), D("0.035"))
+    assert (source["web"].spend, source["web"].avoided) == (D("0.024"), D("0.03"))
     assert (source["scholar"].wasted, source["scholar"].lost) == (D("0.02"), 0)
-    assert (source["crm"].spend, source["crm"].avoided) == (D("0.005"), D("0.015"))
+    assert (source["crm"].spend, source["crm"].avoided) == (D("0.005"), 0)
     assert (source["crm"].human, source["crm"].failures) == (HUMAN, 2)
     agent = report.tables["agent"]
     assert agent["alpha"].spend == D("0.01") * 2 + D("0.012") + D("0.005") + D("0.002") * 3 + D(
@@ -239,7 +242,7 @@ def test_every_tile_equals_the_list_it_links_to(history, operator_client):
     wasted = listed(operator_client, tiles["wasted_spend"].href)
     assert wasted == {history[k].pk for k in ("a2", "d2", "b2")}
     avoided = listed(operator_client, tiles["avoided_spend"].href)
-    assert avoided == {history[k].pk for k in ("b1", "c1", "d2", "g1")}
+    assert avoided == {history["b1"].pk}
     lost = listed(operator_client, tiles["time_lost"].href)
     assert lost == set(report.delays) and len(lost) == report.total.failures
     human = listed(operator_client, tiles["human_wait"].href)
@@ -250,7 +253,11 @@ def test_the_costs_page_tables_link_to_their_runs(history, operator_client):
     page = operator_client.get(reverse("dashboard:costs") + "?window=24h")
     assert page.status_code == 200
     html = page.content.decode()
-    assert "0.21 USD" in html and "0.03 USD" in html and "0.06 USD" in html
+    assert "0.21 USD" in html and "0.03 USD" in html and "0.06 USD" not in html
+    # The page says what spend and time avoided are counted against; no blind policy.
+    assert "against status-aware retries" in html and "blind" not in html.lower()
+    web = re.search(r'<tr data-key="web">(.*?)</tr>', html, re.S).group(1)
+    assert "9.5 s" in web  # b1's time avoided
     news = re.search(r'<tr data-key="news">(.*?)</tr>', html, re.S).group(1)
     link = re.search(r'href="([^"]*flag=wasted_spend[^"]*)"', news).group(1)
     assert listed(operator_client, link) == {history["a2"].pk, history["d2"].pk}
@@ -265,6 +272,7 @@ def test_the_cost_tables_as_csv(history, operator_client):
     assert (total["dimension"], total["currency"]) == ("total", "USD")
     assert D(total["spend"]) == SPEND and D(total["wasted_spend"]) == WASTED
     assert D(total["spend_avoided"]) == AVOIDED
+    assert float(total["time_avoided_seconds"]) == AVOIDED_SECONDS
     assert float(total["time_lost_seconds"]) == LOST
     assert float(total["human_wait_seconds"]) == HUMAN
     scholar = next(r for r in rows if r["dimension"] == "source" and r["value"] == "scholar")
@@ -327,3 +335,16 @@ def test_reports_are_kept_until_stale_and_beat_warms_them(history, postgres):
     assert fresh.spend_as_of == (later + timedelta(seconds=1), SPEND + 1)
     assert costs.warm(later + timedelta(seconds=2)) == ["1h", "7d"]  # 24h is a second old
     assert costs.warm(later + timedelta(seconds=3)) == []
+
+
+def test_the_status_aware_baseline_waits_each_call_s_retry_after():
+    # A rate-limited call of 2 s told to wait 30 s, retried twice, the first retry recovering at
+    # rate 1/2: 1 + 1/2 calls, each waiting 30 s and taking 2 s.
+    assert baseline.expected(1, 0.5, 30, 2.0) == (1.5, 32 + 32 / 2)
+    # No Retry-After: 1 s, then 2 s of backoff; its third attempt is the last.
+    assert baseline.expected(1, 0.0, None, 0.0) == (2.0, 3.0)
+    assert baseline.expected(3, 0.0, None, 0.0) == (0.0, 0.0)
+    # Only what the failure's own verdict (else its type) calls retryable is retried.
+    assert baseline.retries({"retryable": None, "failure_type": "timeout"})
+    assert not baseline.retries({"retryable": None, "failure_type": "auth_failure"})
+    assert not baseline.retries({"retryable": False, "failure_type": "server_fault"})
