@@ -68,9 +68,9 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
     without deciding or spending budget twice. An `escalate` then carries `review`: the item it
     opened. A policy's switch_and_escalate answers `switch_source` with `escalate: true`: switch
     now, and (with `run`) `review` names the item asking a person to repair the failing source,
-    which nobody waits for. `retryable: false` in the failure is never answered with a blind retry; `wait` says
-    the source holds every caller back (its Retry-After, an open breaker) for `delay_seconds`,
-    whichever query failed; `switch_to` names the source a `switch_source` goes to (the
+    which nobody waits for. `retryable: false` in the failure is never answered with a blind
+    retry; `wait` says the source holds every caller back (its Retry-After, an open breaker)
+    for `delay_seconds`, whichever query failed; `switch_to` names the source a `switch_source` goes to (the
     capability's next untried source, else an alternative the failure suggested that names a
     registered source).
 

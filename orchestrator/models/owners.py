@@ -61,6 +61,11 @@ class OwnerGroup(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.url and not self.sealed_signing_secret:
+            self.sealed_signing_secret = new_signing_secret()[1]
+        super().save(*args, **kwargs)
+
     def clean(self) -> None:
         seen, group = {self.pk}, self.next_group
         while group is not None:
@@ -68,11 +73,6 @@ class OwnerGroup(models.Model):
                 raise ValidationError({"next_group": "The chain comes back to this group."})
             seen.add(group.pk)
             group = group.next_group
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if self.url and not self.sealed_signing_secret:
-            self.sealed_signing_secret = new_signing_secret()[1]
-        super().save(*args, **kwargs)
 
 
 class OwnerRuleQuerySet(models.QuerySet):

@@ -56,5 +56,6 @@ def test_without_a_run_the_answer_says_switch_and_escalate(client, auth_headers)
     )
     assert answer["review"] is None and "a person is asked to repair news_wire" in answer["reason"]
     # With nowhere to switch to, the same failure waits for a person.
-    alone = post_json(client, "/decisions", {"failure": failure, "source": "crm_api"}, **auth_headers)
+    nowhere = {"failure": failure, "source": "crm_api"}
+    alone = post_json(client, "/decisions", nowhere, **auth_headers)
     assert (alone.json()["action"], alone.json()["escalate"]) == ("escalate", False)
