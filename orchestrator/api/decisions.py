@@ -70,9 +70,9 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
     now, and (with `run`) `review` names the item asking a person to repair the failing source,
     which nobody waits for. `retryable: false` in the failure is never answered with a blind
     retry; `wait` says the source holds every caller back (its Retry-After, an open breaker)
-    for `delay_seconds`, whichever query failed; `switch_to` names the source a `switch_source` goes to (the
-    capability's next untried source, else an alternative the failure suggested that names a
-    registered source).
+    for `delay_seconds`, whichever query failed; `switch_to` names the source a `switch_source`
+    goes to (the capability's next untried source, else an alternative the failure suggested
+    that names a registered source).
 
     A decision on another token's run takes `act:all`; naming another token's `workflow`,
     `read:all` (else 404, as for an unknown id)."""

@@ -70,8 +70,10 @@ def remind_and_move(now: datetime | None = None) -> int:
 def _remind(item: ReviewItem, group: OwnerGroup, now: datetime) -> int:
     with transaction.atomic():
         # Conditional: a claim or another pass since the read leaves it alone.
-        if not _unclaimed_with(item, group).filter(reminded_at__isnull=True).update(
-            reminded_at=now
+        if (
+            not _unclaimed_with(item, group)
+            .filter(reminded_at__isnull=True)
+            .update(reminded_at=now)
         ):
             return 0
         item.reminded_at = now
@@ -169,4 +171,3 @@ def events_of(item: ReviewItem) -> list[AuditEntry]:
             action__in=("review.assign", "review.remind", "review.move"),
         ).order_by("created_at", "id")
     )
-

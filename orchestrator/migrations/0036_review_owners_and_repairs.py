@@ -7,111 +7,261 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('orchestrator', '0035_worker_pulse'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("orchestrator", "0035_worker_pulse"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='OwnerRule',
+            name="OwnerRule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveIntegerField(default=100, help_text='Lower is tried first')),
-                ('source', models.CharField(blank=True, max_length=100)),
-                ('agent', models.CharField(blank=True, max_length=100)),
-                ('failure_type', models.CharField(blank=True, choices=[('transient', 'transient'), ('rate_limited', 'rate limited'), ('auth_failure', 'auth failure'), ('resource_missing', 'resource missing'), ('invalid_input', 'invalid input'), ('timeout', 'timeout'), ('server_fault', 'server fault'), ('unclassified', 'unclassified')], max_length=20)),
-                ('enabled', models.BooleanField(default=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "position",
+                    models.PositiveIntegerField(default=100, help_text="Lower is tried first"),
+                ),
+                ("source", models.CharField(blank=True, max_length=100)),
+                ("agent", models.CharField(blank=True, max_length=100)),
+                (
+                    "failure_type",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("transient", "transient"),
+                            ("rate_limited", "rate limited"),
+                            ("auth_failure", "auth failure"),
+                            ("resource_missing", "resource missing"),
+                            ("invalid_input", "invalid input"),
+                            ("timeout", "timeout"),
+                            ("server_fault", "server fault"),
+                            ("unclassified", "unclassified"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
             ],
             options={
-                'ordering': ['position', 'id'],
+                "ordering": ["position", "id"],
             },
         ),
         migrations.AddField(
-            model_name='reviewitem',
-            name='blocking',
-            field=models.BooleanField(default=True, help_text="Work waits on it. False: the work went on on another source and the item asks a person to repair the failing one (the policy's switch and escalate)"),
+            model_name="reviewitem",
+            name="blocking",
+            field=models.BooleanField(
+                default=True,
+                help_text="Work waits on it. False: the work went on on another source and the item asks a person to repair the failing one (the policy's switch and escalate)",
+            ),
         ),
         migrations.AddField(
-            model_name='reviewitem',
-            name='owned_since',
-            field=models.DateTimeField(blank=True, help_text='When its owner group got it (reminders count from here)', null=True),
+            model_name="reviewitem",
+            name="owned_since",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="When its owner group got it (reminders count from here)",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='reviewitem',
-            name='reminded_at',
-            field=models.DateTimeField(blank=True, help_text='When its owner group was reminded of it', null=True),
+            model_name="reviewitem",
+            name="reminded_at",
+            field=models.DateTimeField(
+                blank=True, help_text="When its owner group was reminded of it", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='sourcehealth',
-            name='disabled_at',
+            model_name="sourcehealth",
+            name="disabled_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='sourcehealth',
-            name='disabled_reason',
+            model_name="sourcehealth",
+            name="disabled_reason",
             field=models.CharField(blank=True, max_length=300),
         ),
         migrations.AlterField(
-            model_name='projectpolicy',
-            name='action_when_exhausted',
-            field=models.CharField(choices=[('escalate', 'escalate'), ('switch_source', 'switch source'), ('switch_and_escalate', 'switch and escalate'), ('accept_partial', 'accept partial'), ('abort', 'abort')], max_length=20),
+            model_name="projectpolicy",
+            name="action_when_exhausted",
+            field=models.CharField(
+                choices=[
+                    ("escalate", "escalate"),
+                    ("switch_source", "switch source"),
+                    ("switch_and_escalate", "switch and escalate"),
+                    ("accept_partial", "accept partial"),
+                    ("abort", "abort"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AlterField(
-            model_name='reviewitem',
-            name='resolution',
-            field=models.CharField(blank=True, choices=[('retry', 'retry'), ('retry_edited', 'retry with edited input'), ('switch_source', 'switch source'), ('accept_partial', 'accept partial results'), ('abort', 'abort'), ('reenable_source', 're-enable the source'), ('dismiss', 'dismiss')], max_length=20),
+            model_name="reviewitem",
+            name="resolution",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("retry", "retry"),
+                    ("retry_edited", "retry with edited input"),
+                    ("switch_source", "switch source"),
+                    ("accept_partial", "accept partial results"),
+                    ("abort", "abort"),
+                    ("reenable_source", "re-enable the source"),
+                    ("dismiss", "dismiss"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AlterField(
-            model_name='routingpolicy',
-            name='action_when_exhausted',
-            field=models.CharField(choices=[('escalate', 'escalate'), ('switch_source', 'switch source'), ('switch_and_escalate', 'switch and escalate'), ('accept_partial', 'accept partial'), ('abort', 'abort')], max_length=20),
+            model_name="routingpolicy",
+            name="action_when_exhausted",
+            field=models.CharField(
+                choices=[
+                    ("escalate", "escalate"),
+                    ("switch_source", "switch source"),
+                    ("switch_and_escalate", "switch and escalate"),
+                    ("accept_partial", "accept partial"),
+                    ("abort", "abort"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AlterField(
-            model_name='run',
-            name='decision',
-            field=models.CharField(blank=True, choices=[('retry', 'retry'), ('wait', 'wait'), ('switch_source', 'switch source'), ('switch_and_escalate', 'switch and escalate'), ('accept_partial', 'accept partial'), ('escalate', 'escalate'), ('abort', 'abort')], max_length=20),
+            model_name="run",
+            name="decision",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("retry", "retry"),
+                    ("wait", "wait"),
+                    ("switch_source", "switch source"),
+                    ("switch_and_escalate", "switch and escalate"),
+                    ("accept_partial", "accept partial"),
+                    ("escalate", "escalate"),
+                    ("abort", "abort"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AlterField(
-            model_name='webhookdelivery',
-            name='event',
-            field=models.CharField(choices=[('review.resolved', 'Review Resolved'), ('alert.fired', 'Alert Fired'), ('review.opened', 'Review Opened'), ('review.reminder', 'Review Reminder'), ('review.moved', 'Review Moved')], default='review.resolved', max_length=30),
+            model_name="webhookdelivery",
+            name="event",
+            field=models.CharField(
+                choices=[
+                    ("review.resolved", "Review Resolved"),
+                    ("alert.fired", "Alert Fired"),
+                    ("review.opened", "Review Opened"),
+                    ("review.reminder", "Review Reminder"),
+                    ("review.moved", "Review Moved"),
+                ],
+                default="review.resolved",
+                max_length=30,
+            ),
         ),
         migrations.CreateModel(
-            name='OwnerGroup',
+            name="OwnerGroup",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('remind_after', models.PositiveIntegerField(default=3600, help_text='Seconds an item waits unclaimed with this group before it is reminded', validators=[django.core.validators.MinValueValidator(1)])),
-                ('move_after', models.PositiveIntegerField(default=14400, help_text='Seconds after the reminder before an unclaimed item moves to the next group', validators=[django.core.validators.MinValueValidator(1)])),
-                ('url', models.URLField(blank=True, help_text="Where this group's review events (new item, reminder, moved up) are posted, signed, as webhooks; blank: recorded in the audit log only", max_length=500)),
-                ('sealed_signing_secret', models.TextField(blank=True, editable=False)),
-                ('members', models.ForeignKey(blank=True, help_text='The Django auth group whose users this owner group is', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='auth.group')),
-                ('next_group', models.ForeignKey(blank=True, help_text='Where an item nobody claimed goes next; blank: it stays, reminded once', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='orchestrator.ownergroup')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                (
+                    "remind_after",
+                    models.PositiveIntegerField(
+                        default=3600,
+                        help_text="Seconds an item waits unclaimed with this group before it is reminded",
+                        validators=[django.core.validators.MinValueValidator(1)],
+                    ),
+                ),
+                (
+                    "move_after",
+                    models.PositiveIntegerField(
+                        default=14400,
+                        help_text="Seconds after the reminder before an unclaimed item moves to the next group",
+                        validators=[django.core.validators.MinValueValidator(1)],
+                    ),
+                ),
+                (
+                    "url",
+                    models.URLField(
+                        blank=True,
+                        help_text="Where this group's review events (new item, reminder, moved up) are posted, signed, as webhooks; blank: recorded in the audit log only",
+                        max_length=500,
+                    ),
+                ),
+                ("sealed_signing_secret", models.TextField(blank=True, editable=False)),
+                (
+                    "members",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="The Django auth group whose users this owner group is",
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="auth.group",
+                    ),
+                ),
+                (
+                    "next_group",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="Where an item nobody claimed goes next; blank: it stays, reminded once",
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="orchestrator.ownergroup",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.AddField(
-            model_name='reviewitem',
-            name='owner_group',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='items', to='orchestrator.ownergroup'),
+            model_name="reviewitem",
+            name="owner_group",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="items",
+                to="orchestrator.ownergroup",
+            ),
         ),
         migrations.AddIndex(
-            model_name='reviewitem',
-            index=models.Index(condition=models.Q(('owner_group__isnull', False), ('state', 'open')), fields=['owned_since'], name='review_unclaimed_owned'),
+            model_name="reviewitem",
+            index=models.Index(
+                condition=models.Q(("owner_group__isnull", False), ("state", "open")),
+                fields=["owned_since"],
+                name="review_unclaimed_owned",
+            ),
         ),
         migrations.AddField(
-            model_name='ownerrule',
-            name='owner_group',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rules', to='orchestrator.ownergroup'),
+            model_name="ownerrule",
+            name="owner_group",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="rules",
+                to="orchestrator.ownergroup",
+            ),
         ),
         migrations.AddField(
-            model_name='ownerrule',
-            name='project',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='orchestrator.project'),
+            model_name="ownerrule",
+            name="project",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="+",
+                to="orchestrator.project",
+            ),
         ),
     ]
