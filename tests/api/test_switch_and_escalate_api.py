@@ -4,24 +4,14 @@ to repair the failing source, which no workflow waits for."""
 
 from __future__ import annotations
 
-from orchestrator.coordination.policy_changes import save_policy_change
-from orchestrator.models import ReviewItem, RoutingPolicy, Run, Workflow
-from orchestrator.vocabulary import Action
+from orchestrator.models import ReviewItem, Run, Workflow
 from tests.api.helpers import post_json
 from tests.api.test_agent_loop import auth_error, decide, external_workflow, patch, started
-
-
-def switch_and_escalate_auth() -> None:
-    row, _ = RoutingPolicy.objects.get_or_create(
-        failure_type="auth_failure",
-        defaults=dict(max_attempts=1, base_delay=0, max_delay=0, hard_fail=True),
-    )
-    row.action_when_exhausted = Action.SWITCH_AND_ESCALATE
-    save_policy_change(row, actor=None, note="work goes on while a person repairs")
+from tests.orchestrator.test_switch_and_escalate import switch_and_escalate_auth_failures
 
 
 def test_a_reported_run_is_switched_and_its_repair_item_named(client, auth_headers):
-    switch_and_escalate_auth()
+    switch_and_escalate_auth_failures()
     wf = external_workflow(client, auth_headers, capability="news", topics=["film"])
     run_id = started(client, auth_headers, source="news_wire", workflow=wf["id"], topic="film")
     assert patch(client, f"/runs/{run_id}", auth_error(), auth_headers).status_code == 200
@@ -45,7 +35,7 @@ def test_a_reported_run_is_switched_and_its_repair_item_named(client, auth_heade
 
 
 def test_without_a_run_the_answer_says_switch_and_escalate(client, auth_headers):
-    switch_and_escalate_auth()
+    switch_and_escalate_auth_failures()
     failure = {"failure_type": "auth_failure", "status_code": 401, "detail": "key expired"}
     body = {"failure": failure, "source": "news_wire", "tried": ["news_api"]}
     answer = post_json(client, "/decisions", body, **auth_headers).json()

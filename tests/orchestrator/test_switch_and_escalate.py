@@ -21,6 +21,10 @@ from .test_coordinator import sim  # noqa: F401  (the fixture)
 @pytest.fixture
 def switch_and_escalate_auth(db):
     """Auth failures, once the refresh did not help, switch and escalate."""
+    switch_and_escalate_auth_failures()
+
+
+def switch_and_escalate_auth_failures() -> None:
     row, _ = RoutingPolicy.objects.get_or_create(
         failure_type="auth_failure",
         defaults=dict(max_attempts=1, base_delay=0, max_delay=0, hard_fail=True),
