@@ -120,13 +120,17 @@ def step(workflow_id: int, review_item_id: int | None = None) -> str:
 
 
 def _fan_out(wf: Workflow) -> None:
-    sources = registry().sources_for(wf.capability)
-    # A source waiting for its repair comes after the others, so new work starts elsewhere.
-    disabled = budget.disabled_sources()
-    sources = [s for s in sources if s not in disabled] + [s for s in sources if s in disabled]
+    sources = repaired_first(registry().sources_for(wf.capability))
     for topic in wf.topics:
         for source in sources[: wf.breadth]:
             first_attempt(wf, topic, source)
+
+
+def repaired_first(sources: list[str]) -> list[str]:
+    """`sources` in their order, those waiting for a repair (switch and escalate) last: new work
+    and switches go elsewhere first, and to them only when nothing else is left."""
+    disabled = budget.disabled_sources() if sources else set()
+    return [s for s in sources if s not in disabled] + [s for s in sources if s in disabled]
 
 
 def _query(wf: Workflow, topic: str) -> dict[str, Any]:
@@ -217,7 +221,9 @@ def _switch_target(wf: Workflow, run: Run) -> tuple[str | None, bool]:
         wf.sources_tried(run.topic),
         suggestions,
         capability=run.capability or wf.capability or None,
-        prefer=lambda untried: efficacy.ranked(run.source, run.failure_type, untried),
+        prefer=lambda untried: repaired_first(
+            efficacy.ranked(run.source, run.failure_type, untried)
+        ),
     )
 
 

@@ -162,3 +162,15 @@ def test_the_same_failure_in_two_workflows_asks_for_one_repair(
         wf.refresh_from_db()
         assert wf.status == Workflow.Status.SUCCEEDED
         assert wf.runs.get(source="news_api", attempt=2).decision == "switch_source"
+
+
+def test_a_switch_goes_to_a_source_waiting_for_its_repair_only_when_nothing_else_is_left(
+    sim,  # noqa: F811
+    switch_and_escalate_auth,
+):
+    sim.start(["film"], {"news_api:film": "auth"})
+    sim.drive()
+    # news_api waits for its repair: a failure elsewhere switches past it while it can.
+    wf = sim.start(["music"], {"news_wire:music": "missing", "news_archive:music": "missing"})
+    sim.drive()
+    assert [r.source for r in wf.runs.order_by("pk")] == ["news_wire", "news_archive", "news_api"]
