@@ -53,10 +53,6 @@ class ReviewItemQuerySet(models.QuerySet):
             | Q(state=ReviewItem.State.RESOLVED, continued_at__isnull=True)
         )
 
-    def blocked_first(self) -> ReviewItemQuerySet:
-        """The queue's order: the items work waits on, then the rest, each oldest first."""
-        return self.order_by("-blocking", "created_at", "id")
-
     def unclaimed_owned(self) -> ReviewItemQuerySet:
         """Open items an owner group has and nobody claimed: the reminder pass reads them."""
         return self.filter(state=ReviewItem.State.OPEN, owner_group__isnull=False)
