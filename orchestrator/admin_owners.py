@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db import transaction
+from django.db import models, transaction
 from django.http import HttpRequest
 
 from orchestrator.admin_scoping import EveryProjectOnly, ScopedAdmin
@@ -63,6 +63,7 @@ class OwnerAuditMixin:
 @admin.register(OwnerGroup)
 class OwnerGroupAdmin(OwnerAuditMixin, ScopedAdmin):
     scoping = OWNERS
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ["name", "members", "remind_after", "move_after", "next_group", "url"]
     search_fields = ["name"]
 
