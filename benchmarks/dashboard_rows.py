@@ -55,7 +55,9 @@ REVIEW_SUMMARY = (
     '<span class="badge st-succeeded">{{ item.get_resolution_display }}</span>'
     '{% elif item.state == "claimed" %}<span class="badge st-claimed">claimed by '
     '{% if item.mine %}you{% else %}{{ item.assignee.get_username|default:"?" }}{% endif %}'
-    '</span>{% else %}<span class="badge st-open">open</span>{% endif %}</span>\n'
+    '</span>{% else %}<span class="badge st-open">open</span>{% endif %}'
+    '{% if not item.blocking %} <span class="pill" title="The work went on on another source: '
+    'nothing waits on this">work went on</span>{% endif %}</span>\n'
     '<span class="qage muted small nowrap">{% if item.state != "resolved" %}'
     "waiting {{ item.created_at|age }}{% else %}"
     'by {{ item.resolved_by.get_username|default:"the fallback" }}, {{ item.resolved_at|age }} ago'

@@ -406,6 +406,12 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 30.0,
         "options": {"expires": 60},
     },
+    # Owner groups reminded of unclaimed review items, and items moved up their chain.
+    "review-owner-reminders": {
+        "task": "orchestrator.tasks.remind_review_owners",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
     "switch-efficacy": {
         "task": "orchestrator.tasks.refresh_switch_efficacy",
         "schedule": 150.0,

@@ -133,6 +133,8 @@ class ResolveForm(forms.Form):
     def clean_resolution(self) -> str:
         value = self.cleaned_data["resolution"]
         option = next((o for o in self.options if o.value == value), None)
+        if option is None and self.options:
+            raise forms.ValidationError("This resolution is not offered for this item.")
         if option is not None and not option.available:
             raise forms.ValidationError(f"“{option.label}” cannot work here: {option.why}")
         return value

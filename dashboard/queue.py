@@ -75,6 +75,9 @@ FACET_TITLES = {
 STATES = {"open": "Open", "resolved": "Resolved"}
 # Resolved items only: the overview's "not picked up" tile opens this list.
 PICKUPS = {"overdue": "not picked up (agent gone?)"}
+# The open list shows the items work waits on first; the repairs asked while the work went on
+# on another source follow on the last page of those, then in pages of their own (this part).
+PARTS = {"repairs": "repairs (the work went on)"}
 VIEWS = {"list": "One by one", "groups": "Grouped by signature"}
 
 
@@ -101,6 +104,7 @@ class QueueFilters(QueryForm):
     state = OneOfField(choices=STATES.items(), empty_value="open")
     pickup = OneOfField(choices=PICKUPS.items())
     view = OneOfField(choices=VIEWS.items(), empty_value="list")
+    part = OneOfField(choices=PARTS.items())
     after = CursorField()
     before = CursorField()
 
@@ -361,6 +365,21 @@ def list_page(qs: QuerySet, f: QueueFilters) -> keyset.Page:
     if f.cleaned_data["state"] == "resolved":
         return keyset.page(qs, PAGE_SIZE, **cursors, field="resolved_at", descending=True)
     return keyset.page(qs, PAGE_SIZE, **cursors, descending=False)
+
+
+def blocked_first(qs: QuerySet, f: QueueFilters) -> tuple[keyset.Page, str | None]:
+    """The open list: the items work waits on, oldest first, in keyset pages; their last page
+    goes on with the oldest repairs (items nothing waits on). Return the page and the cursor of
+    the repairs' next page (None: no more). With `part=repairs`, a page of repairs alone."""
+    repairs = qs.filter(blocking=False)
+    if f.cleaned_data["part"] == "repairs":
+        return list_page(repairs, f), None
+    page = list_page(qs.filter(blocking=True), f)
+    room = PAGE_SIZE - len(page.rows)
+    if page.next is not None or room <= 0:
+        return page, None
+    more = keyset.page(repairs, room, descending=False)
+    return keyset.Page(page.rows + more.rows, page.previous, None), more.next
 
 
 @dataclass

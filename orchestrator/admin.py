@@ -13,6 +13,7 @@ from django.contrib.auth.models import Group, User
 from django.db import models
 from django.http import HttpRequest, StreamingHttpResponse
 
+from orchestrator import admin_owners  # noqa: F401  (registers the owner groups and rules)
 from orchestrator.admin_scoping import (
     EveryProjectOnly,
     InProjects,
@@ -326,6 +327,7 @@ class SourceHealthAdmin(ScopedAdmin):
         "budget_capacity",
         "breaker_threshold",
         "breaker_cooldown",
+        "disabled_at",
         "updated_at",
     ]
     list_filter = ["breaker_state"]
@@ -346,10 +348,21 @@ class ReviewItemAdmin(ScopedAdmin):
         "resolved_by",
         "resolved_at",
         "fallback_applied",
+        "blocking",
+        "owner_group",
         "delivered_at",
         "delivered_via",
     ]
-    list_filter = ["state", "origin", "failure_type", "resolution", "fallback_applied", "project"]
+    list_filter = [
+        "state",
+        "blocking",
+        "origin",
+        "failure_type",
+        "resolution",
+        "fallback_applied",
+        "owner_group",
+        "project",
+    ]
     search_fields = ["reason", "note", "signature", "source", "agent"]
     raw_id_fields = ["run", "workflow"]
     # Resolutions must go through the review queue (audited, feeds the coordinator exactly once).
@@ -364,6 +377,11 @@ class ReviewItemAdmin(ScopedAdmin):
         "token",
         "delivered_at",
         "delivered_via",
+        # Owners change by their rules and the chain (audited), never by hand.
+        "blocking",
+        "owner_group",
+        "owned_since",
+        "reminded_at",
     ]
 
 

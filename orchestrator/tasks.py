@@ -13,6 +13,7 @@ from orchestrator.coordination import (
     dispatch,
     efficacy,
     execution,
+    owners,
     review,
     webhooks,
     workflow,
@@ -52,6 +53,12 @@ def sweep() -> int:
 @shared_task(ignore_result=True)
 def apply_review_fallbacks() -> int:
     return review.apply_overdue_fallbacks()
+
+
+@shared_task(ignore_result=True)
+def remind_review_owners() -> int:
+    """Remind owner groups of the items left unclaimed, and move on those left after that."""
+    return owners.remind_and_move()
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **ON_DATABASE_ERRORS)

@@ -44,6 +44,10 @@ class Action(Vocabulary):
     # again no sooner than the decision's delay, whichever query failed.
     WAIT = "wait"
     SWITCH_SOURCE = "switch_source"
+    # A policy's action once retrying is over: switch to the alternative as SWITCH_SOURCE does,
+    # and open a review item asking a person to repair the failing source that blocks no work.
+    # Its decision is a switch with `escalate` set; with no alternative left it is an escalation.
+    SWITCH_AND_ESCALATE = "switch_and_escalate"
     ACCEPT_PARTIAL = "accept_partial"
     ESCALATE = "escalate"
     ABORT = "abort"

@@ -50,6 +50,12 @@ STATE = {
     ReviewItem.State.CLAIMED: '<span class="badge st-claimed">claimed by {who}</span>',
     ReviewItem.State.RESOLVED: '<span class="badge st-succeeded">{resolution}</span>',
 }
+# A repair item: the work went on on another source, nothing waits on it (the queue lists it
+# after the items work waits on).
+REPAIR = (
+    ' <span class="pill" title="The work went on on another source: nothing waits on this">'
+    "work went on</span>"
+)
 WAITING = "waiting {waited}"
 RESOLVED = "by {resolver}, {ago} ago"
 # After RESOLVED, for an agent's item: whether its agent picked the resolution up.
@@ -62,7 +68,7 @@ PICKUP = {
 
 
 @lru_cache(maxsize=64)
-def _summary(group: bool, workflow: bool, state: str, pickup: str | None) -> str:
+def _summary(group: bool, workflow: bool, state: str, pickup: str | None, blocking: bool) -> str:
     return (
         HEAD
         + (GROUP_PILL if group else "")
@@ -70,6 +76,7 @@ def _summary(group: bool, workflow: bool, state: str, pickup: str | None) -> str
         + (WORKFLOW if workflow else "")
         + '{origin}</span>\n<span class="qstate">'
         + STATE[state]
+        + ("" if blocking else REPAIR)
         + '</span>\n<span class="qage muted small nowrap">'
         + (WAITING if pickup is None else RESOLVED + PICKUP[pickup])
         + "</span>\n"
@@ -110,7 +117,7 @@ def review_summary(context: template.Context, item: ReviewItem) -> SafeString:
         pickup = _pickup(item, values)
     else:
         values["waited"] = age(item.created_at)
-    summary = _summary(group, bool(item.workflow_id), item.state, pickup)
+    summary = _summary(group, bool(item.workflow_id), item.state, pickup, item.blocking)
     return format_html(summary, **values)
 
 

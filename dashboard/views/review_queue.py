@@ -21,7 +21,7 @@ from dashboard.forms import ResolveForm
 from dashboard.views.common import safe_next, wants_fragment
 from insights.models import FailureGroup
 from orchestrator import keyset
-from orchestrator.coordination import actions, review
+from orchestrator.coordination import actions, owners, review
 from orchestrator.models import ReviewItem
 from orchestrator.vocabulary import Channel
 
@@ -48,7 +48,15 @@ def _decorate(items: list[ReviewItem], user: Any) -> list[ReviewItem]:
     return items
 
 
-REVIEW_RELATED = ("run", "run__workflow", "workflow", "assignee", "resolved_by", "webhook")
+REVIEW_RELATED = (
+    "run",
+    "run__workflow",
+    "workflow",
+    "assignee",
+    "resolved_by",
+    "webhook",
+    "owner_group__next_group",
+)
 
 
 @requires("orchestrator.view_reviewitem")
@@ -119,9 +127,9 @@ def _queue_results(
             "groups_prefix": prefix,
         }
     rows = filtered.select_related("workflow", "assignee").defer(*queue.ROW_DEFER)
-    page = queue.list_page(rows, f)
+    page, repairs_after = queue.blocked_first(rows, f)
     _decorate(page.rows, user)
-    return out | {"page": page}
+    return out | {"page": page, "repairs_after": repairs_after}
 
 
 def _card_context(
@@ -142,6 +150,7 @@ def _card_context(
         "notice": notice,
         "can_review": can_review,
         "failure_group": group,
+        "owner_history": owners.events_of(item),
     }
 
 

@@ -66,11 +66,13 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
     stored on the run as it stores its own (action, delay, reason, policy version, budget spent):
     the run page shows it and the tiles count it; asked again, the stored decision is returned
     without deciding or spending budget twice. An `escalate` then carries `review`: the item it
-    opened. `retryable: false` in the failure is never answered with a blind retry; `wait` says
-    the source holds every caller back (its Retry-After, an open breaker) for `delay_seconds`,
-    whichever query failed; `switch_to` names the source a `switch_source` goes to (the
-    capability's next untried source, else an alternative the failure suggested that names a
-    registered source).
+    opened. A policy's switch_and_escalate answers `switch_source` with `escalate: true`: switch
+    now, and (with `run`) `review` names the item asking a person to repair the failing source,
+    which nobody waits for. `retryable: false` in the failure is never answered with a blind
+    retry; `wait` says the source holds every caller back (its Retry-After, an open breaker)
+    for `delay_seconds`, whichever query failed; `switch_to` names the source a `switch_source`
+    goes to (the capability's next untried source, else an alternative the failure suggested
+    that names a registered source).
 
     A decision on another token's run takes `act:all`; naming another token's `workflow`,
     `read:all` (else 404, as for an unknown id)."""
@@ -131,9 +133,14 @@ def _decide_on_run(token: ApiToken, payload: DecisionIn, absolute: Absolute) -> 
         _, item = decide_reported(run)
     elif run.decision == Action.ESCALATE:
         item = run.review_items.order_by("-id").first()
+    elif run.decision == Action.SWITCH_SOURCE and run.signature:
+        # A switch that asked for a repair: the item asking it (perhaps another run's, of the
+        # same failure of the same source).
+        item = ReviewItem.objects.filter(signature=run.signature, blocking=False).last()
     answer = run.stored_decision() | {"run": run.pk}
     if item is not None:
         answer["review"] = review_ref(item, absolute)
+        answer["escalate"] = not item.blocking
     return answer
 
 

@@ -101,7 +101,10 @@ def list_reviews(request: HttpRequest, filters: Query[ReviewFilters]) -> dict[st
     """This token's items (of the runs it reported); `state=resolved&delivered=false` are the
     resolutions its agent has not acknowledged yet, the earliest decision first. With
     `all_tokens=true`, every item the token may read instead (those of the workflows it started;
-    with `read:all`, everyone's). Pass `next_cursor` back as `cursor` for the next page."""
+    with `read:all`, everyone's). `blocking=true` lists the items work waits on (ask for them
+    first), `blocking=false` the repairs asked while the work went on on another source; the
+    pages keep their order by time, so a cursor stays valid. Pass `next_cursor` back as `cursor`
+    for the next page."""
     return reviews_of(request.auth, filters)
 
 
@@ -147,6 +150,8 @@ def _listed(qs: QuerySet, filters: ReviewFilters) -> tuple[QuerySet, str]:
         qs = qs.filter(state=filters.state)
     if filters.delivered is not None:
         qs = qs.filter(delivered_at__isnull=not filters.delivered)
+    if filters.blocking is not None:
+        qs = qs.filter(blocking=filters.blocking)
     resolved_only = filters.state == ReviewItem.State.RESOLVED
     return qs, "resolved_at" if resolved_only else "created_at"
 

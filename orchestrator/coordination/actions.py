@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 
 from orchestrator import notify, scrubbing
-from orchestrator.coordination import clock, delivery, dispatch, policy_changes
+from orchestrator.coordination import budget, clock, delivery, dispatch, policy_changes
 from orchestrator.coordination.escalation import escalate
 from orchestrator.coordination.workflow import reopen, retry
 from orchestrator.models import (
@@ -245,6 +245,7 @@ def do_resolve_review(
                 note=note,
                 channel=channel,
             )
+            _reenable_if_repaired(resolved, user, channel)
             _continue_after_resolution(resolved)
         if won and save_override and failure_type:
             policy_changes.save_override_from_review(item, user, failure_type, note, channel)
@@ -269,6 +270,26 @@ def do_apply_review_fallback(item: ReviewItem, action: str, note: str, now: date
         )
         _continue_after_resolution(item)
     return 1
+
+
+REENABLING = (ReviewItem.Resolution.REENABLE_SOURCE, ReviewItem.Resolution.RETRY)
+
+
+def _reenable_if_repaired(item: ReviewItem, user: Any, channel: Channel) -> None:
+    """A repair item resolved as repaired re-enables its source for whatever comes next,
+    whoever coordinates the work (the source's health is the server's), audited."""
+    if item.blocking or item.resolution not in REENABLING:
+        return
+    row, before = budget.reenable(item.source or item.run.source, clock.now())
+    AuditEntry.record(
+        actor=user,
+        action="source.reenable",
+        obj=row,
+        before=before,
+        after=row.repair_state(),
+        note=f"Repaired, by review item #{item.pk}.",
+        channel=channel,
+    )
 
 
 def _continue_after_resolution(item: ReviewItem) -> None:

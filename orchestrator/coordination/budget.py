@@ -265,6 +265,39 @@ def wake_deferred(source: str, now: datetime) -> int:
     return held.update(due_at=due)
 
 
+def disable(source: str, reason: str, now: datetime) -> None:
+    """Mark `source` switched away from until a person repairs it (kept if it already is)."""
+    health(source)
+    SourceHealth.objects.filter(source=source, disabled_at__isnull=True).update(
+        disabled_at=now, disabled_reason=reason[:300]
+    )
+
+
+def disabled_sources() -> set[str]:
+    return set(
+        SourceHealth.objects.filter(disabled_at__isnull=False).values_list("source", flat=True)
+    )
+
+
+def reenable(source: str, now: datetime) -> tuple[SourceHealth, dict[str, Any]]:
+    """A person repaired `source`: clear its disabling, its Retry-After hold and its breaker,
+    and wake the runs its breaker held back; return its row and its state before."""
+    row = health(source)
+    before = row.repair_state()
+    SourceHealth.objects.filter(pk=row.pk).update(
+        disabled_at=None,
+        disabled_reason="",
+        not_before=None,
+        hold_from=None,
+        breaker_state=Breaker.CLOSED,
+        consecutive_failures=0,
+        opened_at=None,
+    )
+    row.refresh_from_db()
+    wake_deferred(source, now)
+    return row, before
+
+
 def record_success(source: str, now: datetime | None = None) -> None:
     now = now or timezone.now()
     record([Answer(source, True, now)], now)

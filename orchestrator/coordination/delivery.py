@@ -22,6 +22,7 @@ def resolution_payload(item: ReviewItem) -> dict[str, Any]:
         "run": item.run_id,
         "workflow": item.workflow_id,
         "reason": item.reason,
+        "blocking": item.blocking,
         "resolution": _resolution(item) if item.state == ReviewItem.State.RESOLVED else None,
         "delivered_at": _iso(item.delivered_at),
     }

@@ -16,13 +16,14 @@ from django.db import DatabaseError, transaction
 from django.db.models import F
 
 from orchestrator.coordination import clock
-from orchestrator.models import OutboxMessage, Run, Workflow
+from orchestrator.models import OutboxMessage, Run, WebhookDelivery, Workflow
 from orchestrator.vocabulary import Coordinator
 
 logger = logging.getLogger(__name__)
 
 RUN_TASK = "orchestrator.tasks.run_subagent"
 STEP_TASK = "orchestrator.tasks.coordinate"
+DELIVER_TASK = "orchestrator.tasks.deliver_webhook"
 # One quick reconnect (a connection the broker dropped), then the outbox keeps the message.
 PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 SWEEP_BATCH = 200
@@ -68,6 +69,19 @@ def step(workflow_id: int | None, review_item_id: int | None = None) -> None:
 
 def run(run_id: int) -> None:
     enqueue(RUN_TASK, [run_id])
+
+
+def queue_webhook(
+    event: str, url: str, payload: dict[str, Any], sealed_secret: str, **links: Any
+) -> WebhookDelivery:
+    """Write a delivery of `payload` to `url` and the outbox message that sends it after the
+    caller's transaction commits; `links` are the delivery's item and token, if any. Here, not
+    in `webhooks` (the deliverer), so that what opens review items can announce them."""
+    delivery = WebhookDelivery.objects.create(
+        event=event, url=url, payload=payload, sealed_secret=sealed_secret, **links
+    )
+    enqueue(DELIVER_TASK, [delivery.pk])
+    return delivery
 
 
 def relay(ids: Iterable[int]) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 
 from orchestrator import scrubbing
-from orchestrator.coordination import clock, policy
+from orchestrator.coordination import budget, clock, owners, policy
 from orchestrator.fingerprint import signature
 from orchestrator.models import AuditEntry, PolicyState, ReviewItem, Run
 from orchestrator.vocabulary import Action, Channel, FailureCategory
@@ -23,19 +23,42 @@ def escalate(run: Run, reason: str, failure_type: str | None = None) -> ReviewIt
     """Open a review item for a failed run (once) and mark the run escalated."""
     if not run.transition((Run.Status.FAILED,), Run.Status.ESCALATED):
         return None
+    return _open(run, reason, failure_type, blocking=True)
+
+
+def ask_for_repair(run: Run, reason: str, failure_type: str | None = None) -> ReviewItem:
+    """Ask a person to repair `run`'s source while the work goes on on another (the policy's
+    switch and escalate): a review item that blocks no workflow (the run keeps its switch), and
+    the source switched away from until its resolution re-enables it. One item per failure: the
+    item still open for the same source and failure signature is returned instead of another."""
+    ftype = run.failure_type or failure_type or FailureCategory.UNCLASSIFIED
+    same = ReviewItem.objects.with_signature(signature(run.source, ftype, run.detail))
+    existing = same.filter(blocking=False, project_id=run.project_id).first()
+    if existing is not None:
+        return existing
+    item = _open(run, reason, ftype, blocking=False)
+    budget.disable(run.source, f"review item #{item.pk} asks for its repair", item.created_at)
+    return item
+
+
+def _open(run: Run, reason: str, failure_type: str | None, blocking: bool) -> ReviewItem:
     ftype = run.failure_type or failure_type or FailureCategory.UNCLASSIFIED
     rule = policy.current_snapshot(run.project_id).rule(ftype)
     now = clock.now()
-    return ReviewItem.objects.create(
+    item = ReviewItem.objects.create(
         run=run,
         workflow_id=run.workflow_id,
         project_id=run.project_id,
         reason=reason + (f"\n\nRaw detail: {run.detail}" if run.detail else ""),
         failure_type=ftype,
         signature=signature(run.source, ftype, run.detail),
-        deadline_at=now + timedelta(seconds=rule.review_deadline),
+        # Nothing waits on a repair, so no fallback decides it at a deadline.
+        deadline_at=now + timedelta(seconds=rule.review_deadline) if blocking else None,
         created_at=now,
+        blocking=blocking,
     )
+    owners.assign(item, now)
+    return item
 
 
 def escalate_reported(run: Run, reason: str, actor: Any) -> tuple[ReviewItem, bool]:

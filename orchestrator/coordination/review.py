@@ -33,6 +33,8 @@ def resolution_options(item: ReviewItem, tried: set[str] | None = None) -> list[
     run, wf = item.run, item.workflow
     built_in = wf is not None and wf.is_built_in
     applies = "" if built_in else " The agent's own coordinator applies it."
+    if not item.blocking:
+        return repair_options(item, applies)
     stopped = ""
     if built_in and wf.is_finished:
         stopped = f"The workflow has finished ({wf.get_status_display()}): nothing would run."
@@ -49,6 +51,29 @@ def resolution_options(item: ReviewItem, tried: set[str] | None = None) -> list[
     return [
         ResolutionOption(value, ok, why + (applies if ok else "")) for value, ok, why in options
     ]
+
+
+def repair_options(item: ReviewItem, applies: str) -> list[ResolutionOption]:
+    """A repair item's resolutions: the work went on on another source, so each applies to what
+    comes next, never to a run that waited."""
+    source = item.run.source
+    options = [
+        (
+            Resolution.REENABLE_SOURCE,
+            f"{source} is repaired: clear its hold and its circuit breaker, and let new work "
+            "start on it again.",
+        ),
+        (
+            Resolution.RETRY,
+            f"Re-enable {source} and ask it again for this task; its answer joins the "
+            f"workflow's result.{applies}",
+        ),
+        (
+            Resolution.DISMISS,
+            f"Close this item; {source} stays switched away from until someone re-enables it.",
+        ),
+    ]
+    return [ResolutionOption(value, True, why) for value, why in options]
 
 
 def _switch(item: ReviewItem, tried: set[str] | None) -> tuple[bool, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,10 +13,11 @@ from classifier.taxonomy import UnknownFailureType, parse_failure_type
 from orchestrator.vocabulary import Action, Breaker, FailureCategory, Jitter
 
 C = FailureCategory
-RETRY, WAIT, SWITCH_SOURCE, ACCEPT_PARTIAL, ESCALATE, ABORT = (
+RETRY, WAIT, SWITCH_SOURCE, SWITCH_AND_ESCALATE, ACCEPT_PARTIAL, ESCALATE, ABORT = (
     Action.RETRY,
     Action.WAIT,
     Action.SWITCH_SOURCE,
+    Action.SWITCH_AND_ESCALATE,
     Action.ACCEPT_PARTIAL,
     Action.ESCALATE,
     Action.ABORT,
@@ -159,7 +160,9 @@ class Context:
 class Decision:
     """What to do, why, and under which policy version; `refresh` marks an auth failure's one
     retry after refreshing the credentials. `wait` is a retry whose delay the source set for
-    every caller (its hold or its open breaker), not this failure's own backoff."""
+    every caller (its hold or its open breaker), not this failure's own backoff. `escalate`
+    marks a switch that also asks a person to repair the failing source (the policy's
+    switch_and_escalate): a review item the work does not wait for."""
 
     action: str
     delay_seconds: float
@@ -169,6 +172,7 @@ class Decision:
     failure_type: str = UNCLASSIFIED
     refresh: bool = False
     switch_to: str | None = None
+    escalate: bool = False
 
     @property
     def calls_again(self) -> bool:
@@ -183,6 +187,7 @@ class Decision:
             "policy_version": self.policy_version,
             "refresh": self.refresh,
             "switch_to": self.switch_to,
+            "escalate": self.escalate,
         }
 
 
@@ -400,8 +405,11 @@ def _route_empty_budget(say: _Sayer, ctx: Context, budget: Budget) -> Decision:
 def _exhausted(say: _Sayer, ctx: Context, why: str) -> Decision:
     """Apply the rule's action for when retrying is over, degrading a switch with no source left."""
     action = say.rule.action_when_exhausted
-    if action == SWITCH_SOURCE and ctx.has_alternative:
-        return say.switch(f"{why};")
+    if action in (SWITCH_SOURCE, SWITCH_AND_ESCALATE) and ctx.has_alternative:
+        return say.switch(f"{why};", escalate=action == SWITCH_AND_ESCALATE)
+    if action == SWITCH_AND_ESCALATE:
+        # Only work with no alternative waits for the person.
+        return say.decision(ESCALATE, 0, f"{why} and no other source is left; a human decides")
     if action == SWITCH_SOURCE:
         kept = (
             f"keeping its {ctx.partial_count} partial results"
@@ -424,12 +432,13 @@ class _Sayer:
     attempt: int
     version: int
 
-    def switch(self, why: str) -> Decision:
+    def switch(self, why: str, escalate: bool = False) -> Decision:
         target = self.ctx.switch_to
-        if target is None:
-            return self.decision(SWITCH_SOURCE, 0, f"{why} the next source is tried")
+        repair = f", and a person is asked to repair {self.ctx.source}" if escalate else ""
         whose = ", which the agent suggested," if self.ctx.suggested else ""
-        return self.decision(SWITCH_SOURCE, 0, f"{why} {target}{whose} is tried next")
+        tried = "the next source is tried" if target is None else f"{target}{whose} is tried next"
+        decided = self.decision(SWITCH_SOURCE, 0, f"{why} {tried}{repair}")
+        return replace(decided, escalate=escalate)
 
     def decision(
         self, action: str, delay: float, why: str, cost: float = 0.0, refresh: bool = False

@@ -28,7 +28,7 @@ from orchestrator.models import WebhookDelivery
 
 logger = logging.getLogger(__name__)
 
-DELIVER_TASK = "orchestrator.tasks.deliver_webhook"
+DELIVER_TASK = dispatch.DELIVER_TASK
 SIGNATURE_HEADER = "Failsight-Signature"
 DELIVERY_HEADER = "Failsight-Delivery"
 EVENT_HEADER = "Failsight-Event"
@@ -81,16 +81,8 @@ class Answer:
         )
 
 
-def queue(
-    event: str, url: str, payload: dict[str, Any], sealed_secret: str, **links: Any
-) -> WebhookDelivery:
-    """Write a delivery of `payload` to `url` and the outbox message that sends it after the
-    caller's transaction commits; `links` are the delivery's item and token, if any."""
-    delivery = WebhookDelivery.objects.create(
-        event=event, url=url, payload=payload, sealed_secret=sealed_secret, **links
-    )
-    dispatch.enqueue(DELIVER_TASK, [delivery.pk])
-    return delivery
+# Writing a delivery with its outbox message: `dispatch.queue_webhook`.
+queue = dispatch.queue_webhook
 
 
 def deliver(delivery_id: int) -> str:

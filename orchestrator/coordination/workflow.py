@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from orchestrator.coordination import budget, clock, coverage, dispatch, efficacy, policy, routing
-from orchestrator.coordination.escalation import escalate
+from orchestrator.coordination.escalation import ask_for_repair, escalate
 from orchestrator.coordination.registry import registry
 from orchestrator.models import (
     DEFAULT_PROJECT_ID,
@@ -120,9 +120,17 @@ def step(workflow_id: int, review_item_id: int | None = None) -> str:
 
 
 def _fan_out(wf: Workflow) -> None:
+    sources = repaired_first(registry().sources_for(wf.capability))
     for topic in wf.topics:
-        for source in registry().sources_for(wf.capability)[: wf.breadth]:
+        for source in sources[: wf.breadth]:
             first_attempt(wf, topic, source)
+
+
+def repaired_first(sources: list[str]) -> list[str]:
+    """`sources` in their order, those waiting for a repair (switch and escalate) last: new work
+    and switches go elsewhere first, and to them only when nothing else is left."""
+    disabled = budget.disabled_sources() if sources else set()
+    return [s for s in sources if s not in disabled] + [s for s in sources if s in disabled]
 
 
 def _query(wf: Workflow, topic: str) -> dict[str, Any]:
@@ -213,7 +221,9 @@ def _switch_target(wf: Workflow, run: Run) -> tuple[str | None, bool]:
         wf.sources_tried(run.topic),
         suggestions,
         capability=run.capability or wf.capability or None,
-        prefer=lambda untried: efficacy.ranked(run.source, run.failure_type, untried),
+        prefer=lambda untried: repaired_first(
+            efficacy.ranked(run.source, run.failure_type, untried)
+        ),
     )
 
 
@@ -294,6 +304,8 @@ def decide_reported(run: Run) -> tuple[bool, ReviewItem | None]:
             item = None
             if decision.action == Action.ESCALATE:
                 item = escalate(run, decision.reason, decision.failure_type)
+            elif decision.escalate:
+                item = ask_for_repair(run, decision.reason, decision.failure_type)
             return True, item
     except _Decided:
         run.refresh_from_db()
@@ -308,6 +320,8 @@ def _route(wf: Workflow, run: Run) -> None:
         retry(run, decision.delay_seconds)
     elif decision.action == Action.SWITCH_SOURCE:
         switch(wf, run, decision.switch_to)
+        if decision.escalate:
+            ask_for_repair(run, decision.reason, decision.failure_type)
     elif decision.action == Action.ESCALATE:
         escalate(run, decision.reason, decision.failure_type)
 
@@ -317,7 +331,9 @@ def _apply_resolution(wf: Workflow, item_id: int) -> None:
     if not ReviewItem.objects.mark_continued(item_id, clock.now()):
         return
     item = ReviewItem.objects.select_related("run").get(pk=item_id)
-    if wf.is_finished:
+    if not item.blocking:
+        outcome = _apply_repair(wf, item)
+    elif wf.is_finished:
         outcome = f"The workflow had already finished ({wf.get_status_display()}): nothing ran."
     else:
         outcome = _apply(wf, item)
@@ -345,6 +361,26 @@ def _apply(wf: Workflow, item: ReviewItem) -> str:
     if res == ReviewItem.Resolution.ACCEPT_PARTIAL:
         return f"Stopped; {run.partial_count} partial results kept for {run.topic!r}."
     return f"Stopped this task for good ({run.source}, {run.topic!r})."
+
+
+def _apply_repair(wf: Workflow, item: ReviewItem) -> str:
+    """A repair item's resolution applies to what comes next (the work went on elsewhere): the
+    source is re-enabled by the resolving action; a retry also asks the source again for this
+    task, whose answer the workflow, reopened, takes in."""
+    run, res = item.run, item.resolution
+    source = run.source
+    if res == ReviewItem.Resolution.RETRY:
+        nxt = retry(run, 0)
+        if nxt is None:
+            return f"{source} re-enabled; a next attempt of this task already existed."
+        reopen(wf.pk)
+        wf.refresh_from_db()
+        return f"{source} re-enabled and asked again: run #{nxt.pk} (attempt {nxt.attempt})."
+    if res == ReviewItem.Resolution.REENABLE_SOURCE:
+        return f"{source} re-enabled: new work may start on it again."
+    if res == ReviewItem.Resolution.DISMISS:
+        return f"Dismissed: {source} stays switched away from until it is re-enabled."
+    return f"Nothing to apply: the work went on without {source}."
 
 
 def _settle(wf: Workflow) -> None:
@@ -389,7 +425,7 @@ def finish_external(workflow_id: int) -> Workflow | None:
         running = [r.pk for r in runs if r.is_pending]
         if running:
             raise RunsInFlight(running)
-        if wf.review_items.filter(state__in=ReviewItem.PENDING).exists():
+        if wf.review_items.filter(state__in=ReviewItem.PENDING, blocking=True).exists():
             wf.move_to(Workflow.Status.AWAITING_REVIEW)
             return wf
         cov = coverage.workflow_coverage(wf, runs)

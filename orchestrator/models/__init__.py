@@ -4,6 +4,7 @@ policy edit with its version and audit row) live in `orchestrator.coordination`.
 from orchestrator.models.audit import AuditEntry, actor_label
 from orchestrator.models.beat import BeatTick
 from orchestrator.models.delivery import OutboxMessage, WebhookAttempt, WebhookDelivery
+from orchestrator.models.owners import OwnerGroup, OwnerRule
 from orchestrator.models.policies import (
     PolicyState,
     PolicyVersion,
@@ -42,6 +43,8 @@ __all__ = [
     "BeatTick",
     "FailureType",
     "OutboxMessage",
+    "OwnerGroup",
+    "OwnerRule",
     "PolicyState",
     "PolicyVersion",
     "Price",

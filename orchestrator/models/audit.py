@@ -18,8 +18,18 @@ from orchestrator.vocabulary import Channel
 # belongs to its object's project.
 IN_A_PROJECT = ("run", "workflow", "reviewitem", "apitoken")
 # Every project's configuration (the routing table, overrides, secret filters, prices, and the
-# policy versions restoring them): its entries are every operator's, as the policies page shows.
-SHARED = ("routingpolicy", "provideroverride", "scrubrule", "price", "policyversion")
+# policy versions restoring them, a source re-enabled after its repair, who owns review items):
+# its entries are every operator's, as the policies page shows.
+SHARED = (
+    "routingpolicy",
+    "provideroverride",
+    "scrubrule",
+    "price",
+    "policyversion",
+    "sourcehealth",
+    "ownergroup",
+    "ownerrule",
+)
 
 
 def actor_label(actor: Any) -> str:

@@ -60,6 +60,10 @@ class WebhookDelivery(models.Model):
     class Event(models.TextChoices):
         REVIEW_RESOLVED = "review.resolved"
         ALERT_FIRED = "alert.fired"
+        # To a review item's owner group (`orchestrator.coordination.owners`).
+        REVIEW_OPENED = "review.opened"
+        REVIEW_REMINDER = "review.reminder"
+        REVIEW_MOVED = "review.moved"
 
     class State(models.TextChoices):
         PENDING = "pending"

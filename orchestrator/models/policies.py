@@ -167,7 +167,13 @@ class RoutingFields(models.Model):
 
     EXHAUSTED_ACTIONS = [
         (a.value, a.label)
-        for a in (Action.ESCALATE, Action.SWITCH_SOURCE, Action.ACCEPT_PARTIAL, Action.ABORT)
+        for a in (
+            Action.ESCALATE,
+            Action.SWITCH_SOURCE,
+            Action.SWITCH_AND_ESCALATE,
+            Action.ACCEPT_PARTIAL,
+            Action.ABORT,
+        )
     ]
     REVIEW_FALLBACKS = [(a.value, a.label) for a in (Action.ACCEPT_PARTIAL, Action.ABORT)]
     OVER_BUDGET_ACTIONS = [(a.value, a.label) for a in (Action.ESCALATE, Action.ABORT)]
@@ -413,6 +419,10 @@ class SourceHealth(models.Model):
     not_before = models.DateTimeField(null=True, blank=True)
     # When the hold ending at `not_before` began: a call started in between is an early one.
     hold_from = models.DateTimeField(null=True, blank=True)
+    # Switched away from until a person repairs it (the policy's switch and escalate): new work
+    # starts on the other sources first; the repair item's resolution re-enables it.
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_reason = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -425,3 +435,12 @@ class SourceHealth(models.Model):
     @property
     def budget_empty(self) -> bool:
         return self.budget_tokens < self.retry_cost
+
+    def repair_state(self) -> dict[str, Any]:
+        """What re-enabling changes, for its audit row."""
+        return {
+            "breaker_state": self.breaker_state,
+            "consecutive_failures": self.consecutive_failures,
+            "not_before": self.not_before.isoformat() if self.not_before else None,
+            "disabled_at": self.disabled_at.isoformat() if self.disabled_at else None,
+        }

@@ -45,11 +45,17 @@ class ReviewItemQuerySet(models.QuerySet):
 
     def blocking(self) -> ReviewItemQuerySet:
         """Items that keep a workflow open: waiting for a human, or resolved but not applied yet
-        (a decision committed after a step read the resolutions must not find it settled)."""
-        return self.filter(
+        (a decision committed after a step read the resolutions must not find it settled). An
+        item the work does not wait for (`blocking` false: a repair asked while the work went on
+        on another source) never does."""
+        return self.filter(blocking=True).filter(
             Q(state__in=ReviewItem.PENDING)
             | Q(state=ReviewItem.State.RESOLVED, continued_at__isnull=True)
         )
+
+    def unclaimed_owned(self) -> ReviewItemQuerySet:
+        """Open items an owner group has and nobody claimed: the reminder pass reads them."""
+        return self.filter(state=ReviewItem.State.OPEN, owner_group__isnull=False)
 
     def for_token(self, token: ApiToken) -> ReviewItemQuerySet:
         return self.filter(token=token)
@@ -89,6 +95,9 @@ class ReviewItem(models.Model):
         SWITCH_SOURCE = "switch_source", "switch source"
         ACCEPT_PARTIAL = "accept_partial", "accept partial results"
         ABORT = "abort", "abort"
+        # A repair item's (one that blocks no work): they apply to what comes next.
+        REENABLE_SOURCE = "reenable_source", "re-enable the source"
+        DISMISS = "dismiss", "dismiss"
 
     PENDING = (State.OPEN, State.CLAIMED)
 
@@ -134,6 +143,21 @@ class ReviewItem(models.Model):
         max_length=300, blank=True, help_text="What applying the resolution did (the timeline's)"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    blocking = models.BooleanField(
+        default=True,
+        help_text="Work waits on it. False: the work went on on another source and the item asks "
+        "a person to repair the failing one (the policy's switch and escalate)",
+    )
+    # Who is asked to decide: the first owner rule matching the item, then the group's chain.
+    owner_group = models.ForeignKey(
+        "OwnerGroup", null=True, blank=True, on_delete=models.SET_NULL, related_name="items"
+    )
+    owned_since = models.DateTimeField(
+        null=True, blank=True, help_text="When its owner group got it (reminders count from here)"
+    )
+    reminded_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its owner group was reminded of it"
+    )
     # The token that reported the run picks the resolution up once: by an ack, or by a webhook.
     token = models.ForeignKey(
         ApiToken,
@@ -196,6 +220,12 @@ class ReviewItem(models.Model):
                 fields=["deadline_at"],
                 name="review_pending_deadline",
                 condition=Q(state__in=["open", "claimed"]),
+            ),
+            # the beat task reminding owner groups of unclaimed items and moving them on
+            models.Index(
+                fields=["owned_since"],
+                name="review_unclaimed_owned",
+                condition=Q(state="open", owner_group__isnull=False),
             ),
         ]
 
@@ -312,7 +342,7 @@ class ReviewItem(models.Model):
             group = (
                 ReviewItem.objects.with_signature(self.signature)
                 .resolvable_by(user)
-                .filter(project_id=self.project_id)
+                .filter(project_id=self.project_id, blocking=self.blocking)
             )
             items += list(group.exclude(pk=self.pk))
         changes = dict(
@@ -366,4 +396,5 @@ class ReviewItem(models.Model):
             "assignee": self.assignee_id,
             "edited_input": self.edited_input,
             "fallback_applied": self.fallback_applied,
+            "blocking": self.blocking,
         }

@@ -169,11 +169,19 @@ class DecisionOut(Schema):
     switch_to: str | None = Field(
         None, description="switch_source only: the source to try next, when one is known"
     )
+    escalate: bool = Field(
+        False,
+        description="switch_source only: the policy says switch and escalate; the work goes on "
+        "on `switch_to` while a review item (`review`, with `run`) asks a person to repair the "
+        "failing source. Nothing waits for it.",
+    )
     run: int | None = Field(None, description="The run the decision is recorded on, if any")
     budget_spent: float = Field(0.0, description="Retry-budget tokens this decision took")
     decided_at: datetime | None = Field(None, description="When the recorded decision was taken")
     review: ReviewRefOut | None = Field(
-        None, description="escalate with a run: the review item it opened (or that is open)"
+        None,
+        description="escalate with a run: the review item it opened (or that is open); "
+        "switch_source with escalate: the repair item",
     )
 
 

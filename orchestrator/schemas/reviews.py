@@ -44,6 +44,11 @@ class ReviewOut(Schema):
     run: int
     workflow: int | None
     reason: str
+    blocking: bool = Field(
+        True,
+        description="Work waits on it; false: a repair of the failing source, asked while the "
+        "work went on on another (the policy's switch_and_escalate)",
+    )
     resolution: ResolutionOut | None
     delivered_at: datetime | None = Field(description="When the agent picked the resolution up")
 
@@ -59,6 +64,9 @@ class ReviewFilters(Schema):
     state: ReviewItem.State | None = None
     delivered: bool | None = Field(
         None, description="false: resolutions not acknowledged yet (POST /reviews/{id}/ack)"
+    )
+    blocking: bool | None = Field(
+        None, description="true: only items work waits on; false: only repairs nothing waits on"
     )
     all_tokens: bool = Field(
         False,

@@ -238,6 +238,7 @@ def test_a_resolution_reads_in_the_documented_shape(client, auth_headers, operat
         "run": run_id,
         "workflow": None,
         "reason": open_["reason"],
+        "blocking": True,
         "resolution": None,
         "delivered_at": None,
     }

@@ -214,3 +214,17 @@ def _with(policy: RoutingPolicy, **fields) -> RoutingPolicy:
     for name, value in fields.items():
         setattr(policy, name, value)
     return policy
+
+
+def test_switch_and_escalate_is_an_action_edited_like_the_others(policy_editor, editor_client):
+    policy = RoutingPolicy.objects.get(failure_type="auth_failure")
+    edit = reverse("dashboard:policy_edit", args=[policy.pk])
+    assert 'value="switch_and_escalate"' in editor_client.get(edit, **HX).content.decode()
+    response = editor_client.post(
+        edit, form_of(policy, action_when_exhausted="switch_and_escalate", note="go on"), **HX
+    )
+    assert response.status_code == 200 and "switch and escalate" in response.content.decode()
+    policy.refresh_from_db()
+    assert policy.action_when_exhausted == "switch_and_escalate"
+    entry = AuditEntry.objects.get(object_type="routingpolicy", object_id=str(policy.pk))
+    assert entry.after["action_when_exhausted"] == "switch_and_escalate"

@@ -195,7 +195,9 @@ def test_the_queue_costs_the_same_queries_with_3_or_300_open_items(
             signature=f"sig-{i % 9}",
             workflow=wf if i % 2 else None,
         )
-    assert queries() == few
+    # No more; one less, as the first page is no longer the last of the items work waits on,
+    # which goes on with the first repairs (`queue.blocked_first`).
+    assert queries() in (few, few - 1)
 
 
 def test_every_link_to_an_item_opens_its_own_page(queue, operator_client):
@@ -295,6 +297,8 @@ def test_resolution_labels_are_lowercase_and_from_the_enum(db):
         "switch_source": "switch source",
         "accept_partial": "accept partial results",
         "abort": "abort",
+        "reenable_source": "re-enable the source",
+        "dismiss": "dismiss",
     }
 
 
