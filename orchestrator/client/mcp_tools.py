@@ -33,7 +33,8 @@ SERVER_NAME = "failsight"
 INSTRUCTIONS = """\
 Failsight routes your subagents' failures. Report each tool call you make as a run (report_run:
 start it, then finish it with its outcome envelope). When one fails, ask `decide` what to do:
-retry after delay_seconds, wait (the source holds every caller back), switch_source to switch_to,
+retry after delay_seconds (refresh true: refresh your credentials first, then retry once; say
+can_refresh when you can), wait (the source holds every caller back), switch_source to switch_to,
 accept_partial, escalate (a human decides: `escalate`, then `wait_for_resolution`, apply the
 resolution, then `ack` it) or abort. After a restart, `list_resolutions` gives the resolutions
 you have not acknowledged yet. Failure types: transient, rate_limited, auth_failure,
@@ -226,12 +227,17 @@ class Tools:
         tried: Annotated[
             list[str] | None, Field(description="Sources already tried: never proposed")
         ] = None,
+        can_refresh: Annotated[
+            bool, Field(description="You can refresh your own credentials (an auth failure)")
+        ] = False,
     ) -> Answer:
         """What to do after a failure: a failed run's id (the decision is recorded on it, once)
         or a failure and its source. Answers action (retry, wait, switch_source, accept_partial,
-        escalate, abort), reason, delay_seconds, switch_to, and review for an escalation."""
+        escalate, abort), reason, delay_seconds, switch_to, and review for an escalation; a retry
+        with refresh true: refresh your credentials, then retry once."""
         body = {"run": run_id, "failure": failure, "attempt": attempt}
         body |= {"source": source, "workflow": workflow, "tried": tried}
+        body |= {"can_refresh": can_refresh or None}
         return self.backend().decide({k: v for k, v in body.items() if v not in (None, [])})
 
     def escalate(
