@@ -53,6 +53,7 @@ SOURCES = {
 # A service credential: never expires.
 SERVICE_KEYS = {"internal_db"}
 PAGE_SIZE = 3
+MODEL = "demo-reader-small"  # the model every answer reports its usage for (demo/prices.py)
 DEFAULT_MIX = (
     "ok:3=34,ok:5=8,empty=8,slow:4=4,drop=4,garbled=2,http:429:2=5,http:429:3=2,"
     "http:500=3,http:503=3,http:503:2=1,http:529=2,http:404=5,http:422=2,http:403=1,"
@@ -314,7 +315,15 @@ class Handler(BaseHTTPRequestHandler):
             }
             for i in range(count)
         ]
-        return {"source": source, "page": page, "results": results, "next_page": nxt}
+        # What reading the page took the provider's model, as an LLM API reports it.
+        usage = {"model": MODEL, "input_tokens": 120 + 4 * len(query), "output_tokens": 45 * count}
+        return {
+            "source": source,
+            "page": page,
+            "results": results,
+            "next_page": nxt,
+            "usage": usage,
+        }
 
     def send_error_status(self, status: int, retry_after: str = "") -> None:
         headers = {}
