@@ -165,7 +165,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--every",
             type=float,
-            default=float(env("FAILSIGHT_DEMO_EVERY", "5")),
+            default=float(env("FAILSIGHT_DEMO_EVERY", "10")),
             help="Seconds between two workflows of the stream (0: the tour only).",
         )
         parser.add_argument("--no-worker", action="store_true", help="Do not start a worker")
