@@ -277,6 +277,9 @@ def refreshed_tile(
         sub="auth failures refreshed and retried once instead of waiting for a human"
         if count
         else "no auth failure needed a refresh",
+        # The auth failures' groups: those refreshed and those that still wait for a person.
+        groups=groups_url(window, failure_type=FailureType.AUTH_FAILURE),
+        groups_label="auth groups",
     )
 
 
