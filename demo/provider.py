@@ -55,8 +55,8 @@ SERVICE_KEYS = {"internal_db"}
 PAGE_SIZE = 3
 MODEL = "demo-reader-small"  # the model every answer reports its usage for (demo/prices.py)
 # The faults only a person can settle (a garbled body nobody can classify, a 403 no refresh
-# cures) are rare, as in a healthy deployment: the review queue stays short (about 20 open items
-# after an hour of `make run`), while every other fault keeps the coordinator busy.
+# cures) are rare, as in a healthy deployment, while every other fault keeps the coordinator busy.
+# A 403 sticks to its (source, query), so the same queries meet it again as the stream goes on.
 DEFAULT_MIX = (
     "ok:3=136,ok:5=32,empty=32,slow:4=16,drop=16,garbled=2,http:429:2=20,http:429:3=8,"
     "http:500=12,http:503=12,http:503:2=4,http:529=8,http:404=20,http:422=8,http:403=1,"
