@@ -73,6 +73,7 @@ FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
         "failures retried although they said a retry cannot help",
         RunQuerySet.futile_retries,
     ),
+    "refreshed": ("auth failures retried after refreshing the credentials", RunQuerySet.refreshed),
     "retrying": ("retries waiting for their due time", RunQuerySet.retrying),
     "in_flight": ("runs in flight (started, not finished)", RunQuerySet.in_flight),
     # The Costs page's sets (`insights.costs`): each amount there sums the runs its flag lists.

@@ -28,6 +28,7 @@ class RoutingPolicyForm(forms.ModelForm):
             "review_deadline",
             "review_fallback",
             "over_budget_action",
+            "refresh_credentials",
         ]
         widgets = {
             "base_delay": forms.NumberInput(attrs={"step": "any"}),

@@ -238,6 +238,7 @@ def attention_tiles(
             groups_label="grouped",
         ),
         pickup_tile(projects),
+        refreshed_tile(window, start, projects),
         Tile(
             "degraded",
             "Workflows degraded",
@@ -260,6 +261,26 @@ def attention_tiles(
             groups=groups_url(window, source=names) if names else "",
         ),
     ]
+
+
+def refreshed_tile(
+    window: Window, start: datetime, projects: tuple[int, ...] | None = None
+) -> Tile:
+    """Auth failures answered "refresh the credentials, then retry once" in the window (by the
+    built-in coordinator or an agent's own), instead of waiting for a human."""
+    count = _of(Run.objects.refreshed().filter(created_at__gte=start), projects).count()
+    return Tile(
+        "refreshed",
+        "Credentials refreshed",
+        f"{count:,}",
+        runs_url(window, flag="refreshed") if count else "",
+        sub="auth failures refreshed and retried once instead of waiting for a human"
+        if count
+        else "no auth failure needed a refresh",
+        # The auth failures' groups: those refreshed and those that still wait for a person.
+        groups=groups_url(window, failure_type=FailureType.AUTH_FAILURE),
+        groups_label="auth groups",
+    )
 
 
 def pickup_tile(projects: tuple[int, ...] | None = None) -> Tile:

@@ -6,8 +6,12 @@
 
 The token comes from the environment only: a command line is readable by anyone in `ps`.
 
-Its first job's key is always stale, a real 401 with no refresher: the escalation waits in the
-review queue, and the agent acts on `client.resolutions()` without ever blocking on it.
+Half its jobs start with a stale key, a real 401. The agent refreshes its own credentials: the
+client holds its refresher, so Failsight answers such a failure "refresh, then retry once" and
+the client fetches a new key before the retry. Only the first refresh is refused by the key
+service (the account needs an operator): that escalation waits in the review queue, and the agent
+acts on `client.resolutions()` without ever blocking on it. Each lookup reports the tokens the
+provider's model used for it (its answers' `usage`), which the price table prices.
 
 Nothing the provider or Failsight answers stops it. A lookup that fails in any way (a status, a
 dropped connection, a body that is not JSON) is a run it reports and routes like any other. When
@@ -47,6 +51,7 @@ MAX_ATTEMPTS = 4
 MAX_PAGES = 10
 USER_AGENT = f"{AGENT}/1"  # the provider counts its answers per caller
 PAUSES = (1.0, 30.0)  # after Failsight failed: the first wait, the longest
+REFUSED_REFRESHES = 1  # the key service refuses the agent's first refresh
 # What a failing Failsight raises through the client: ClientError once the client gave up, the
 # JSON parser's ValueError for a body that is not JSON, the others for JSON of another shape.
 FAILSIGHT_ERRORS = (ClientError, httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError)
@@ -66,6 +71,7 @@ class Lookup:
     envelope: dict[str, Any] | None = None
     stored: dict[str, Any] | None = None
     partial: list[Any] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)  # the pages' usage, added up
 
     @property
     def shown(self) -> dict[str, Any]:
@@ -107,6 +113,8 @@ class ExternalAgent:
         self.planned: tuple[list[str], str, bool, str] | None = None
         self.stop = stop or threading.Event()
         self.counts: Counter[str] = Counter()
+        self.refusals_left = REFUSED_REFRESHES
+        client.refresher = self.refresh_key  # the client calls it when Failsight says refresh
 
     # The tool: the provider's internal database
 
@@ -115,6 +123,15 @@ class ExternalAgent:
         response.raise_for_status()
         self.key = response.json()["api_key"]
         return self.key
+
+    def refresh_key(self) -> None:
+        """The agent's own credential refresher: a new key from the key service (which refuses
+        the first refresh: an operator has to look at the account)."""
+        self.counts["refreshes"] += 1
+        if self.refusals_left > 0:
+            self.refusals_left -= 1
+            raise PermissionError("the key service refused: crm-agent's account needs an operator")
+        self.fresh_key()
 
     def lookup(self, lookup: Lookup) -> list[Any]:
         """Page through the account's records; what each page gave is kept in `partial`."""
@@ -132,6 +149,7 @@ class ExternalAgent:
             response.raise_for_status()
             body = response.json()
             items = list(body["results"])
+            _add_usage(lookup.usage, body.get("usage"))
             lookup.partial.extend(items)
             results.extend(items)
             page = body.get("next_page")
@@ -214,7 +232,9 @@ class ExternalAgent:
         if lookup.envelope is None:
             lookup.envelope = self.call_tool(lookup)
         if lookup.stored is None:
-            lookup.stored = self.client.finish(lookup.run["id"], lookup.envelope)
+            lookup.stored = self.client.finish(
+                lookup.run["id"], lookup.envelope, usage=lookup.usage or None
+            )
             self.counts[f"reported:{lookup.stored.get('failure_type') or 'ok'}"] += 1
         if lookup.envelope["status"] != "ok":
             self.follow(job, lookup, self.client.decide(lookup.run["id"]))
@@ -223,7 +243,9 @@ class ExternalAgent:
         run = lookup.run or {}
         if decision["action"] in ("retry", "wait") and lookup.attempt < MAX_ATTEMPTS:
             due = time.monotonic() + float(decision.get("delay_seconds") or 0)
-            retry = Lookup(lookup.topic, lookup.query, lookup.attempt + 1, lookup.first, due)
+            # Refreshed (the client called `refresh_key`): the retry goes with the new key.
+            query = lookup.query | {"api_key": ""} if decision.get("refresh") else lookup.query
+            retry = Lookup(lookup.topic, query, lookup.attempt + 1, lookup.first, due)
             job.todo.append(retry)
         elif decision["action"] == "escalate" and decision.get("review"):
             item = decision["review"]["id"]
@@ -292,9 +314,22 @@ class ExternalAgent:
         c = self.counts
         return (
             f"crm-agent: {c['jobs']} jobs ({c['jobs_settled']} settled), {c['lookups']} lookups "
-            f"reported ({reported or 'none'}), {c['refused']} refused, "
+            f"reported ({reported or 'none'}), {c['refreshes']} key refreshes, "
+            f"{c['refused']} refused, "
             f"Failsight failed {c['failsight_errors']} times"
         )
+
+
+def _add_usage(total: dict[str, Any], usage: Any) -> None:
+    """Add one answer's `usage` (a model and its token counts) to a lookup's."""
+    if not isinstance(usage, dict):
+        return
+    if isinstance(usage.get("model"), str):
+        total["model"] = usage["model"]
+    for name in ("input_tokens", "output_tokens"):
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            total[name] = total.get(name, 0) + value
 
 
 def main(argv: list[str] | None = None) -> int:

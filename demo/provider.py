@@ -53,10 +53,14 @@ SOURCES = {
 # A service credential: never expires.
 SERVICE_KEYS = {"internal_db"}
 PAGE_SIZE = 3
+MODEL = "demo-reader-small"  # the model every answer reports its usage for (demo/prices.py)
+# The faults only a person can settle (a garbled body nobody can classify, a 403 no refresh
+# cures) are rare, as in a healthy deployment, while every other fault keeps the coordinator busy.
+# A 403 sticks to its (source, query), so the same queries meet it again as the stream goes on.
 DEFAULT_MIX = (
-    "ok:3=34,ok:5=8,empty=8,slow:4=4,drop=4,garbled=2,http:429:2=5,http:429:3=2,"
-    "http:500=3,http:503=3,http:503:2=1,http:529=2,http:404=5,http:422=2,http:403=1,"
-    "partial:2:drop=3,partial:3:http:503=2"
+    "ok:3=136,ok:5=32,empty=32,slow:4=16,drop=16,garbled=2,http:429:2=20,http:429:3=8,"
+    "http:500=12,http:503=12,http:503:2=4,http:529=8,http:404=20,http:422=8,http:403=1,"
+    "partial:2:drop=12,partial:3:http:503=8"
 )
 STICKY = {"403", "404", "422"}
 NO_ROUTE = {"error": {"type": "not_found_error", "message": "No route"}}
@@ -314,7 +318,15 @@ class Handler(BaseHTTPRequestHandler):
             }
             for i in range(count)
         ]
-        return {"source": source, "page": page, "results": results, "next_page": nxt}
+        # What reading the page took the provider's model, as an LLM API reports it.
+        usage = {"model": MODEL, "input_tokens": 120 + 4 * len(query), "output_tokens": 45 * count}
+        return {
+            "source": source,
+            "page": page,
+            "results": results,
+            "next_page": nxt,
+            "usage": usage,
+        }
 
     def send_error_status(self, status: int, retry_after: str = "") -> None:
         headers = {}

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count
 
+from insights import costs
 from orchestrator.coordination.workflow import start_workflow
 from orchestrator.models import ReviewItem, Run, Workflow
 
@@ -122,3 +124,19 @@ def summary() -> str:
         f"workflows {sum(flows.values())} ({flows['succeeded'] + flows['degraded']} done · "
         f"{flows['awaiting_review']} awaiting review) · review queue {open_reviews}"
     )
+
+
+def figures(since: datetime) -> str:
+    """What the run came to since `since`: the review items still open (waiting for a person),
+    and spend, wasted spend and time lost to failures as the Costs page counts them."""
+    report = costs.report(since)
+    total, currency = report.total, report.currency
+    open_reviews = ReviewItem.objects.filter(state__in=ReviewItem.PENDING).count()
+    return (
+        f"open review items {open_reviews} · spend {total.spend:,.2f} {currency} · "
+        f"wasted spend {total.wasted:,.2f} {currency} · time lost {_hours(total.lost)}"
+    )
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"

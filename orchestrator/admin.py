@@ -136,6 +136,7 @@ class RoutingPolicyAdmin(PolicyAuditMixin, ScopedAdmin):
         "jitter",
         "action_when_exhausted",
         "hard_fail",
+        "refresh_credentials",
         "review_deadline",
         "review_fallback",
         "updated_at",

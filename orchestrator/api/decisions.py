@@ -74,6 +74,13 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
     goes to (the capability's next untried source, else an alternative the failure suggested
     that names a registered source).
 
+    `refresh: true` (on a `retry`) says: refresh your credentials, then retry once at once. An
+    auth failure gets it when the policy refreshes credentials first and either the source has a
+    refresher registered here or the agent can refresh its own: it says so with
+    `can_refresh: true`, or its failure suggests it (`alternatives_suggested: ["refresh
+    credentials"]`). The same task's auth failure at a later attempt (or, with `run`, right after
+    the refreshed one) is escalated as the policy says.
+
     A decision on another token's run takes `act:all`; naming another token's `workflow`,
     `read:all` (else 404, as for an unknown id)."""
     return decision(request.auth, payload, request.build_absolute_uri)
@@ -103,7 +110,13 @@ def decision(token: ApiToken, payload: DecisionIn, absolute: Absolute) -> dict[s
         has_alternative=target is not None,
         switch_to=target,
         suggested=suggested,
-        can_refresh=registry().has_refresher(payload.source),
+        can_refresh=(
+            payload.can_refresh
+            or registry().has_refresher(payload.source)
+            or routing.offers_refresh(failure.alternatives)
+        ),
+        # An agent refreshes once per task: an auth failure after its first attempt follows one.
+        refreshed=failure.failure_type == FailureCategory.AUTH_FAILURE and payload.attempt > 1,
         partial_count=len(failure.partial_results),
         project_id=token.project_id,
     )
@@ -130,7 +143,7 @@ def _decide_on_run(token: ApiToken, payload: DecisionIn, absolute: Absolute) -> 
                 _nothing_to_decide(run),
                 alternatives=["report the run's outcome first (PATCH /runs/{id})"],
             )
-        _, item = decide_reported(run)
+        _, item = decide_reported(run, payload.can_refresh)
     elif run.decision == Action.ESCALATE:
         item = run.review_items.order_by("-id").first()
     elif run.decision == Action.SWITCH_SOURCE and run.signature:

@@ -119,8 +119,12 @@ class AgentClient:
         batch_size: int = 100,
         flush_interval: float = 1.0,
         flush_timeout: float = 5.0,
+        refresher: Callable[[], Any] | None = None,
     ) -> None:
         """`classifier`, if given, replaces the one holding the server's overrides.
+
+        `refresher`, if given, refreshes the agent's own credentials: `decide` then tells the
+        server it can, and calls it when the decision says `refresh` (see `decide`).
 
         `strict` reports each tracked run synchronously (raising if that fails). Otherwise a
         thread sends them in batches, spools them to `spool_path` while the server is unreachable,
@@ -143,6 +147,7 @@ class AgentClient:
         self._policy_lock = threading.Lock()
         self._policy_failed_at: float | None = None
         self.strict = strict
+        self.refresher = refresher
         self.reporter: Reporter | None = None
         if not strict:
             self.reporter = Reporter(
@@ -199,13 +204,37 @@ class AgentClient:
         tried: list[str] | None = None,
     ) -> dict[str, Any]:
         """Ask what to do after a failure. With `run_id` the decision is recorded on the run
-        once; without, `failure` and `source` say what failed and nothing is recorded."""
+        once; without, `failure` and `source` say what failed and nothing is recorded.
+
+        With a `refresher`, an auth failure may be answered `retry` with `refresh: true`: the
+        refresher is called here, and the caller retries once (an auth failure again is then
+        escalated by the server). A refresher that raises turns the answer into `escalate`
+        (with `run_id`, the run is sent to review and the answer carries `review`)."""
         failure = self.scrubbed(failure) if failure else failure
         body = {"run": run_id, "failure": failure, "attempt": attempt, "source": source}
         body |= {"workflow": workflow, "tried": tried or []}
-        return self._request(
+        body |= {"can_refresh": True if self.refresher is not None else None}
+        answer = self._request(
             "POST", "/decisions", json={k: v for k, v in body.items() if v not in (None, [])}
         )
+        if answer.get("refresh") and self.refresher is not None:
+            answer = self._refreshed(answer, run_id)
+        return answer
+
+    def _refreshed(self, answer: dict[str, Any], run_id: int | None) -> dict[str, Any]:
+        """Call the refresher a decision asked for; an `escalate` answer if it raised."""
+        try:
+            self.refresher()  # type: ignore[misc]
+        except Exception as exc:  # whatever the agent's refresher raises, a human decides
+            why = f"refreshing the credentials failed ({type(exc).__name__}: {exc})"
+            logger.warning("%s; escalating", why)
+            escalated = answer | {"action": "escalate", "refresh": False, "delay_seconds": 0.0}
+            escalated["reason"] = f"{answer.get('reason', '')} But {why}, so a human decides."
+            if run_id is not None:
+                review = self.escalate(run_id, why)
+                escalated["review"] = {"id": review.id, "url": review.url}
+            return escalated
+        return answer
 
     def start(
         self,

@@ -33,7 +33,8 @@ SERVER_NAME = "failsight"
 INSTRUCTIONS = """\
 Failsight routes your subagents' failures. Report each tool call you make as a run (report_run:
 start it, then finish it with its outcome envelope). When one fails, ask `decide` what to do:
-retry after delay_seconds, wait (the source holds every caller back), switch_source to switch_to
+retry after delay_seconds (refresh true: refresh your credentials first, then retry once; say
+can_refresh when you can), wait (the source holds every caller back), switch_source to switch_to
 (with escalate true, a person is asked to repair the failing source meanwhile: go on),
 accept_partial, escalate (a human decides: `escalate`, then `wait_for_resolution`, apply the
 resolution, then `ack` it) or abort. After a restart, `list_resolutions` gives the resolutions
@@ -227,14 +228,18 @@ class Tools:
         tried: Annotated[
             list[str] | None, Field(description="Sources already tried: never proposed")
         ] = None,
+        can_refresh: Annotated[
+            bool, Field(description="You can refresh your own credentials (an auth failure)")
+        ] = False,
     ) -> Answer:
         """What to do after a failure: a failed run's id (the decision is recorded on it, once)
         or a failure and its source. Answers action (retry, wait, switch_source, accept_partial,
         escalate, abort), reason, delay_seconds, switch_to, escalate (a switch_source that also
         asks a person to repair the source; nothing waits for it), and review for an escalation
-        or that repair."""
+        or that repair; a retry with refresh true: refresh your credentials, then retry once."""
         body = {"run": run_id, "failure": failure, "attempt": attempt}
         body |= {"source": source, "workflow": workflow, "tried": tried}
+        body |= {"can_refresh": can_refresh or None}
         return self.backend().decide({k: v for k, v in body.items() if v not in (None, [])})
 
     def escalate(

@@ -194,7 +194,13 @@ def _call_source(run: Run, delivery: int, run_clock: Clock) -> tuple[dict[str, A
         envelope = {"status": "error", "failure_type": FailureCategory.UNCLASSIFIED}
         return envelope | {"detail": detail}, 0
     if source.refresher and run.previous_failure_type() == FailureCategory.AUTH_FAILURE:
-        source.refresher()
+        try:
+            source.refresher()
+        except Exception as exc:  # a refresh that fails is this attempt's auth failure
+            logger.warning("run %s: refreshing the credentials of %s failed", run.pk, run.source)
+            detail = f"Refreshing the credentials of {run.source} failed: {exc!r}"
+            envelope = {"status": "error", "failure_type": FailureCategory.AUTH_FAILURE}
+            return envelope | {"detail": detail[:2000], "retryable": False}, 0
     wf = run.workflow
     faults = (wf.input or {}).get("faults", {})
     query = run.attempted | {

@@ -30,7 +30,9 @@ UNCLASSIFIED_MAX_ATTEMPTS = 2
 DEFAULT_RULES: dict[str, dict[str, Any]] = {
     C.TRANSIENT: dict(max_attempts=4, base_delay=1.0, max_delay=30.0, multiplier=2.0),
     C.RATE_LIMITED: dict(max_attempts=4, base_delay=2.0, max_delay=120.0, multiplier=2.0),
-    C.AUTH_FAILURE: dict(max_attempts=1, hard_fail=True, action_when_exhausted=ESCALATE),
+    C.AUTH_FAILURE: dict(
+        max_attempts=1, hard_fail=True, action_when_exhausted=ESCALATE, refresh_credentials=True
+    ),
     C.RESOURCE_MISSING: dict(max_attempts=1, hard_fail=True),
     C.INVALID_INPUT: dict(
         max_attempts=1, hard_fail=True, action_when_exhausted=ABORT, review_fallback=ABORT
@@ -66,6 +68,14 @@ _JITTER_PHRASES = {
 PROVIDER = "the provider"
 
 
+def offers_refresh(alternatives: Any) -> bool:
+    """Whether a failure's own suggestions say its agent can refresh its credentials (the
+    envelope's `alternatives_suggested: ["refresh credentials"]`)."""
+    if not isinstance(alternatives, list | tuple):
+        return False
+    return any(isinstance(a, str) and "refresh" in a.lower() for a in alternatives)
+
+
 @dataclass(frozen=True)
 class Rule:
     failure_type: str
@@ -81,6 +91,8 @@ class Rule:
     # What a failure on a source (or of an agent) past its daily spend limit gets instead of a
     # call that would spend more (a retry, a wait, a switch): a human's decision, or the end.
     over_budget_action: str = ESCALATE
+    # An auth failure whose caller can refresh its credentials is refreshed, then retried once.
+    refresh_credentials: bool = False
 
     @classmethod
     def from_data(cls, row: Mapping[str, Any]) -> Rule:
@@ -291,7 +303,7 @@ def _route(
     rng: Callable[[], float],
 ) -> Decision:
     if facts.failure_type == C.AUTH_FAILURE:
-        return _route_auth(say, ctx)
+        return _route_auth(say, rule, ctx)
     if rule.hard_fail:
         return _exhausted(say, ctx, "the same request cannot succeed, so it is not retried")
     if facts.retryable is False:
@@ -300,16 +312,17 @@ def _route(
     return _route_retryable(say, facts, rule, attempt, budget, ctx, now, rng)
 
 
-def _route_auth(say: _Sayer, ctx: Context) -> Decision:
-    if ctx.can_refresh and not ctx.refreshed:
+def _route_auth(say: _Sayer, rule: Rule, ctx: Context) -> Decision:
+    if rule.refresh_credentials and ctx.can_refresh and not ctx.refreshed:
         # Not a blind retry: the credentials change.
         why = "refreshing its credentials once, then retrying at once with the new ones"
         return say.decision(RETRY, 0, why, refresh=True)
-    why = (
-        "refreshing its credentials did not help"
-        if ctx.refreshed
-        else "no credential refresher is registered for it"
-    )
+    if ctx.refreshed:
+        why = "refreshing its credentials did not help"
+    elif not ctx.can_refresh:
+        why = "no credential refresher is registered for it, nor did its agent offer one"
+    else:
+        why = "the policy does not refresh credentials first"
     return _exhausted(say, ctx, f"{why}, and a blind retry cannot succeed")
 
 

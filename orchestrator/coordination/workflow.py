@@ -227,7 +227,9 @@ def _switch_target(wf: Workflow, run: Run) -> tuple[str | None, bool]:
     )
 
 
-def route_context(wf: Workflow | None, run: Run) -> routing.Context:
+def route_context(wf: Workflow | None, run: Run, agent_refreshes: bool = False) -> routing.Context:
+    """The facts routing reads about `run`; `agent_refreshes`: its agent said it can refresh its
+    credentials (as the run's own alternatives may say), beside a refresher registered here."""
     reg = registry()
     target, suggested = _switch_target(wf, run) if wf is not None else (None, False)
     auth = FailureCategory.AUTH_FAILURE
@@ -237,7 +239,11 @@ def route_context(wf: Workflow | None, run: Run) -> routing.Context:
         has_alternative=target is not None,
         switch_to=target,
         suggested=suggested,
-        can_refresh=reg.has_refresher(run.source),
+        can_refresh=(
+            agent_refreshes
+            or reg.has_refresher(run.source)
+            or (run.is_reported and routing.offers_refresh(run.alternatives))
+        ),
         refreshed=refreshed,
         partial_count=run.partial_count,
         poisoned=run.deliveries > settings.RUN_MAX_DELIVERIES,
@@ -246,13 +252,14 @@ def route_context(wf: Workflow | None, run: Run) -> routing.Context:
     )
 
 
-def decide_for(wf: Workflow | None, run: Run) -> routing.Decision:
+def decide_for(wf: Workflow | None, run: Run, agent_refreshes: bool = False) -> routing.Decision:
     """Decide about a failed run with the current policy, paying the retry budget if it retries."""
     facts = {"failure_type": run.failure_type, "retry_after": run.retry_after}
     facts |= {"status_code": run.status_code, "retryable": run.retryable}
     if run.retryable is False:
         facts["retryable_by"] = retryable_by(run)
-    return budget.decide(facts, run.attempt, route_context(wf, run), now=clock.now())
+    context = route_context(wf, run, agent_refreshes)
+    return budget.decide(facts, run.attempt, context, now=clock.now())
 
 
 def retryable_by(run: Run) -> str:
@@ -282,6 +289,7 @@ def record(run: Run, decision: routing.Decision) -> bool:
         delay=decision.delay_seconds,
         budget_spent=decision.budget_cost if decision.calls_again else 0.0,
         switch_to=decision.switch_to,
+        refresh=decision.refresh,
         now=clock.now(),
     )
 
@@ -290,15 +298,15 @@ class _Decided(Exception):
     """Another request recorded the run's decision first: undo what this one spent."""
 
 
-def decide_reported(run: Run) -> tuple[bool, ReviewItem | None]:
+def decide_reported(run: Run, agent_refreshes: bool = False) -> tuple[bool, ReviewItem | None]:
     """Decide about an agent's failed run and store it once; return whether this call decided
-    and the review item an escalation opened.
+    and the review item an escalation opened (`agent_refreshes`: as `route_context` reads it).
 
     One transaction: a concurrent loser of the conditional update rolls back its budget spend.
     """
     try:
         with transaction.atomic():
-            decision = decide_for(run.workflow, run)
+            decision = decide_for(run.workflow, run, agent_refreshes)
             if not record(run, decision):
                 raise _Decided
             item = None

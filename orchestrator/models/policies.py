@@ -203,6 +203,11 @@ class RoutingFields(models.Model):
         help_text="What a failure gets instead of a retry, a wait or a switch once its source or "
         "its agent is past its daily spend budget",
     )
+    refresh_credentials = models.BooleanField(
+        default=False,
+        help_text="An auth failure whose caller can refresh its credentials (a source with a "
+        "refresher, an agent that says it can) is refreshed and retried once before anything else",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -230,6 +235,7 @@ class RoutingFields(models.Model):
             "review_deadline": self.review_deadline,
             "review_fallback": self.review_fallback,
             "over_budget_action": self.over_budget_action,
+            "refresh_credentials": self.refresh_credentials,
         }
 
 

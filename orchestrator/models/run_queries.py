@@ -74,6 +74,8 @@ class RunSets:
         & Q(retryable=False, decision=Action.RETRY)
         & ~Q(failure_type=FailureCategory.AUTH_FAILURE)
     )
+    # Failures retried after refreshing their credentials (`Run.decision_refresh`).
+    REFRESHED = Q(decision_refresh=True)
     RETRYING = Q(status=RunStatus.QUEUED, retry_of__isnull=False, due_at__isnull=False)
 
 
@@ -135,6 +137,9 @@ class RunQuerySet(models.QuerySet):
 
     def futile_retries(self) -> RunQuerySet:
         return self.filter(RunSets.FUTILE_RETRIES)
+
+    def refreshed(self) -> RunQuerySet:
+        return self.filter(RunSets.REFRESHED)
 
     def retrying(self) -> RunQuerySet:
         """Queued retries waiting for their due time."""

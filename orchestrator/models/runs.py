@@ -121,6 +121,9 @@ class Run(models.Model):
         null=True, blank=True, help_text="Retry-budget tokens the decision took"
     )
     switch_to = models.CharField(max_length=100, blank=True, help_text="A switch's next source")
+    decision_refresh = models.BooleanField(
+        default=False, help_text="A retry after refreshing the credentials (an auth failure's one)"
+    )
     due_at = models.DateTimeField(null=True, blank=True, help_text="When a queued retry may run")
 
     created_at = models.DateTimeField(default=timezone.now)
@@ -292,6 +295,10 @@ class Run(models.Model):
                 name="run_switched_from",
                 condition=Q(switched_from__isnull=False),
             ),
+            # the credentials refreshed in a window (the overview's tile): the few auth failures
+            models.Index(
+                fields=["created_at"], name="run_refreshed", condition=Q(decision_refresh=True)
+            ),
             # the total of values filtered as secrets (/metrics): the few runs that held any
             models.Index(
                 fields=["created_at"],
@@ -444,9 +451,11 @@ class Run(models.Model):
         delay: float | None = None,
         budget_spent: float = 0.0,
         switch_to: str | None = None,
+        refresh: bool = False,
         now: datetime | None = None,
     ) -> bool:
-        """Write the routing decision on this finished run, once; False if it already had one."""
+        """Write the routing decision on this finished run, once; False if it already had one.
+        `refresh`: the retry goes after refreshing the credentials."""
         fields = {
             "decision": action,
             "decision_reason": reason,
@@ -455,17 +464,13 @@ class Run(models.Model):
             "decision_delay": delay,
             "budget_spent": budget_spent,
             "switch_to": switch_to or "",
+            "decision_refresh": refresh and action == Action.RETRY,
         }
         changed = Run.objects.filter(pk=self.pk, decision="").update(**fields)
         if changed:
             for name, value in fields.items():
                 setattr(self, name, value)
         return bool(changed)
-
-    @property
-    def decision_refresh(self) -> bool:
-        """A retry of an auth failure: routing retries one only after refreshing credentials."""
-        return self.decision == Action.RETRY and self.failure_type == FailureCategory.AUTH_FAILURE
 
     def stored_decision(self) -> dict[str, Any]:
         """The recorded decision in the shape `POST /decisions` answers with."""
@@ -474,7 +479,7 @@ class Run(models.Model):
             "delay_seconds": self.decision_delay or 0.0,
             "reason": self.decision_reason,
             "policy_version": self.policy_version or 1,
-            "refresh": self.decision_refresh,
+            "refresh": self.decision_refresh and self.decision == Action.RETRY,
             "switch_to": self.switch_to or None,
             "budget_spent": self.budget_spent or 0.0,
             "decided_at": self.decided_at,

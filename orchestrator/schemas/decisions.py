@@ -144,6 +144,12 @@ class DecisionIn(Schema):
         description="Sources this task already tried: never proposed as `switch_to`",
     )
 
+    can_refresh: bool = Field(
+        False,
+        description="The agent can refresh its own credentials: an auth failure is then "
+        "answered `retry` with `refresh: true` (refresh, then retry once) when the policy says so",
+    )
+
     @model_validator(mode="after")
     def _about_something(self) -> DecisionIn:
         if self.run is None and (self.failure is None or self.source is None):

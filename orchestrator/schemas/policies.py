@@ -31,6 +31,11 @@ class PolicyOut(Schema):
         description="What a failure gets instead of a retry, a wait or a switch once its source "
         "or its agent is past its daily spend budget: escalate or abort",
     )
+    refresh_credentials: bool = Field(
+        False,
+        description="An auth failure whose caller can refresh its credentials is refreshed, "
+        "then retried once, before anything else",
+    )
 
 
 class OverrideOut(Schema):
@@ -77,6 +82,7 @@ class PolicyRowIn(Schema):
     review_deadline: int | None = None
     review_fallback: Action | None = None
     over_budget_action: Literal["escalate", "abort"] | None = None
+    refresh_credentials: bool | None = None
 
     def given(self) -> dict[str, Any]:
         row = self.model_dump(exclude_none=True, mode="json")

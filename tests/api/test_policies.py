@@ -23,6 +23,7 @@ def test_it_lists_one_policy_per_failure_type_with_the_version(client, auth_head
         "review_deadline",
         "review_fallback",
         "over_budget_action",
+        "refresh_credentials",
     }
 
 

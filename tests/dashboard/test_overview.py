@@ -170,6 +170,22 @@ def test_review_and_source_tiles(db, clock):
     assert "news_api" in tiles["sources"].href and "web_search" in tiles["sources"].href
 
 
+def test_credentials_refreshed_are_counted_and_listed(operator_client, clock):
+    def refreshed(hours: float) -> Run:
+        run = make_failure("auth_failure", created_at=NOW - timedelta(hours=hours))
+        run.record_decision(Action.RETRY, "refresh first", 1, refresh=True)
+        return run
+
+    shown, _ = refreshed(2), refreshed(30)  # the second is outside the day
+    make_failure("auth_failure", created_at=NOW - timedelta(hours=1), decision=Action.ESCALATE)
+    tile = {t.key: t for t in overview_tiles(WINDOWS["24h"])["attention"]}["refreshed"]
+    assert tile.value == "1" and "flag=refreshed" in tile.href
+    listed = operator_client.get(tile.href).content.decode()
+    assert f"/runs/{shown.pk}/" in listed and "after refreshing the credentials" in listed
+    page = operator_client.get(reverse("dashboard:run_detail", args=[shown.pk])).content.decode()
+    assert 'id="refreshed"' in page and "then retried once" in page
+
+
 def test_overview_page_and_its_polling_fragment(operator_client, clock):
     fail_at(0.2, "timeout")
     page = operator_client.get(reverse("dashboard:overview"))

@@ -31,6 +31,8 @@ def form_of(policy: RoutingPolicy, **changes) -> dict:
     }
     if policy.hard_fail:
         data["hard_fail"] = "on"
+    if policy.refresh_credentials:
+        data["refresh_credentials"] = "on"
     data.update(changes)
     return {k: v for k, v in data.items() if v is not None}
 
@@ -85,6 +87,26 @@ def test_validation_errors_show_inline(editor_client):
     url = reverse("dashboard:policy_edit", args=[hard.pk])
     response = editor_client.post(url, form_of(hard, max_attempts=3), **HX)
     assert "A hard-fail type is never retried" in response.content.decode()
+
+
+def test_refreshing_credentials_first_is_shown_edited_and_audited(policy_editor, editor_client):
+    auth = RoutingPolicy.objects.get(failure_type="auth_failure")
+    row = reverse("dashboard:policy_row", args=[auth.pk])
+    assert "refresh credentials first" in editor_client.get(row, **HX).content.decode()
+    form = editor_client.get(reverse("dashboard:policy_edit", args=[auth.pk]), **HX)
+    assert 'name="refresh_credentials"' in form.content.decode()
+    response = editor_client.post(
+        reverse("dashboard:policy_edit", args=[auth.pk]),
+        form_of(auth, refresh_credentials=None, note="keys are rotated by hand"),
+        **HX,
+    )
+    assert "refresh credentials first" not in response.content.decode()
+    assert not RoutingPolicy.objects.get(pk=auth.pk).refresh_credentials
+    entry = AuditEntry.objects.get(object_type="routingpolicy", object_id=str(auth.pk))
+    assert (entry.before["refresh_credentials"], entry.after["refresh_credentials"]) == (
+        True,
+        False,
+    )
 
 
 def test_cancel_returns_the_read_only_row(editor_client):

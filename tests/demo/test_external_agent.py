@@ -55,6 +55,7 @@ def test_the_agent_escalates_and_acts_on_the_resolutions(live_server, provider, 
     _, secret = ApiToken.issue("crm-agent")
     client = AgentClient(live_server.url, secret, strict=True)
     agent = ExternalAgent(client, provider, seed=1)
+    agent.refusals_left = 2  # the key service refuses both refreshes: a person decides
     agent.key = agent.fresh_key()
     agent.start_job()  # the first job's key is stale: both lookups get a real 401
     agent.work()
@@ -85,6 +86,30 @@ def test_the_agent_escalates_and_acts_on_the_resolutions(live_server, provider, 
     assert wf.status == Workflow.Status.DEGRADED  # one topic found, the aborted one a gap
     gap = wf.coverage[items[1].run.topic]
     assert gap["verdict"] == "gap" and "auth_failure" in gap["why"]
+    client.close()
+
+
+def test_the_agents_stale_key_is_refreshed_by_its_refresher_and_usage_is_reported(
+    live_server, provider
+):
+    _, secret = ApiToken.issue("crm-agent")
+    client = AgentClient(live_server.url, secret, strict=True)
+    agent = ExternalAgent(client, provider, seed=1)
+    agent.refusals_left = 0
+    agent.start_job()  # the first job's key is stale: both lookups get a real 401
+    agent.work()  # each 401 is answered "refresh, then retry once": the client refreshes
+    agent.work()  # the retries, with the new key
+    assert not ReviewItem.objects.exists() and agent.counts["refreshes"] == 2
+    stale = Run.objects.filter(attempt=1).order_by("pk")
+    assert [(r.failure_type, r.decision, r.decision_refresh) for r in stale] == [
+        ("auth_failure", "retry", True)
+    ] * 2
+    retried = Run.objects.filter(attempt=2)
+    assert {r.status for r in retried} == {"succeeded"} and retried.count() == 2
+    # Each lookup says what the provider's model used for it (its answers' usage).
+    for run in retried:
+        assert run.model == "demo-reader-small" and run.input_tokens and run.output_tokens
+    assert Workflow.objects.get().status == Workflow.Status.SUCCEEDED  # finished by `work`
     client.close()
 
 

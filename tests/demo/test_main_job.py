@@ -303,6 +303,17 @@ def test_it_stops_by_itself_cleanly_after_its_duration(finished_job):
     handle, probes = finished_job
     assert probes["rc"] == 0, handle.output + handle.logs()
     assert "Stopped: agent, web server, worker and provider are down." in handle.output
+    # The last line: the queue a person has to look at and what the run cost, priced from the
+    # demonstration's prices (seeded at launch) and the tokens its answers reported.
+    final = handle.output.strip().splitlines()[-1]
+    figures = re.search(
+        r"^Final: runs \d+ .* open review items (\d+) · spend ([\d,.]+) USD · "
+        r"wasted spend ([\d,.]+) USD · time lost [\d.]+ (min|h)$",
+        final,
+    )
+    assert figures, final
+    assert float(figures[2].replace(",", "")) > 0, final
+    assert "demonstration prices added to the price table" in handle.output
     assert_no_orphans(handle)
     with handle.db() as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

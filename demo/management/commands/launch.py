@@ -53,6 +53,7 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from demo.credentials import Issued, LocalCredentials
+from demo.prices import seed_prices
 from orchestrator import liveness
 from orchestrator.coordination import registry
 
@@ -164,7 +165,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--every",
             type=float,
-            default=float(env("FAILSIGHT_DEMO_EVERY", "5")),
+            default=float(env("FAILSIGHT_DEMO_EVERY", "10")),
             help="Seconds between two workflows of the stream (0: the tour only).",
         )
         parser.add_argument("--no-worker", action="store_true", help="Do not start a worker")
@@ -185,6 +186,9 @@ class Command(BaseCommand):
         threading.Thread(target=self._watch_make, daemon=True).start()
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write(self.style.SUCCESS("Database migrated: " + _db_label()))
+        self.started_at = timezone.now()
+        if demo and (added := seed_prices()):
+            self.stdout.write(f"Prices      {added} demonstration prices added to the price table")
         password = self._bootstrap_admin()
         self.credentials = LocalCredentials(Path(settings.VAR_DIR))
         token = self.credentials.api_token("api", LAUNCH_TOKEN_NAME, note="launch")
@@ -453,11 +457,13 @@ class Command(BaseCommand):
         order = {"agent": 0, "web": 1, "worker": 2, "provider": 3}
         for child in sorted(self.children, key=lambda c: order.get(c.name, 9)):
             child.stop()
-        with contextlib.suppress(Exception):
-            self.stdout.write("Final: " + workload.summary())
         self.stdout.write(
             self.style.SUCCESS("Stopped: agent, web server, worker and provider are down.")
         )
+        # The last line: where the run ended, the queue a person has to look at, what it cost.
+        with contextlib.suppress(Exception):
+            since = getattr(self, "started_at", None) or timezone.now()
+            self.stdout.write(f"Final: {workload.summary()} · {workload.figures(since)}")
 
 
 def _listen_addr(addr: str, port: int | None) -> str:
