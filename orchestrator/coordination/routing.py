@@ -31,10 +31,7 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     C.TRANSIENT: dict(max_attempts=4, base_delay=1.0, max_delay=30.0, multiplier=2.0),
     C.RATE_LIMITED: dict(max_attempts=4, base_delay=2.0, max_delay=120.0, multiplier=2.0),
     C.AUTH_FAILURE: dict(
-        max_attempts=1,
-        hard_fail=True,
-        action_when_exhausted=SWITCH_AND_ESCALATE,  # migration 0038
-        refresh_credentials=True,
+        max_attempts=1, hard_fail=True, action_when_exhausted=ESCALATE, refresh_credentials=True
     ),
     C.RESOURCE_MISSING: dict(max_attempts=1, hard_fail=True),
     C.INVALID_INPUT: dict(
