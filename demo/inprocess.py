@@ -58,6 +58,15 @@ def _refresher(name: str):
     return refresh
 
 
+def _take_refresh(name: str) -> bool:
+    """Whether `name`'s credentials were refreshed since its last auth failure; spends the refresh
+    (a refresh serves the one call after it, whatever that call meets)."""
+    with _lock:
+        refreshed = name in _refreshed
+        _refreshed.discard(name)
+    return refreshed
+
+
 def _source(name: str):
     def call(query: dict[str, Any], partial: list[dict]) -> list[dict]:
         behaviour = behaviour_for(name, query)
@@ -109,11 +118,11 @@ def perform(name: str, query: dict[str, Any], behaviour: str, partial: list[dict
         partial.extend(_results(name, topic, int(count)))
         return perform(name, query, then or "timeout", partial)
     if kind == "auth_refreshable":
-        with _lock:
-            if name in _refreshed:
-                _refreshed.discard(name)
-                return _results(name, topic, 3)
+        if _take_refresh(name):
+            return _results(name, topic, 3)
         kind = "auth"
+    elif kind == "auth":
+        _take_refresh(name)  # a key no refresh cures: the refresh is spent on this call too
     raise _exception(kind, arg, url)
 
 

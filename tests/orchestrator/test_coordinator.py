@@ -178,6 +178,18 @@ def test_auth_failure_with_a_refresher_is_retried_once_after_refreshing(sim):
     assert not Run.objects.futile_retries().exists()
 
 
+def test_a_refresh_spent_on_a_key_no_refresh_cures_is_not_left_for_a_later_task(sim):
+    spent = sim.start(["poetry"], {"news_api:poetry": "auth"})
+    sim.drive()
+    refreshed, retried = runs_of(spent, "poetry")[:2]
+    assert refreshed.decision_refresh and retried.failure_type == "auth_failure"
+    wf = sim.start(["film"], {"news_api:film": "auth_refreshable"})
+    sim.drive()
+    first, second = runs_of(wf, "film")
+    assert first.status == "failed" and first.decision_refresh
+    assert second.status == "succeeded"
+
+
 def test_a_501_classified_non_retryable_is_never_retried_by_the_coordinator(sim):
     wf = sim.start(["film"], {"news_api:film": "server_fault:501", "news_wire:film": "ok:2"})
     sim.drive()
