@@ -134,6 +134,13 @@ class Outcome(BaseModel):
     status_code: int | None = Field(None, description="The HTTP status the provider answered")
     provider_code: str | None = Field(None, description="The provider's own error code")
     exception_type: str | None = Field(None, description="The exception's class name")
+    # As the REST API reads them (`UsageIn`, `CostIn`); the server validates them.
+    usage: dict[str, Any] | None = Field(
+        None, description="Tokens used and the model: input_tokens, output_tokens, model …"
+    )
+    cost: dict[str, Any] | float | str | None = Field(
+        None, description="What the call cost: {amount, currency} (a bare amount is USD)"
+    )
 
 
 # The tools' argument types, shared by the functions below.
