@@ -197,12 +197,15 @@ class AgentClient:
         source: str | None = None,
         workflow: int | None = None,
         tried: list[str] | None = None,
+        alternatives: list[str] | None = None,
     ) -> dict[str, Any]:
         """Ask what to do after a failure. With `run_id` the decision is recorded on the run
-        once; without, `failure` and `source` say what failed and nothing is recorded."""
+        once; without, `failure` and `source` say what failed and nothing is recorded, and
+        `alternatives` (sources this agent can call instead) come back ranked by switch
+        efficacy, the best untried one as `switch_to`."""
         failure = self.scrubbed(failure) if failure else failure
         body = {"run": run_id, "failure": failure, "attempt": attempt, "source": source}
-        body |= {"workflow": workflow, "tried": tried or []}
+        body |= {"workflow": workflow, "tried": tried or [], "alternatives": alternatives or []}
         return self._request(
             "POST", "/decisions", json={k: v for k, v in body.items() if v not in (None, [])}
         )

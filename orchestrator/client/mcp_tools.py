@@ -234,6 +234,10 @@ class Tools:
         tried: Annotated[
             list[str] | None, Field(description="Sources already tried: never proposed")
         ] = None,
+        alternatives: Annotated[
+            list[str] | None,
+            Field(description="Without run_id: sources you can call instead, ranked back"),
+        ] = None,
     ) -> Answer:
         """What to do after a failure: a failed run's id (the decision is recorded on it, once)
         or a failure and its source. Answers action (retry, wait, switch_source, accept_partial,
@@ -242,6 +246,7 @@ class Tools:
         or that repair."""
         body = {"run": run_id, "failure": failure, "attempt": attempt}
         body |= {"source": source, "workflow": workflow, "tried": tried}
+        body["alternatives"] = alternatives
         return self.backend().decide({k: v for k, v in body.items() if v not in (None, [])})
 
     def escalate(
