@@ -162,3 +162,44 @@ def test_a_worker_that_stops_consuming_is_stopped_and_started_again(tmp_path, mo
             handle.proc.kill()
         redis.remove()
     assert_no_orphans(handle)
+
+
+def signals_as_in_a_scripts_background_job() -> None:  # in the child between fork and exec
+    """SIGINT ignored, as `make run &` in a non-interactive shell starts it, and blocked (a signal
+    mask survives exec too)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def test_make_run_in_a_scripts_background_still_stops_on_sigint(tmp_path):
+    require_service(shutil.which("make") is not None, "make")
+    cmd = ["make", "-s", "run", "STAMP=", f"PY={sys.executable}", "ARGS=--no-demo"]
+    handle = launch(tmp_path, cmd=cmd, preexec_fn=signals_as_in_a_scripts_background_job)
+    launcher = 0
+    try:
+        handle.wait_for_line(r"Dashboard\s+http://", 120)
+        (launcher,) = [pid for pid in handle.processes() if "manage.py launch" in command_line(pid)]
+        # make keeps SIGINT ignored and cannot pass it on: the launcher says where to send it.
+        assert f"SIGINT to the launcher ({launcher})" in handle.output
+        os.kill(launcher, signal.SIGINT)
+        finish(handle, 40)
+    finally:
+        if handle.proc.poll() is None:
+            handle.proc.kill()
+        if launcher and launcher in handle.processes():
+            os.kill(launcher, signal.SIGTERM)  # its children follow it
+    assert "Stopped: agent, web server, worker and provider are down." in handle.output
+    assert_no_orphans(handle)
+
+
+def test_the_launcher_heeds_sigint_whatever_it_inherited(tmp_path):
+    handle = launch(tmp_path, "--no-demo", preexec_fn=signals_as_in_a_scripts_background_job)
+    try:
+        handle.wait_for_line(r"Dashboard\s+http://", 120)
+        handle.proc.send_signal(signal.SIGINT)
+        assert finish(handle, 40) == 0, handle.output + handle.logs()
+    finally:
+        if handle.proc.poll() is None:
+            handle.proc.kill()
+    assert "Stopped: agent, web server, worker and provider are down." in handle.output
+    assert_no_orphans(handle)
