@@ -86,6 +86,14 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def end(handle: Launch, launcher: int = 0) -> None:
+    """Whatever a test left running: make (or the launcher), and a launcher under make."""
+    if handle.proc.poll() is None:
+        handle.proc.kill()
+    if launcher and launcher in handle.processes():
+        os.kill(launcher, signal.SIGTERM)  # its children follow it
+
+
 def test_a_sigint_sent_to_make_run_alone_stops_the_launcher_promptly(tmp_path):
     require_service(shutil.which("make") is not None, "make")
     # The checkout's Makefile, with this interpreter and no install step.
@@ -101,10 +109,7 @@ def test_a_sigint_sent_to_make_run_alone_stops_the_launcher_promptly(tmp_path):
         finish(handle, 40)
         took = time.monotonic() - sent
     finally:
-        if handle.proc.poll() is None:
-            handle.proc.kill()
-        if launcher and launcher in handle.processes():
-            os.kill(launcher, signal.SIGTERM)  # its children follow it
+        end(handle, launcher)
     assert "make was interrupted: stopping." in handle.output
     assert "Stopped: agent, web server, worker and provider are down." in handle.output
     assert took < 30, f"{took:.0f} s"
@@ -184,10 +189,7 @@ def test_make_run_in_a_scripts_background_still_stops_on_sigint(tmp_path):
         os.kill(launcher, signal.SIGINT)
         finish(handle, 40)
     finally:
-        if handle.proc.poll() is None:
-            handle.proc.kill()
-        if launcher and launcher in handle.processes():
-            os.kill(launcher, signal.SIGTERM)  # its children follow it
+        end(handle, launcher)
     assert "Stopped: agent, web server, worker and provider are down." in handle.output
     assert_no_orphans(handle)
 
@@ -199,7 +201,6 @@ def test_the_launcher_heeds_sigint_whatever_it_inherited(tmp_path):
         handle.proc.send_signal(signal.SIGINT)
         assert finish(handle, 40) == 0, handle.output + handle.logs()
     finally:
-        if handle.proc.poll() is None:
-            handle.proc.kill()
+        end(handle)
     assert "Stopped: agent, web server, worker and provider are down." in handle.output
     assert_no_orphans(handle)
