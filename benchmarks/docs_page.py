@@ -1,4 +1,6 @@
 """API docs benchmark: how long /api/v1/docs takes to list its operations in a real browser.
+(The page is the reference rendered on the server, `.opblock-tag` its tag headings; Swagger UI is
+at /api/v1/docs?ui=swagger, which this measured until it was replaced.)
 
     .venv/bin/python benchmarks/docs_page.py [--rounds 5] [--database-url …] [--quick]
 

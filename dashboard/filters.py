@@ -43,6 +43,9 @@ SEARCH_MAX = timedelta(days=7)
 RANGES = {"1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days", "30d": "last 30 days"}
 # Counted exactly up to here (the count visits each matching row); above it, the planner's estimate.
 EXACT_TOTAL = 1_000
+# A tile that links to its runs says how many it counted (`expect`): the list counts exactly up to
+# a little over that, to this at most (and within COUNT_BUDGET_MS still), so the numbers agree.
+EXPECTED_TOTAL_MAX = 200_000
 # ... and only while that count takes at most this long: a rare combination of filters is looked
 # for among many runs. Past it the count is cancelled (PostgreSQL; SQLite always counts).
 COUNT_BUDGET_MS = 15
@@ -89,6 +92,11 @@ FLAGS: dict[str, tuple[str, Callable[[RunQuerySet], RunQuerySet]]] = {
         costs.avoided_spend,
     ),
     "reviewed": ("failures escalated to a human", costs.reviewed),
+    # The Costs page's "no failure" row (`insights.costs` keys a run without one as "").
+    "no_failure": (
+        "runs that did not fail (succeeded or unfinished)",
+        lambda qs: qs.filter(Q(failure_type="") | Q(failure_type__isnull=True)),
+    ),
 }
 DAMAGED = "This page link is damaged: start again from the newest runs."
 
@@ -111,6 +119,7 @@ class RunFilters(QueryForm):
     flag = ChoiceListField([(name, label) for name, (label, _) in FLAGS.items()])
     after = CursorField(error_messages={"invalid": DAMAGED})
     before = CursorField(error_messages={"invalid": DAMAGED})
+    expect = IdField(what="a count of runs")  # not a filter: the linking tile's number
 
     def __init__(self, data: QueryDict | None = None, now: datetime | None = None) -> None:
         super().__init__(data)
@@ -177,7 +186,7 @@ class RunFilters(QueryForm):
     @property
     def active(self) -> bool:
         """Whether any filter narrows the list (a range does, through `since`)."""
-        positions = ("range", "after", "before")
+        positions = ("range", "after", "before", "expect")
         return any(
             v not in (None, "", []) for k, v in self.cleaned_data.items() if k not in positions
         )
@@ -334,27 +343,30 @@ class Total:
         return f"about {self.count:,}" if self.estimated else f"over {self.count - 1:,}"
 
 
-def total(qs: QuerySet) -> Total:
-    """How many runs match: exact up to EXACT_TOTAL, above it PostgreSQL's planner estimate."""
-    capped = _capped_count(qs)
-    if capped is not None and capped <= EXACT_TOTAL:
-        return Total(capped, True)
+def total(qs: QuerySet, expect: int | None = None) -> Total:
+    """How many runs match: exact up to EXACT_TOTAL (or a little over `expect`, the count a
+    linking tile showed), above it PostgreSQL's planner estimate."""
+    cap = EXACT_TOTAL
+    if expect is not None:
+        cap = min(max(cap, expect + expect // 10 + 10), EXPECTED_TOTAL_MAX)
+    capped = _capped_count(qs, cap)
+    if capped is not None and capped <= cap:
+        return Total(capped, True, cap=cap)
     if connection.vendor != "postgresql":
-        return Total(EXACT_TOTAL + 1, False)
+        return Total(cap + 1, False, cap=cap)
     plan = json.loads(qs.order_by().values("pk").explain(format="json"))
     estimate = _round(int(plan[0]["Plan"]["Plan Rows"]))
     if capped is None:  # cut short: the estimate is all there is, whatever its size
         return Total(estimate, False, estimated=True, cut=True)
-    if estimate <= EXACT_TOTAL:  # the planner guessed low: all we know is "over the cap"
-        return Total(EXACT_TOTAL + 1, False)
-    return Total(estimate, False, estimated=True)
+    if estimate <= cap:  # the planner guessed low: all we know is "over the cap"
+        return Total(cap + 1, False, cap=cap)
+    return Total(estimate, False, estimated=True, cap=cap)
 
 
-def _capped_count(qs: QuerySet) -> int | None:
-    """The matching runs counted up to EXACT_TOTAL + 1, or None when cancelled at
-    COUNT_BUDGET_MS."""
+def _capped_count(qs: QuerySet, cap: int = EXACT_TOTAL) -> int | None:
+    """The matching runs counted up to `cap` + 1, or None when cancelled at COUNT_BUDGET_MS."""
     # In the list's order, so PostgreSQL plans it as the page: an index scan stopping at the cap.
-    capped = qs.order_by("-created_at", "-id").values("pk")[: EXACT_TOTAL + 1]
+    capped = qs.order_by("-created_at", "-id").values("pk")[: cap + 1]
     return _in_budget(capped.count, COUNT_BUDGET_MS)
 
 

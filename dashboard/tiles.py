@@ -82,7 +82,7 @@ def traffic_tiles(s: WindowStats) -> list[Tile]:
             "runs",
             "Runs",
             f"{cur.runs:,}",
-            runs_url(w),
+            runs_url(w, expect=cur.runs),
             spark=s.series[""],
             sub=f"{cur.metric['empty_runs']:,} valid empty",
             current=cur.runs,
@@ -373,7 +373,7 @@ def cost_tiles(window: Window, report: costs.Report) -> list[Tile]:
             "spend",
             "Spend",
             amount(t.spend, cur),
-            runs_url(window, flag="priced"),
+            runs_url(window, flag="priced", expect=t.priced_runs),
             sub=f"{t.priced_runs:,} runs with a cost"
             + (
                 f"; {report.other_currency_runs:,} in other currencies not added"
@@ -385,7 +385,7 @@ def cost_tiles(window: Window, report: costs.Report) -> list[Tile]:
             "wasted_spend",
             "Wasted spend",
             amount(t.wasted, cur),
-            runs_url(window, flag="wasted_spend"),
+            runs_url(window, flag="wasted_spend", expect=t.wasted_runs),
             sub=f"{t.wasted_runs:,} runs: retries that failed again, calls that fetched again "
             "what a failure had gathered",
             rows=[(source, amount(v, cur)) for source, v in wasted_by_source],
@@ -395,7 +395,7 @@ def cost_tiles(window: Window, report: costs.Report) -> list[Tile]:
             "avoided_spend",
             "Spend avoided",
             amount(t.avoided, cur),
-            runs_url(window, flag="avoided_spend"),
+            runs_url(window, flag="avoided_spend", expect=t.avoided_runs),
             sub=f"against status-aware retries (retryable failures only, up to "
             f"{baseline.MAX_ATTEMPTS} attempts, after their Retry-After): what they would have "
             f"cost on {t.avoided_runs:,} failures routed elsewhere, and "
@@ -406,7 +406,7 @@ def cost_tiles(window: Window, report: costs.Report) -> list[Tile]:
             "time_lost",
             "Time lost to failures",
             duration(t.lost) if t.failures else "0 s",
-            runs_url(window, status=failures),
+            runs_url(window, status=failures, expect=t.failures),
             sub=f"{t.failures:,} failures · waiting for providers {duration(t.provider)} · "
             f"work {duration(t.work)}",
         ),
@@ -414,7 +414,7 @@ def cost_tiles(window: Window, report: costs.Report) -> list[Tile]:
             "human_wait",
             "Waiting for a human",
             duration(t.human) if t.reviewed else "0 s",
-            runs_url(window, status=failures, flag="reviewed"),
+            runs_url(window, status=failures, flag="reviewed", expect=t.reviewed),
             sub=f"{t.reviewed:,} failures escalated to review",
             tone="warn" if t.human else "",
         ),

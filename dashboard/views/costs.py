@@ -28,6 +28,12 @@ TITLES = {
     "agent": "By agent",
     "project": "By project",
 }
+HEADERS = {
+    "failure_type": "Failure type",
+    "source": "Source",
+    "agent": "Agent",
+    "project": "Project",
+}
 CSV_HEADER = [
     "dimension",
     "value",
@@ -60,7 +66,7 @@ class Row:
 def _filter_of(dimension: str, key: str) -> dict[str, Any] | None:
     """The runs list's filter for one row (None: the list cannot select it exactly)."""
     if dimension == "failure_type":
-        return {"failure_type": key} if key else None
+        return {"failure_type": key} if key else {"flag": ["no_failure"]}
     if dimension == "project":
         return {"project": key} if "project" in RunFilters.base_fields and key else None
     return {dimension: key}
@@ -71,12 +77,19 @@ def _links(window: Window, dimension: str | None, key: str) -> dict[str, str]:
     if where is None:
         return {}
     failures = list(FAILURE_STATUSES)
+    also = where.pop("flag", [])  # the row's own flag, beside each number's
+
+    def url(*flags: str, **params: Any) -> str:
+        return runs_url(
+            window, **params, **where, **({"flag": [*flags, *also]} if flags or also else {})
+        )
+
     return {
-        "spend": runs_url(window, flag="priced", **where),
-        "wasted": runs_url(window, flag="wasted_spend", **where),
-        "avoided": runs_url(window, flag="avoided_spend", **where),
-        "lost": runs_url(window, status=failures, **where),
-        "human": runs_url(window, status=failures, flag="reviewed", **where),
+        "spend": url("priced"),
+        "wasted": url("wasted_spend"),
+        "avoided": url("avoided_spend"),
+        "lost": url(status=failures),
+        "human": url("reviewed", status=failures),
     }
 
 
@@ -95,13 +108,13 @@ def _labels(dimension: str, keys: list[str]) -> dict[str, str]:
     return {k: k for k in keys}
 
 
-def tables(window: Window, report: costs.Report) -> list[tuple[str, str, list[Row]]]:
+def tables(window: Window, report: costs.Report) -> list[tuple[str, str, str, list[Row]]]:
     out = []
     for dimension in costs.dimensions():
         lines = report.lines(dimension)
         labels = _labels(dimension, [line.key for line in lines])
         rows = [Row(line, labels[line.key], _links(window, dimension, line.key)) for line in lines]
-        out.append((dimension, TITLES[dimension], rows))
+        out.append((dimension, TITLES[dimension], HEADERS[dimension], rows))
     return out
 
 
@@ -141,6 +154,8 @@ def costs_page(request: HttpRequest) -> HttpResponse:
         "budgets": spend.states(timezone.now()) if sees_every_project(request.user) else None,
         "budgets_hidden": not sees_every_project(request.user),
         "amount": amount,
+        # Nothing priced: every amount reads 0.00, and the page says why and what to do.
+        "no_cost": not report.total.priced_runs,
         "aware_attempts": baseline.MAX_ATTEMPTS,
     }
     return render(request, "dashboard/costs.html", context)

@@ -97,7 +97,8 @@ def runs_total(request: HttpRequest) -> HttpResponse:
     if not filters.is_valid():  # the list shows the errors; a total of nothing adds nothing
         return HttpResponse("")
     matching = filters.apply(visible(request.user, Run))
-    return render(request, "dashboard/_runs_total.html", {"total": total(matching)})
+    counted = total(matching, filters.cleaned_data["expect"])
+    return render(request, "dashboard/_runs_total.html", {"total": counted})
 
 
 def _runs_results(request: HttpRequest, filters: RunFilters) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from orchestrator.api.errors import (
     invalid,
     not_found_error,
 )
-from orchestrator.coordination import budget, clock, policy, routing
+from orchestrator.coordination import budget, clock, efficacy, policy, routing
 from orchestrator.coordination.registry import registry
 from orchestrator.coordination.workflow import decide_reported
 from orchestrator.models import ApiToken, ReviewItem, Run, Workflow
@@ -72,7 +72,10 @@ def decide(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
     retry; `wait` says the source holds every caller back (its Retry-After, an open breaker)
     for `delay_seconds`, whichever query failed; `switch_to` names the source a `switch_source`
     goes to (the capability's next untried source, else an alternative the failure suggested
-    that names a registered source).
+    that names a registered source). Without `run`, an agent may name its own alternatives
+    (`alternatives`, registered here or not; else the failure's bare source names): they come
+    back in `alternatives` ranked by switch efficacy, as the built-in coordinator orders its
+    own, and the best untried one is `switch_to`.
 
     `refresh: true` (on a `retry`) says: refresh your credentials, then retry once at once. An
     auth failure gets it when the policy refreshes credentials first and either the source has a
@@ -102,9 +105,18 @@ def decision(token: ApiToken, payload: DecisionIn, absolute: Absolute) -> dict[s
     if wf is not None and payload.topic:
         tried |= wf.sources_tried(payload.topic)
     capability = wf.capability if wf is not None and wf.capability else None
+    ftype = failure.failure_type
     target, suggested = registry().switch_target(
-        payload.source, tried, failure.suggested_sources(), capability=capability
+        payload.source,
+        tried,
+        failure.suggested_sources(),
+        capability=capability,
+        prefer=lambda untried: efficacy.ranked(payload.source, ftype, untried),
     )
+    named = payload.alternatives or failure.suggested_sources()
+    own = efficacy.ranked_alternatives(payload.source, ftype, named, tried)
+    if own and (target is None or payload.alternatives):  # the agent knows what it can call
+        target, suggested = own[0], True
     ctx = routing.Context(
         source=payload.source,
         has_alternative=target is not None,
@@ -122,7 +134,7 @@ def decision(token: ApiToken, payload: DecisionIn, absolute: Absolute) -> dict[s
     )
     decision = budget.decide(failure.facts(), payload.attempt, ctx, now=clock.now())
     spent = decision.budget_cost if decision.calls_again else 0.0
-    return decision.to_dict() | {"budget_spent": spent}
+    return decision.to_dict() | {"budget_spent": spent, "alternatives": own}
 
 
 def _decide_on_run(token: ApiToken, payload: DecisionIn, absolute: Absolute) -> dict[str, Any]:

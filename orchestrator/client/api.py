@@ -202,9 +202,12 @@ class AgentClient:
         source: str | None = None,
         workflow: int | None = None,
         tried: list[str] | None = None,
+        alternatives: list[str] | None = None,
     ) -> dict[str, Any]:
         """Ask what to do after a failure. With `run_id` the decision is recorded on the run
-        once; without, `failure` and `source` say what failed and nothing is recorded.
+        once; without, `failure` and `source` say what failed and nothing is recorded, and
+        `alternatives` (sources this agent can call instead) come back ranked by switch
+        efficacy, the best untried one as `switch_to`.
 
         With a `refresher`, an auth failure may be answered `retry` with `refresh: true`: the
         refresher is called here, and the caller retries once (an auth failure again is then
@@ -212,7 +215,7 @@ class AgentClient:
         (with `run_id`, the run is sent to review and the answer carries `review`)."""
         failure = self.scrubbed(failure) if failure else failure
         body = {"run": run_id, "failure": failure, "attempt": attempt, "source": source}
-        body |= {"workflow": workflow, "tried": tried or []}
+        body |= {"workflow": workflow, "tried": tried or [], "alternatives": alternatives or []}
         body |= {"can_refresh": True if self.refresher is not None else None}
         answer = self._request(
             "POST", "/decisions", json={k: v for k, v in body.items() if v not in (None, [])}

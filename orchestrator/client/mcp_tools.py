@@ -135,6 +135,13 @@ class Outcome(BaseModel):
     status_code: int | None = Field(None, description="The HTTP status the provider answered")
     provider_code: str | None = Field(None, description="The provider's own error code")
     exception_type: str | None = Field(None, description="The exception's class name")
+    # As the REST API reads them (`UsageIn`, `CostIn`); the server validates them.
+    usage: dict[str, Any] | None = Field(
+        None, description="Tokens used and the model: input_tokens, output_tokens, model …"
+    )
+    cost: dict[str, Any] | float | str | None = Field(
+        None, description="What the call cost: {amount, currency} (a bare amount is USD)"
+    )
 
 
 # The tools' argument types, shared by the functions below.
@@ -231,6 +238,10 @@ class Tools:
         can_refresh: Annotated[
             bool, Field(description="You can refresh your own credentials (an auth failure)")
         ] = False,
+        alternatives: Annotated[
+            list[str] | None,
+            Field(description="Without run_id: sources you can call instead, ranked back"),
+        ] = None,
     ) -> Answer:
         """What to do after a failure: a failed run's id (the decision is recorded on it, once)
         or a failure and its source. Answers action (retry, wait, switch_source, accept_partial,
@@ -239,7 +250,7 @@ class Tools:
         or that repair; a retry with refresh true: refresh your credentials, then retry once."""
         body = {"run": run_id, "failure": failure, "attempt": attempt}
         body |= {"source": source, "workflow": workflow, "tried": tried}
-        body |= {"can_refresh": can_refresh or None}
+        body |= {"can_refresh": can_refresh or None, "alternatives": alternatives}
         return self.backend().decide({k: v for k, v in body.items() if v not in (None, [])})
 
     def escalate(

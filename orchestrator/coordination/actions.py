@@ -71,7 +71,8 @@ def with_actions(runs: list[Run]) -> list[Run]:
 
 
 def do_retry_runs(run_ids: list[int], actor: Any, *, channel: Channel) -> int:
-    """Queue a new attempt of each finished, unsuccessful run now; return how many were queued."""
+    """Queue a new attempt of each finished, unsuccessful run now; return how many were queued
+    (or, for an agent's run, handed back to its agent: `_hand_back_retry`)."""
     done = 0
     runs = list(Run.objects.filter(pk__in=run_ids, status__in=RunAction.RETRY.statuses))
     settled = Run.objects.settled_tasks({run.root_id for run in runs})
@@ -79,6 +80,9 @@ def do_retry_runs(run_ids: list[int], actor: Any, *, channel: Channel) -> int:
         if run.root_id in settled:
             continue  # succeeded, pending, or retried already in this call
         settled.add(run.root_id)
+        if run.is_reported:
+            done += _hand_back_retry(run, actor, channel)
+            continue
         with transaction.atomic():
             if not retry(run, 0):
                 continue
@@ -99,6 +103,35 @@ def do_retry_runs(run_ids: list[int], actor: Any, *, channel: Channel) -> int:
             dispatch.step(run.workflow_id)
             done += 1
     return done
+
+
+def _hand_back_retry(run: Run, actor: Any, channel: Channel) -> bool:
+    """An agent's run is the agent's to call again: no worker here runs its task, so a queued
+    copy would wait forever. The retry reaches the agent as a review resolution instead, which it
+    picks up (`GET /reviews?delivered=false`, MCP `list_resolutions`, its webhook) as it would an
+    operator's; a failed run is escalated for it first. False for a run no item can carry."""
+    why = f"Retry asked by {actor_label(actor)}: the agent that reported the run calls it again."
+    before = {"status": run.status}
+    with transaction.atomic():
+        item = escalate(run, why)
+        if item is not None:
+            reopen(run.workflow_id)
+        else:
+            pending = run.review_items.filter(state__in=ReviewItem.PENDING, blocking=True)
+            item = pending.order_by("pk").first()
+        if item is None:
+            return False
+        resolved = do_resolve_review(item, actor, ReviewItem.Resolution.RETRY, channel=channel)
+        if resolved:
+            AuditEntry.record(
+                actor=actor,
+                action="run.retry",
+                obj=run,
+                before=before,
+                after={"handed_to_agent": True, "review_item": item.pk},
+                channel=channel,
+            )
+    return bool(resolved)
 
 
 def do_cancel_runs(run_ids: list[int], actor: Any, *, channel: Channel) -> int:

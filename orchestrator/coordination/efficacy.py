@@ -4,6 +4,8 @@ alternatives by it. A periodic task caches the matrix: a switch reads only the c
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,6 +20,8 @@ from orchestrator.models import Run
 CACHE_KEY = "failsight:switch-efficacy"
 CACHE_SECONDS = 300
 ALL_TYPES = ""  # the overall cell of a pair
+# An alternative that is a source's bare name (a sentence is a suggestion: `Registry.names_in`).
+SOURCE_NAME = re.compile(r"[\w-]+(?:[.:/][\w-]+)*")
 
 
 @dataclass(frozen=True)
@@ -128,3 +132,13 @@ def ranked(source: str, failure_type: str | None, candidates: list[str]) -> list
             rate = {c: cell.success_rate for c, cell in zip(candidates, found, strict=True)}
             return sorted(candidates, key=lambda c: -rate[c])
     return candidates
+
+
+def ranked_alternatives(
+    source: str, failure_type: str | None, named: Iterable[str], tried: Iterable[str] = ()
+) -> list[str]:
+    """The sources an agent named as its own alternatives (registered here or not), untried, in
+    the order the built-in coordinator would try them (`ranked`)."""
+    skip = {source, *tried}
+    own = (n for n in named if SOURCE_NAME.fullmatch(n) and n not in skip)
+    return ranked(source, failure_type, list(dict.fromkeys(own)))

@@ -9,7 +9,10 @@ traces by the rule of one export (`spans.select`):
   becoming a run; its parent, when it comes, is one run with it as the cause;
 - a late part of a stored run (a child after its parent) updates that run instead of adding one;
 - past the wait, the span becomes a run of its own (`release_due`), which its parent, should it
-  still come, turns into the parent's run.
+  still come, turns into the parent's run;
+- a model or tool call whose agent is not named by it nor by any ancestor here is stored at once,
+  under the service's name, and kept awaiting its missing ancestor: an agent invocation arriving
+  later names the agent of the run (`_unnamed`).
 
 An export with failed or kept spans works under a lock per trace (PostgreSQL: an advisory lock;
 SQLite: the write lock its transactions take at BEGIN), so exports of one trace arriving at once
@@ -157,6 +160,11 @@ def _kept(token_id: int, views: Sequence[SpanView]) -> list[TraceSpan]:
         more = TraceSpan.objects.filter(token_id=token_id, trace_id__in=traces, span_id__in=missing)
         rows |= {row.pk: row for row in more}
         known |= missing
+    # The causes of a stored run awaiting its agent: read again with it when it is rewritten.
+    named = {row.run_id for row in rows.values() if row.own_run and row.awaits and row.run_id}
+    if named:
+        causes = TraceSpan.objects.filter(token_id=token_id, run_id__in=named, own_run=False)
+        rows |= {row.pk: row for row in causes}
     return list(rows.values())
 
 
@@ -199,9 +207,12 @@ def _plan(views: list[SpanView], classifier: Classifier) -> Plan:
         awaited = _awaited(view, by_key)
         joining = [part for part in parts_of(view) if _joining(part)]
         if row is not None and row.run_id is not None:
-            if row.own_run and joining:  # a stored run, a part of it just arrived
+            arrived = bool(row.awaits) and _unnamed(view, by_key) != row.awaits
+            if row.own_run and (joining or (view.genai and arrived)):
+                # A part of a stored run just arrived, or the ancestor that names its agent.
                 run = spans.run_of(view, by_key, classifier)
-                plan.runs.append(Placement(view, run, into=row.run_id, awaits=awaited))
+                waits = awaited or _unnamed(view, by_key)
+                plan.runs.append(Placement(view, run, into=row.run_id, awaits=waits))
             elif awaited and row.own_run:
                 plan.holds.append((view, awaited))  # it waits for another ancestor now
             elif joining:  # the cause of a run read without its span: joins that run as is
@@ -210,8 +221,19 @@ def _plan(views: list[SpanView], classifier: Classifier) -> Plan:
             plan.holds.append((view, awaited))
         else:
             run = spans.run_of(view, by_key, classifier)
-            plan.runs.append(Placement(view, run, into=_taken(view)))
+            plan.runs.append(Placement(view, run, into=_taken(view), awaits=_unnamed(view, by_key)))
     return plan
+
+
+def _unnamed(view: SpanView, by_key: dict[tuple[str, str], SpanView]) -> str:
+    """The missing ancestor a model or tool call's run waits for to learn its agent: "" when the
+    call or an ancestor here names one, or its chain reaches the root (the service's name
+    stands)."""
+    if not view.genai or any(
+        s.first(spans.AGENT_NAMES) for s in (view, *spans.ancestors(view, by_key))
+    ):
+        return ""
+    return spans.missing_ancestor(view, by_key)
 
 
 def _awaited(view: SpanView, by_key: dict[tuple[str, str], SpanView]) -> str:
@@ -286,7 +308,8 @@ def _keep(token_id: int, plan: Plan, now: datetime) -> None:
         if p.id is None:
             continue
         # A carrier is kept too: a late cause under one of its causes finds its way up.
-        if p.view.failed or p.view.causes or p.into is not None or p.view.kept is not None:
+        kept = p.view.kept is not None or p.awaits
+        if p.view.failed or p.view.causes or p.into is not None or kept:
             put(p.view, awaits=p.awaits, due_at=None, run_id=p.id, own_run=True)
         for part in parts_of(p.view):
             put(part, awaits="", due_at=None, run_id=p.id, own_run=False)

@@ -143,6 +143,14 @@ class DecisionIn(Schema):
         max_length=100,
         description="Sources this task already tried: never proposed as `switch_to`",
     )
+    alternatives: list[Name] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Sources this agent can switch to, its own whether or not registered here "
+        "(else the failure's `alternatives` that are bare names): answered back in `alternatives` "
+        "ranked by switch efficacy as the built-in coordinator ranks its own; the best untried "
+        "one is `switch_to` (the failure's are tried after the capability's registered ones)",
+    )
 
     can_refresh: bool = Field(
         False,
@@ -182,6 +190,12 @@ class DecisionOut(Schema):
         "failing source. Nothing waits for it.",
     )
     run: int | None = Field(None, description="The run the decision is recorded on, if any")
+    alternatives: list[str] = Field(
+        default_factory=list,
+        description="The agent's own alternatives, untried, best first by how often a switch "
+        "from this source to each worked (for this failure type when known); as named when "
+        "too few switches are known",
+    )
     budget_spent: float = Field(0.0, description="Retry-budget tokens this decision took")
     decided_at: datetime | None = Field(None, description="When the recorded decision was taken")
     review: ReviewRefOut | None = Field(

@@ -172,3 +172,25 @@ def test_an_overloaded_server_refuses_agents_in_the_envelope(path):
         True,
         1.0,
     )
+
+
+@serving
+@override_settings(ALLOWED_HOSTS=["127.0.0.1"], API_RATE_LIMIT_PER_MINUTE=0)
+def test_report_run_takes_usage_and_cost_as_the_rest_api_does():
+    _, secret = ApiToken.issue("agent")
+    outcome = {
+        "status": "ok",
+        "results": [],
+        "usage": {"input_tokens": 120, "output_tokens": 30, "model": "gpt-4o"},
+        "cost": {"amount": "0.0042", "currency": "USD"},
+    }
+    arguments = {"agent": "a", "source": "openai", "outcome": outcome}
+    params = {"name": "report_run", "arguments": arguments}
+    message = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": params}
+    status, _, body = call(McpApp(), environ(message=message, authorization=f"Bearer {secret}"))
+    assert status.startswith("200") and not body["result"].get("isError"), body
+    data = body["result"]["structuredContent"]
+    assert data["usage"]["input_tokens"] == 120
+    assert data["cost"] == {"amount": "0.004200", "currency": "USD", "source": "reported"}
+    run = Run.objects.get()
+    assert (run.input_tokens, run.output_tokens, str(run.cost)) == (120, 30, "0.004200")

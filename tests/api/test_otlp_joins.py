@@ -173,7 +173,8 @@ def test_a_child_of_a_call_stored_without_it_explains_that_call_at_the_wait(send
     post(request)
     assert span_joins.release_due(later(300)) == 0
     assert list(Run.objects.values_list("status", flat=True)) == ["succeeded"]
-    assert TraceSpan.objects.get().run_id == Run.objects.get().pk
+    http = TraceSpan.objects.get(span_id=span_ids(trace)[HTTP])
+    assert http.run_id == Run.objects.get().pk
 
 
 def test_a_kept_span_sent_with_other_content_is_refused(send, post, trace):
@@ -184,3 +185,17 @@ def test_a_kept_span_sent_with_other_content_is_refused(send, post, trace):
     assert answer.partial_success.rejected_spans == 1
     assert "already used for a different span" in answer.partial_success.error_message
     assert TraceSpan.objects.get().digest  # the first one stands
+
+
+def test_an_agent_invocation_exported_after_its_calls_names_their_agent(send, trace):
+    # A BatchSpanProcessor exports the calls as they end, the agent invocation (ending last)
+    # in a later export: its calls' runs first carry the service's name, then the agent's.
+    calls = [span for span in trace if not span.name.startswith("invoke_agent")]
+    send(*calls)
+    assert set(Run.objects.values_list("agent", flat=True)) == {otel.SERVICE}
+    send(otel.named(trace, f"invoke_agent {otel.AGENT}"))
+    assert set(Run.objects.values_list("agent", flat=True)) == {otel.AGENT}
+    assert Run.objects.count() == 5
+    send(*calls)  # a re-export changes nothing
+    assert set(Run.objects.values_list("agent", flat=True)) == {otel.AGENT}
+    assert Run.objects.count() == 5

@@ -78,6 +78,7 @@ def test_the_api_docs_authorize_and_try_an_operation(browser, live_server):  # n
         lambda r: sent.append(r.headers.get("authorization")) if "/api/v1/runs?" in r.url else None,
     )
     tab.goto("/api/v1/docs")
+    tab.get_by_role("link", name="Try calls out in Swagger UI").click()
     tab.wait_for_selector(".opblock-tag", timeout=15_000)
     tab.locator("button.authorize").first.click()
     dialog = tab.locator(".auth-container").first

@@ -348,3 +348,39 @@ def test_the_status_aware_baseline_waits_each_call_s_retry_after():
     assert baseline.retries({"retryable": None, "failure_type": "timeout"})
     assert not baseline.retries({"retryable": None, "failure_type": "auth_failure"})
     assert not baseline.retries({"retryable": False, "failure_type": "server_fault"})
+
+
+def test_the_no_failure_row_and_the_headers(history, operator_client):
+    html = operator_client.get(reverse("dashboard:costs") + "?window=24h").content.decode()
+    assert '<th scope="col">Failure type</th>' in html and "Failuretype" not in html
+    # The "no failure" row's wasted spend (b2 fetched again what b1 had gathered) opens its runs.
+    row = re.search(r'<tr data-key="">(.*?)</tr>', html, re.S).group(1)
+    link = re.search(r'href="([^"]*flag=wasted_spend[^"]*)"', row).group(1)
+    assert listed(operator_client, link) == {history["b2"].pk}
+    assert 'id="no-cost"' not in html
+
+
+def test_a_window_without_a_cost_says_why_and_how_to_fix_it(db, clock, operator_client):
+    make_run(source="news", agent="alpha", created_at=NOW - timedelta(minutes=5))
+    html = operator_client.get(reverse("dashboard:costs") + "?window=24h").content.decode()
+    note = re.search(r'<div class="msg info" role="note" id="no-cost">(.*?)</div>', html, re.S)
+    assert note is not None and "0.00 USD" in note.group(1)
+    assert "usage" in note.group(1)
+    assert reverse("admin:orchestrator_price_changelist") in note.group(1)
+    assert reverse("api:openapi-view") in note.group(1)
+
+
+def test_a_tiles_list_counts_exactly_as_many_runs_as_the_tile_showed(db, clock, operator_client):
+    when = NOW - timedelta(minutes=30)
+    Run.objects.bulk_create(
+        Run(agent="a", source="news", status=Run.Status.SUCCEEDED, created_at=when,
+            finished_at=when, cost=D("0.001"), cost_currency="USD")
+        for _ in range(1328)
+    )  # fmt: skip
+    report = costs.report(SINCE, NOW)
+    spend = next(t for t in cost_tiles(WINDOWS["24h"], report) if t.key == "spend")
+    assert report.total.priced_runs == 1328
+    query = unescape(spend.href).split("?", 1)[1]
+    counted = operator_client.get(reverse("dashboard:runs_total") + "?" + query)
+    assert "<strong>1,328</strong> runs match" in counted.content.decode()
+    assert "estimated" not in counted.content.decode()

@@ -86,6 +86,14 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def end(handle: Launch, launcher: int = 0) -> None:
+    """Whatever a test left running: make (or the launcher), and a launcher under make."""
+    if handle.proc.poll() is None:
+        handle.proc.kill()
+    if launcher and launcher in handle.processes():
+        os.kill(launcher, signal.SIGTERM)  # its children follow it
+
+
 def test_a_sigint_sent_to_make_run_alone_stops_the_launcher_promptly(tmp_path):
     require_service(shutil.which("make") is not None, "make")
     # The checkout's Makefile, with this interpreter and no install step.
@@ -101,10 +109,7 @@ def test_a_sigint_sent_to_make_run_alone_stops_the_launcher_promptly(tmp_path):
         finish(handle, 40)
         took = time.monotonic() - sent
     finally:
-        if handle.proc.poll() is None:
-            handle.proc.kill()
-        if launcher and launcher in handle.processes():
-            os.kill(launcher, signal.SIGTERM)  # its children follow it
+        end(handle, launcher)
     assert "make was interrupted: stopping." in handle.output
     assert "Stopped: agent, web server, worker and provider are down." in handle.output
     assert took < 30, f"{took:.0f} s"
@@ -161,4 +166,41 @@ def test_a_worker_that_stops_consuming_is_stopped_and_started_again(tmp_path, mo
         if handle.proc.poll() is None:
             handle.proc.kill()
         redis.remove()
+    assert_no_orphans(handle)
+
+
+def signals_as_in_a_scripts_background_job() -> None:  # in the child between fork and exec
+    """SIGINT ignored, as `make run &` in a non-interactive shell starts it, and blocked (a signal
+    mask survives exec too)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def test_make_run_in_a_scripts_background_still_stops_on_sigint(tmp_path):
+    require_service(shutil.which("make") is not None, "make")
+    cmd = ["make", "-s", "run", "STAMP=", f"PY={sys.executable}", "ARGS=--no-demo"]
+    handle = launch(tmp_path, cmd=cmd, preexec_fn=signals_as_in_a_scripts_background_job)
+    launcher = 0
+    try:
+        handle.wait_for_line(r"Dashboard\s+http://", 120)
+        (launcher,) = [pid for pid in handle.processes() if "manage.py launch" in command_line(pid)]
+        # make keeps SIGINT ignored and cannot pass it on: the launcher says where to send it.
+        assert f"SIGINT to the launcher ({launcher})" in handle.output
+        os.kill(launcher, signal.SIGINT)
+        finish(handle, 40)
+    finally:
+        end(handle, launcher)
+    assert "Stopped: agent, web server, worker and provider are down." in handle.output
+    assert_no_orphans(handle)
+
+
+def test_the_launcher_heeds_sigint_whatever_it_inherited(tmp_path):
+    handle = launch(tmp_path, "--no-demo", preexec_fn=signals_as_in_a_scripts_background_job)
+    try:
+        handle.wait_for_line(r"Dashboard\s+http://", 120)
+        handle.proc.send_signal(signal.SIGINT)
+        assert finish(handle, 40) == 0, handle.output + handle.logs()
+    finally:
+        end(handle)
+    assert "Stopped: agent, web server, worker and provider are down." in handle.output
     assert_no_orphans(handle)

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -153,7 +154,11 @@ def signals_as_in_a_terminal() -> None:  # runs in the child between fork and ex
 
 
 def launch(
-    tmp_path: Path, *args: str, env: dict[str, str] | None = None, cmd: list[str] | None = None
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cmd: list[str] | None = None,
+    preexec_fn: Callable[[], None] = signals_as_in_a_terminal,
 ) -> Launch:
     """Start `manage.py launch ARGS` (or `cmd`) on the embedded defaults in `tmp_path`."""
     port = free_port()
@@ -166,7 +171,7 @@ def launch(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=signals_as_in_a_terminal,
+        preexec_fn=preexec_fn,
     )
     handle = Launch(var=tmp_path, port=port, proc=proc)
 

@@ -175,6 +175,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         self.stop = threading.Event()
+        # First, whatever was inherited: a script's background job (`make run &`) starts with
+        # SIGINT ignored, and a signal mask survives exec; both would leave Ctrl-C unheard.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: self.stop.set())
         self.children: list[Child] = []
         self.restarts: dict[str, Restart] = {}  # supervised children, by name
         self.failed = ""
@@ -193,9 +198,10 @@ class Command(BaseCommand):
         self.credentials = LocalCredentials(Path(settings.VAR_DIR))
         token = self.credentials.api_token("api", LAUNCH_TOKEN_NAME, note="launch")
         metrics = os.environ.get("METRICS_TOKEN") or self.credentials.secret("metrics")
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: self.stop.set())
         env = os.environ.copy() | {"METRICS_TOKEN": metrics}
+        if self.stop.is_set():  # interrupted while migrating: nothing started yet
+            self.stdout.write("Stopped before starting anything.")
+            return
         try:
             if demo:
                 env |= self._start_provider(opts["seed"])
@@ -237,6 +243,12 @@ class Command(BaseCommand):
                 return
         except OSError:
             return
+        if _ignores(status, signal.SIGINT):
+            self.stderr.write(
+                "make ignores SIGINT (started in the background of a script): a SIGINT sent "
+                "to make is lost. Stop with SIGTERM to make, or SIGINT to the launcher "
+                f"({os.getpid()})."
+            )
         wanted = sum(1 << (s - 1) for s in MAKE_STOP_SIGNALS)
         while not self.stop.wait(0.25):
             try:
@@ -464,6 +476,16 @@ class Command(BaseCommand):
         with contextlib.suppress(Exception):
             since = getattr(self, "started_at", None) or timezone.now()
             self.stdout.write(f"Final: {workload.summary()} · {workload.figures(since)}")
+
+
+def _ignores(status: Path, signum: int) -> bool:
+    """Whether the process of this /proc status ignores `signum`."""
+    try:
+        lines = status.read_text().splitlines()
+        ignored = int(next(x for x in lines if x.startswith("SigIgn:")).split()[1], 16)
+    except (OSError, ValueError, StopIteration, IndexError):
+        return False
+    return bool(ignored & (1 << (signum - 1)))
 
 
 def _listen_addr(addr: str, port: int | None) -> str:
