@@ -199,7 +199,9 @@ def test_a_restore_shows_in_the_change_history(editor_client):
     policy = timeout_policy()
     kept = save_policy_change(_with(policy, max_attempts=5), None, "five")
     save_policy_change(_with(policy, max_attempts=2), None, "two")
-    editor_client.post(reverse("dashboard:policy_restore", args=[kept]), {"note": "back to five"})
+    editor_client.post(
+        reverse("dashboard:policy_restore", args=[kept]), {"note": "back to five", "confirm": "yes"}
+    )
     html = editor_client.get(POLICIES).content.decode()
     history = html[html.index('id="history"') :]
     now = PolicyState.current_version()
