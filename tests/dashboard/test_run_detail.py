@@ -405,3 +405,9 @@ def test_the_budget_spent_by_a_retry_says_it_is_that_retrys_cost(operator_client
     html = detail(operator_client, run)
     assert "5 tokens taken from the retry budget of" in html
     assert "this one retry" in html
+
+
+def test_a_workflow_without_a_coverage_report_offers_no_download(operator_client):
+    wf = make_workflow(status="running")
+    html = operator_client.get(reverse("dashboard:workflow_detail", args=[wf.pk])).content.decode()
+    assert "No coverage report yet" in html and "Download the report" not in html
