@@ -70,3 +70,25 @@ def test_the_resolved_tab_uses_the_page_width_and_keeps_rows_in_their_card(
         assert figures["list"] >= figures["queue"] - 1, (width, figures)
         assert figures["spill"] <= 0.5, (width, figures)
     page.watcher.assert_clean()
+
+
+# Per element of the top bar: its vertical middle; the bar is one line when they all share it.
+TOPBAR = """() => {
+  const middles = [...document.querySelectorAll('.mainnav > a, .topbar > *')].map((el) => {
+    const box = el.getBoundingClientRect();
+    return Math.round(box.top + box.height / 2);
+  });
+  return {middles, height: document.querySelector('.topbar').getBoundingClientRect().height};
+}"""
+
+
+def test_the_navigation_fits_one_line_at_1400_px(page, django_user_model):  # noqa: F811
+    django_user_model.objects.create_superuser("ada", "ada@example.org", "admin-pass-123")
+    make_review()  # the Review link with its count
+    login(page, "ada", "admin-pass-123", then="/")
+    for width in (1400, 1920):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto("/policies/")
+        bar = page.evaluate(TOPBAR)
+        assert max(bar["middles"]) - min(bar["middles"]) <= 3, (width, bar)
+    page.watcher.assert_clean()
