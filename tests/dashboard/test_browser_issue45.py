@@ -92,3 +92,27 @@ def test_the_navigation_fits_one_line_at_1400_px(page, django_user_model):  # no
         bar = page.evaluate(TOPBAR)
         assert max(bar["middles"]) - min(bar["middles"]) <= 3, (width, bar)
     page.watcher.assert_clean()
+
+
+ROW_HEIGHTS = """() => [...document.querySelectorAll('ol.queue > li.qrow > details > summary')]
+  .map((el) => Math.round(el.getBoundingClientRect().height))"""
+
+
+def test_open_review_rows_are_one_even_line_each(page, operator):  # noqa: F811
+    # Short and long agents, sources, reasons and workflow names: each row keeps one line.
+    for n, (agent, source, reason) in enumerate(
+        [
+            ("a", "s", "short"),
+            ("researcher-with-a-long-name", "scholarly_search_api_v2", "x " * 120),
+            ("crm-agent", "crm_api", "An expired or revoked credential: rotate the key"),
+        ]
+    ):
+        run = make_failure("auth_failure" if n else "unclassified", agent=agent, source=source)
+        make_review(run, reason=reason)
+    login(page, "olga", "operator-pass-123", then="/review/")
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto("/review/")
+        heights = page.evaluate(ROW_HEIGHTS)
+        assert len(heights) == 3 and len(set(heights)) == 1, (width, heights)
+    page.watcher.assert_clean()
