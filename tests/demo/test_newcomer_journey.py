@@ -135,6 +135,8 @@ def claim(page: Page, item: int):
     card = page.locator(f"li#review-{item} article.card")
     page.locator(f"li#review-{item} summary").click()
     card.locator("button", has_text="Claim").click()
+    # The form is there before the claim too: wait for the claim's answer to replace the card.
+    expect(card).to_contain_text("Claimed: it is yours")
     form = card.locator("form.resolve")
     expect(form).to_be_visible()
     return card, form
