@@ -1,4 +1,4 @@
-"""Pages a new operator found broken or confusing (issue 45), measured in a real headless
+"""Page layouts a new operator found broken, measured in a real headless
 Chromium (fixtures from test_browser): the Resolved tab uses the page's width and keeps each row's
 text inside its row."""
 
