@@ -1,6 +1,6 @@
-"""Page layouts a new operator found broken, measured in a real headless
-Chromium (fixtures from test_browser): the Resolved tab uses the page's width and keeps each row's
-text inside its row."""
+"""Page layouts a new operator found broken, measured in a real headless Chromium (fixtures from
+test_browser): the Resolved tab uses the page's width and keeps each row's text inside its row, the
+top bar is one line at 1400 px, and review rows are one even line each."""
 
 from __future__ import annotations
 
