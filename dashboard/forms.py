@@ -4,6 +4,7 @@ policies page shows the same validation errors as the admin, inline."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django import forms
@@ -12,6 +13,31 @@ from orchestrator.coordination.actions import RunAction
 from orchestrator.models import FailureType, ProviderOverride, ReviewItem, RoutingPolicy
 
 MAX_BULK = 500
+
+
+class DeadlineField(forms.CharField):
+    """A review deadline as the policies table shows it: hours ("4", "1.5") or a number with a
+    unit ("90m", "4 h", "2d", "600s"); kept in seconds, as the model and the API have it."""
+
+    UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+    PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|min|m|h|d)?\s*$", re.IGNORECASE)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, int):  # the stored seconds, shown in hours
+            return f"{value / 3600:g}"
+        return value
+
+    def to_python(self, value: Any) -> int | None:
+        value = super().to_python(value)
+        if value in self.empty_values:
+            return None
+        match = self.PATTERN.match(value)
+        if not match:
+            raise forms.ValidationError(
+                "Enter hours (4 or 1.5) or a number with a unit: 90m, 4h, 2d.", code="invalid"
+            )
+        unit = (match.group(2) or "h").lower()
+        return round(float(match.group(1)) * self.UNITS[unit])
 
 
 class RoutingPolicyForm(forms.ModelForm):
@@ -37,6 +63,12 @@ class RoutingPolicyForm(forms.ModelForm):
         }
 
     note = forms.CharField(required=False, max_length=300, help_text="Why (kept in the history)")
+
+    review_deadline = DeadlineField(
+        label="Review deadline (hours)",
+        help_text="How long a review item may wait before its fallback applies: hours, or "
+        "with a unit (90m, 2d)",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -77,6 +77,7 @@ def traffic_tiles(s: WindowStats) -> list[Tile]:
         _rate(prev.by_status[Run.Status.SUCCEEDED], prev.finished),
     )
     failures = list(FAILURE_STATUSES)
+    succeeded = cur.by_status[Run.Status.SUCCEEDED]
     return [
         Tile(
             "runs",
@@ -95,7 +96,7 @@ def traffic_tiles(s: WindowStats) -> list[Tile]:
             "Success rate",
             _pct(rate),
             runs_url(w, status=Run.Status.SUCCEEDED),
-            sub=f"{cur.by_status[Run.Status.SUCCEEDED]:,} of {cur.finished:,} finished",
+            sub=f"{succeeded:,} of {cur.finished:,} finished runs succeeded",
             current=round((rate or 0) * 100, 1),
             previous=round((prev_rate or 0) * 100, 1),
             lower_is_better=False,

@@ -225,11 +225,26 @@ def _why_unchanged(result: dict[str, Any], policy: RoutingPolicy, changed: list[
 
 
 @requires(EDIT_POLICIES)
-@require_POST
+@require_http_methods(["GET", "POST"])
 def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
-    """Restore version N as version N+1, audited with the note given."""
-    if not PolicyVersion.objects.filter(version=version).exists():
+    """Restore version N as a new version, audited with the note given: GET shows what it would
+    change and asks to confirm; only a POST carrying that confirmation restores."""
+    target = PolicyVersion.objects.filter(version=version).first()
+    if target is None:
         raise Http404
+    here = reverse("dashboard:policy_restore", args=[version])
+    if request.method == "GET":
+        current = PolicyState.current_version()
+        now = PolicyVersion.objects.filter(version=current).first()
+        context = {
+            "target": target,
+            "current": current,
+            "next_version": current + 1,
+            "changes": target.changes_since(now) if now else [],
+        }
+        return render(request, "dashboard/policy_restore_confirm.html", context)
+    if request.POST.get("confirm") != "yes":
+        return redirect(here)
     note = (request.POST.get("note") or "").strip()[:300] or f"restored version {version}"
     restored = actions.do_restore_policy_version(
         version, request.user, channel=Channel.DASHBOARD, note=note

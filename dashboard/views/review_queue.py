@@ -151,7 +151,16 @@ def _card_context(
         "can_review": can_review,
         "failure_group": group,
         "owner_history": owners.events_of(item),
+        "fallback": _fallback_label(item),
     }
+
+
+def _fallback_label(item: ReviewItem) -> str:
+    """What the item's deadline applies if no one resolves it: its failure type's fallback under
+    the current policy ("" for an item already resolved or with no deadline)."""
+    if not (item.is_pending and item.deadline_at):
+        return ""
+    return ReviewItem.Resolution(review.fallback_of(item)).label
 
 
 @requires("orchestrator.view_reviewitem")

@@ -101,7 +101,7 @@ def lock_versions() -> int:
 def write_back(target: PolicyVersion) -> None:
     """Write `target`'s routing table, overrides, scrub rules, projects' overrides and prices
     back over the current ones (their repricing is enqueued in this transaction)."""
-    for row in target.policies:
+    for row in target.rules_by_type().values():
         fields = {k: v for k, v in row.items() if k != "failure_type"}
         ftype = row["failure_type"]
         RoutingPolicy.objects.update_or_create(failure_type=ftype, defaults=fields)

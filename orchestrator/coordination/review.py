@@ -137,13 +137,19 @@ def group_options(
     ]
 
 
+def fallback_of(item: ReviewItem) -> str:
+    """The action the item's deadline applies if no one resolves it: its failure type's review
+    fallback under the current policy of its project."""
+    snap = policy.current_snapshot(item.project_id)
+    return snap.rule(item.failure_type or FailureCategory.UNCLASSIFIED).review_fallback
+
+
 def apply_overdue_fallbacks(now: datetime | None = None) -> int:
     """Resolve every pending item past its deadline with its failure type's fallback action."""
     now = now or clock.now()
     done = 0
     for item in ReviewItem.objects.overdue(now)[:500]:
-        snap = policy.current_snapshot(item.project_id)
-        action = snap.rule(item.failure_type or FailureCategory.UNCLASSIFIED).review_fallback
+        action = fallback_of(item)
         note = f"No decision before the deadline; the {action} fallback applied."
         done += actions.do_apply_review_fallback(item, action, note, now)
     return done

@@ -349,8 +349,8 @@ def _route_retryable(
         return say.decision(
             ESCALATE,
             0,
-            f"the provider asked us to wait {ra:.1f} s, longer than the policy's maximum "
-            f"delay of {rule.max_delay:.1f} s, so a human decides",
+            f"the provider asked us to wait {_seconds(ra)}, longer than the policy's maximum "
+            f"delay of {_seconds(rule.max_delay)}, so a human decides",
         )
     wait = budget.breaker_wait(now) if now else 0.0
     held = budget.hold_wait(now) if now else 0.0
@@ -364,15 +364,26 @@ def _route_retryable(
     of = f" (attempt {attempt + 1} of {max_attempts})"
     cost = budget.cost(facts.failure_type)
     if held > max(delay, ra or 0.0):
-        why = f"{ctx.source} holds every caller back for {held:.1f} s more (a Retry-After it sent)"
+        why = (
+            f"{ctx.source} holds every caller back for {_seconds(held)} more "
+            "(a Retry-After it sent)"
+        )
         return say.decision(WAIT, held, f"{why}, so waiting for it{of}", cost=cost)
     if ra is not None and delay < ra:
         delay = ra
-        why = f"retrying after the provider's Retry-After of {ra:.1f} s"
+        why = f"retrying after the provider's Retry-After of {_seconds(ra)}"
     else:
         spread = _JITTER_PHRASES.get(rule.jitter, _JITTER_PHRASES[Jitter.FULL])
-        why = f"retrying in {delay:.1f} s, {spread}"
+        why = f"retrying in {_seconds(delay)}, {spread}"
     return say.decision(RETRY, delay, why + of, cost=cost)
+
+
+def _seconds(value: float) -> str:
+    """A delay in a reason as the run page shows it beside the reason: under a second in
+    milliseconds (a 43 ms backoff is not "0.0 s"), else in seconds to a tenth."""
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.1f} s"
 
 
 def _route_open_breaker(
@@ -391,7 +402,7 @@ def _route_open_breaker(
         return say.decision(
             WAIT,
             wait,
-            f"its circuit breaker is open and no other source exists, so waiting {wait:.1f} s "
+            f"its circuit breaker is open and no other source exists, so waiting {_seconds(wait)} "
             f"for the probe (attempt {attempt + 1} of {max_attempts})",
         )
     if waits[1] > waits[0]:

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -346,7 +346,8 @@ def report_columns(p: Pending, prices: pricing.PriceTable | None = None) -> dict
     through `outcome_columns`, as a finish and the built-in coordinator's runs do); priced from
     `prices`, else the current price table."""
     run = p.run
-    columns = outcome_columns(envelope_of(run), run.source, run.started_at, run.finished_at)
+    started, finished = _report_times(run)
+    columns = outcome_columns(envelope_of(run), run.source, started, finished)
     columns.update(
         workflow_id=run.workflow,
         topic=run.topic,
@@ -358,7 +359,7 @@ def report_columns(p: Pending, prices: pricing.PriceTable | None = None) -> dict
         retry_of_id=run.retry_of,
         reported_failure_type=run.reported_failure_type,
         classified_policy_version=run.classified_policy_version,
-        started_at=run.started_at,
+        started_at=started,
         idempotency_key=p.key,
         request_hash=p.digest,
         trace_id=run.trace_id,
@@ -368,6 +369,20 @@ def report_columns(p: Pending, prices: pricing.PriceTable | None = None) -> dict
     at = run.started_at or timezone.now()
     columns.update(cost_columns(run.usage, run.cost, run.source, at, prices))
     return columns
+
+
+def _report_times(run: Any) -> tuple[datetime | None, datetime | None]:
+    """When a report's run started and finished. A finished report that gives its duration and
+    no times (the SDK's `track()` sends none) finished when it arrived and started its duration
+    before: a run page never shows a duration beside no start and no finish."""
+    started, finished = run.started_at, run.finished_at
+    if run.status == "running" or run.duration_ms is None:
+        return started, finished
+    if finished is None:
+        finished = timezone.now()
+    if started is None:
+        started = finished - timedelta(milliseconds=run.duration_ms)
+    return started, finished
 
 
 def restated(token_id: int, body: Any) -> tuple[dict[str, Any] | None, list[FieldError]]:

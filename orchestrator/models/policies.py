@@ -106,13 +106,13 @@ class PolicyVersion(models.Model):
         )
 
     def rules_by_type(self) -> dict[str, dict[str, Any]]:
-        return {row["failure_type"]: row for row in self.policies}
+        return {row["failure_type"]: completed_rule(row) for row in self.policies}
 
     def overrides_by_match(self) -> dict[tuple[str, str, str], dict[str, Any]]:
         return {(o["provider"], o["match_on"], o["match_value"]): o for o in self.overrides}
 
     def project_policies_by_match(self) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(p["project"], p["failure_type"]): p for p in self.project_policies}
+        return {(p["project"], p["failure_type"]): completed_rule(p) for p in self.project_policies}
 
     def scrub_rules_by_match(self) -> dict[tuple[str, str], dict[str, Any]]:
         return {(r["kind"], r["value"]): r for r in self.scrub_rules}
@@ -237,6 +237,18 @@ class RoutingFields(models.Model):
             "over_budget_action": self.over_budget_action,
             "refresh_credentials": self.refresh_credentials,
         }
+
+
+def completed_rule(row: dict[str, Any]) -> dict[str, Any]:
+    """A routing row of a version kept before some of today's fields existed, with those fields
+    at their defaults: the value every row got when the field was added (so the row is not read
+    as changed from null, and restoring it writes the default back)."""
+    defaults = {
+        key: value
+        for key, value in RoutingPolicy().snapshot().items()
+        if value is not None and key != "failure_type"
+    }
+    return defaults | row
 
 
 class RoutingPolicy(RoutingFields):

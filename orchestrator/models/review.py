@@ -345,8 +345,14 @@ class ReviewItem(models.Model):
                 .filter(project_id=self.project_id, blocking=self.blocking)
             )
             items += list(group.exclude(pk=self.pk))
+        # Resolving an open item claims it for its resolver: the audit row's before and after
+        # show the claim.
         changes = dict(
-            resolution=resolution, note=note, edited_input=edited_input, resolved_by=user
+            resolution=resolution,
+            note=note,
+            edited_input=edited_input,
+            resolved_by=user,
+            assignee=user if getattr(user, "is_authenticated", False) else None,
         )
         # Each conditional update re-checks the claim: an item another operator holds, or took
         # meanwhile, stays theirs, whichever channel this resolution came from.

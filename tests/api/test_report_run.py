@@ -204,3 +204,19 @@ def test_a_span_without_its_trace_or_an_invalid_id_is_refused(client, auth_heade
         response = post_json(client, "/runs", ok_run(**fields), **auth_headers)
         assert path in error_paths(assert_envelope(response, 422, "invalid_input")), fields
     assert not Run.objects.exists()
+
+
+def test_a_report_giving_only_its_duration_finished_when_it_arrived(client, auth_headers):
+    # The SDK's track() sends the duration and no times: the run page must not say
+    # Started "—", Finished "—" beside "Duration 252 ms".
+    from django.utils import timezone
+
+    before = timezone.now()
+    report = ok_run(duration_ms=252)
+    report.pop("started_at", None)
+    report.pop("finished_at", None)
+    response = post_json(client, "/runs", report, **auth_headers)
+    run = Run.objects.get(pk=response.json()["id"])
+    assert run.finished_at is not None and before <= run.finished_at <= timezone.now()
+    assert (run.finished_at - run.started_at).total_seconds() * 1000 == 252
+    assert run.duration_ms == 252

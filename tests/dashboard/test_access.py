@@ -57,6 +57,7 @@ EDITOR_PAGES = [
     ("dashboard:policy_row", "policy"),
     ("dashboard:override_new", None),
     ("dashboard:override_edit", "override"),
+    ("dashboard:policy_restore", "version"),
 ]
 # For staff users only, whatever their groups.
 STAFF_PAGES = [("dashboard:system", None)]
@@ -72,7 +73,7 @@ EDITOR_POSTS = [
     ("dashboard:override_new", None, {"match_on": "status_code", "match_value": "499"}),
     ("dashboard:override_delete", "override", {}),
     ("dashboard:policy_dry_run", "policy", {"max_attempts": "2"}),
-    ("dashboard:policy_restore", "version", {"note": "back"}),
+    ("dashboard:policy_restore", "version", {"note": "back", "confirm": "yes"}),
 ]
 
 

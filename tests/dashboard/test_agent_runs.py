@@ -54,7 +54,7 @@ def test_a_decision_an_agent_asked_for_shows_on_the_run_page(operator):
     html = html.decode()
     decision = html[html.index("<h2>Decision</h2>") :]
     assert "the policy for timeout (v1), asked for by the agent's own coordinator" in decision
-    assert "10 retry tokens of" in decision and "Retry after" in decision
+    assert "10 tokens taken from the retry budget of" in decision and "Retry after" in decision
     timeline = html[html.index("Attempts of this task") :]
     assert "asked by the agent" in timeline and "10 budget tokens" in timeline
 

@@ -254,6 +254,8 @@ def test_resolving_a_review_item(page, operator):
     card.locator("summary").click()  # a compact row opens with the item in full
     expect(card).to_contain_text("mystery error")
     card.locator("button", has_text="Claim").click()
+    # The form is there before the claim too: wait for the claim's answer to replace the card.
+    expect(card).to_contain_text("Claimed: it is yours")
     expect(card.locator("input[name=resolution]").first).to_be_visible()
     card.locator("input[name=resolution][value=abort]").check()
     card.locator("textarea[name=note]").fill("the source is gone for good")

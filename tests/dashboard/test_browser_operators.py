@@ -180,11 +180,11 @@ def test_the_keyboard_moves_claims_and_resolves_with_a_visible_ring(page, operat
     expect(row).to_contain_text("Resolved (retry)")
     item = ReviewItem.objects.get(pk=items[1].pk)
     assert (item.state, item.resolution, item.note) == ("resolved", "retry", "provider is back")
-    # r on an unclaimed row claims it first, then goes to its resolution.
+    # r on an unclaimed row goes straight to its resolution: resolving claims it, no claim first.
     page.locator(f"#sum-{items[2].pk}").focus()
     page.keyboard.press("r")
     expect(page.locator(f"#review-{items[2].pk} input[name=resolution]").first).to_be_focused()
-    assert ReviewItem.objects.get(pk=items[2].pk).state == "claimed"
+    assert ReviewItem.objects.get(pk=items[2].pk).state == "open"
     page.watcher.assert_clean()
 
 

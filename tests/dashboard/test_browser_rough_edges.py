@@ -24,6 +24,8 @@ def test_choosing_retry_with_edited_input_opens_the_input(page, operator):  # no
     item = make_review(run)
     login(page, "olga", "operator-pass-123", then=f"/review/{item.pk}/")
     page.locator("button", has_text="Claim").click()
+    # The form is there before the claim too: wait for the claim's answer to replace the card.
+    expect(page.locator("article.review")).to_contain_text("Claimed: it is yours")
     edited = page.locator("details.edited")
     expect(edited).not_to_have_attribute("open", "")
     page.locator("input[name=resolution][value=retry]").check()

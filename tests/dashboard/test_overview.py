@@ -479,3 +479,11 @@ def test_the_migration_fills_the_blocks_the_refresh_keeps(db, clock):
     futile.fill_futile_retries(then, None)
     assert stored_blocks() == folded
     assert sorted(RunRollup.objects.values_list("hour", "source", "futile_retries")) == hourly
+
+
+def test_the_success_rate_says_how_many_of_the_finished_runs_succeeded(db, clock):
+    fail_at(0.2, "timeout")
+    at(0.2)
+    success = next(t for t in overview_tiles(WINDOWS["24h"])["traffic"] if t.key == "success")
+    # "1 of 2 finished" read as if only one run had finished.
+    assert success.sub == "1 of 2 finished runs succeeded"

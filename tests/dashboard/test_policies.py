@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from django.urls import reverse
 
 from orchestrator.coordination.policy_changes import save_policy_change
@@ -25,7 +26,7 @@ def form_of(policy: RoutingPolicy, **changes) -> dict:
         "multiplier": policy.multiplier,
         "jitter": policy.jitter,
         "action_when_exhausted": policy.action_when_exhausted,
-        "review_deadline": policy.review_deadline,
+        "review_deadline": f"{policy.review_deadline / 3600:g}",
         "review_fallback": policy.review_fallback,
         "note": "",
     }
@@ -211,7 +212,7 @@ def test_a_dry_run_that_changes_nothing_says_why(editor_client):
         "timeout failures (7 days), so no figure changes." in same
     )
     assert "review deadline" not in same
-    later = dry_run(editor_client, policy, review_deadline=policy.review_deadline + 60)
+    later = dry_run(editor_client, policy, review_deadline=f"{policy.review_deadline + 60}s")
     assert "The review deadline and its fallback act after a decision: not replayed." in later
     changed = dry_run(editor_client, policy, max_attempts=1, action_when_exhausted="escalate")
     assert 'id="dry-run-why"' not in changed and 'class="up"' in changed
@@ -221,7 +222,9 @@ def test_a_restore_shows_in_the_change_history(editor_client):
     policy = timeout_policy()
     kept = save_policy_change(_with(policy, max_attempts=5), None, "five")
     save_policy_change(_with(policy, max_attempts=2), None, "two")
-    editor_client.post(reverse("dashboard:policy_restore", args=[kept]), {"note": "back to five"})
+    editor_client.post(
+        reverse("dashboard:policy_restore", args=[kept]), {"note": "back to five", "confirm": "yes"}
+    )
     html = editor_client.get(POLICIES).content.decode()
     history = html[html.index('id="history"') :]
     now = PolicyState.current_version()
@@ -250,3 +253,25 @@ def test_switch_and_escalate_is_an_action_edited_like_the_others(policy_editor, 
     assert policy.action_when_exhausted == "switch_and_escalate"
     entry = AuditEntry.objects.get(object_type="routingpolicy", object_id=str(policy.pk))
     assert entry.after["action_when_exhausted"] == "switch_and_escalate"
+
+
+@pytest.mark.parametrize(
+    ("entered", "seconds"),
+    [("4", 14400), ("1.5", 5400), ("90m", 5400), ("2d", 172800), ("4 h", 14400)],
+)
+def test_the_review_deadline_is_entered_in_hours_or_with_a_unit(editor_client, entered, seconds):
+    policy = timeout_policy()
+    url = reverse("dashboard:policy_edit", args=[policy.pk])
+    form = editor_client.get(url, **HX).content.decode()
+    assert "Review deadline (hours)" in form
+    assert f'name="review_deadline" value="{policy.review_deadline / 3600:g}"' in form
+    editor_client.post(url, form_of(policy, review_deadline=entered), **HX)
+    assert timeout_policy().review_deadline == seconds
+
+
+def test_a_review_deadline_that_is_not_a_duration_is_refused_inline(editor_client):
+    policy = timeout_policy()
+    url = reverse("dashboard:policy_edit", args=[policy.pk])
+    html = editor_client.post(url, form_of(policy, review_deadline="soon"), **HX).content.decode()
+    assert "hours" in html and 'class="field-error"' in html
+    assert timeout_policy().review_deadline == policy.review_deadline

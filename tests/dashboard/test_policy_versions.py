@@ -73,7 +73,7 @@ def test_the_page_lists_versions_with_diffs_and_restores_one(editor_client):
     assert "timeout.max_attempts" in html
     assert f"Restore version {kept}" in html
     response = editor_client.post(
-        reverse("dashboard:policy_restore", args=[kept]), {"note": "back to five"}
+        reverse("dashboard:policy_restore", args=[kept]), {"note": "back to five", "confirm": "yes"}
     )
     assert response.status_code == 302 and response["Location"].endswith("#versions")
     assert timeout_policy().max_attempts == 5
@@ -154,3 +154,55 @@ def test_a_page_before_the_first_version_is_empty_not_an_error(client, auth_head
     response = client.get("/api/v1/policies/versions?before=1", **auth_headers)
     assert response.status_code == 200
     assert response.json() == {"items": [], "next_before": None}
+
+
+def _version_before_over_budget_action() -> PolicyVersion:
+    """A version kept before rules had `over_budget_action` (as the 0014 backfill wrote v1):
+    its rows have no such key."""
+    number = PolicyState.current_version()
+    version = PolicyVersion.objects.get(version=number)
+    version.policies = [
+        {k: v for k, v in row.items() if k != "over_budget_action"} for row in version.policies
+    ]
+    version.save()
+    return version
+
+
+def test_a_field_a_version_predates_is_not_listed_as_changed(db):
+    old = _version_before_over_budget_action()
+    edited = PolicyVersion.objects.get(version=_edit_timeout(5))
+    assert edited.changes_since(old) == [
+        {
+            "what": "timeout.max_attempts",
+            "before": old.rules_by_type()["timeout"]["max_attempts"],
+            "after": 5,
+        }
+    ]
+
+
+def test_restoring_a_version_that_predates_a_field_writes_its_default_back(policy_editor, db):
+    old = _version_before_over_budget_action()
+    policy = timeout_policy()
+    policy.over_budget_action = "abort"
+    save_policy_change(policy, actor=None)
+    restored = do_restore_policy_version(old.version, policy_editor, channel=Channel.DASHBOARD)
+    # Every row had the field's default when the field was added: "= v1" is then true.
+    assert timeout_policy().over_budget_action == "escalate"
+    assert restored.changes_since(old) == []
+
+
+def test_restoring_asks_for_confirmation_first(editor_client):
+    kept = _edit_timeout(5)
+    _edit_timeout(2)
+    url = reverse("dashboard:policy_restore", args=[kept])
+    page = editor_client.get(POLICIES).content.decode()
+    assert f'action="{url}"' not in page  # no one-click restore form in the table
+    assert f'href="{url}"' in page
+    confirm = editor_client.get(url).content.decode()
+    assert "timeout.max_attempts" in confirm and "Confirm restore" in confirm
+    assert timeout_policy().max_attempts == 2
+    unconfirmed = editor_client.post(url, {"note": "no confirm"})
+    assert unconfirmed.status_code == 302 and unconfirmed["Location"] == url
+    assert timeout_policy().max_attempts == 2
+    done = editor_client.post(url, {"note": "back", "confirm": "yes"})
+    assert done.status_code == 302 and timeout_policy().max_attempts == 5

@@ -230,3 +230,20 @@ def test_the_queues_facets_and_groups_escape_what_agents_sent(operator_client):
         assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html, view
     assert 'data-facet="source"' in html and "source=%3Cscript%3E" in html
     assert 'class="card sig-group" data-signature="s1"' in html and "oldest waiting" in html
+
+
+def test_an_open_item_can_be_resolved_without_claiming_it_first(operator, operator_client):
+    item = make_review(deadline_at=ago(hours=-4))
+    html = operator_client.get(reverse("dashboard:review_item", args=[item.pk])).content.decode()
+    # The form is there before any claim, and the page says what claiming is for.
+    assert 'name="resolution"' in html and "Claim" in html
+    assert "resolving claims it for you" in html
+    # The deadline says what happens at it, not a bare "fallback at".
+    assert "if no one resolves it by" in html and "fallback applies: accept partial" in html
+    response = resolve(operator_client, item, resolution="abort", note="dead source")
+    assert "Resolved" in response.content.decode()
+    item.refresh_from_db()
+    assert (item.state, item.resolved_by, item.assignee) == ("resolved", operator, operator)
+    entry = AuditEntry.objects.get(action="review.resolve", object_id=str(item.pk))
+    assert entry.before["state"] == "open" and entry.before["assignee"] is None
+    assert entry.after["assignee"] == operator.pk  # claimed by the resolution, audited

@@ -392,3 +392,22 @@ def test_one_request_retries_a_task_once_even_when_two_of_its_attempts_are_chose
         {"action": "retry", "run": [first.pk, second.pk], "confirmed": "1"},
     )
     assert Run.objects.attempts_of(first).count() == 3
+
+
+def test_a_failed_run_with_partial_results_does_not_say_results_0_alone(operator_client):
+    run = make_failure("timeout", partial_results=[1, 2, 3], partial_count=3)
+    html = detail(operator_client, run)
+    assert re.search(r"<dt>Results</dt><dd>none complete · 3 partial \(below\)", html), html
+
+
+def test_the_budget_spent_by_a_retry_says_it_is_that_retrys_cost(operator_client):
+    run = make_failure("timeout", decision=Action.RETRY, budget_spent=5)
+    html = detail(operator_client, run)
+    assert "5 tokens taken from the retry budget of" in html
+    assert "this one retry" in html
+
+
+def test_a_workflow_without_a_coverage_report_offers_no_download(operator_client):
+    wf = make_workflow(status="running")
+    html = operator_client.get(reverse("dashboard:workflow_detail", args=[wf.pk])).content.decode()
+    assert "No coverage report yet" in html and "Download the report" not in html

@@ -135,6 +135,8 @@ def claim(page: Page, item: int):
     card = page.locator(f"li#review-{item} article.card")
     page.locator(f"li#review-{item} summary").click()
     card.locator("button", has_text="Claim").click()
+    # The form is there before the claim too: wait for the claim's answer to replace the card.
+    expect(card).to_contain_text("Claimed: it is yours")
     form = card.locator("form.resolve")
     expect(form).to_be_visible()
     return card, form
@@ -216,7 +218,8 @@ def policy_dry_run_save_restore(page: Page, journey: Journey) -> None:
     why = editing.locator("#dry-run-why")
     expect(why).to_contain_text(f"makes the same decisions as the current one (v{version})")
     deadline = editing.locator("input[name=review_deadline]")
-    deadline.fill(str(int(deadline.input_value()) + 600))
+    # Entered in hours as the table shows it; ten minutes more, with a unit.
+    deadline.fill(f"{float(deadline.input_value()) * 60 + 10:g}m")
     editing.locator("button", has_text="Dry run").click()
     expect(why).to_contain_text("act after a decision: not replayed")
     editing.locator("input[name=note]").fill("a newcomer's first edit")
@@ -224,9 +227,11 @@ def policy_dry_run_save_restore(page: Page, journey: Journey) -> None:
     expect(page.locator(f"#{row_id}:not(.editing)")).to_be_visible()
     expect(page.locator("#history")).to_contain_text("a newcomer's first edit")
     expect(page.locator("#policy-version")).to_contain_text(f"v{version + 1}")
-    restore = page.locator(f"#version-{version} form.restore")
-    restore.locator("input[name=note]").fill("back to how it was")
-    follow(restore.locator("button"))
+    follow(page.locator(f"#version-{version} a", has_text=f"Restore version {version}"))
+    confirm = page.locator("#confirm-restore")
+    expect(confirm).to_contain_text("review_deadline")  # what the restore would change
+    confirm.locator("input[name=note]").fill("back to how it was")
+    follow(confirm.locator("button", has_text="Confirm restore"))
     history = page.locator("#history")
     expect(history).to_contain_text(re.compile(rf"restore of v{version}\s*→\s*v{version + 2}"))
     expect(history).to_contain_text("back to how it was")

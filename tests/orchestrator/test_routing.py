@@ -464,3 +464,10 @@ def test_a_switch_names_its_target_and_whether_the_agent_suggested_it():
 def test_an_alias_is_routed_as_its_category():
     d = decide({"failure_type": "rate_limit", "retry_after": 2}, 1, POLICY, rng=bottom)
     assert d.failure_type == "rate_limited" and d.delay_seconds == 2.0
+
+
+def test_a_sub_second_retry_delay_reads_in_milliseconds_not_as_zero():
+    # The run page shows the delay as "43 ms": the reason beside it must not say "0.0 s".
+    rows = [{"failure_type": "timeout", "jitter": "none", "base_delay": 0.043, "max_delay": 1}]
+    d = decide({"failure_type": "timeout"}, 1, PolicySnapshot.from_rows(1, rows), rng=top)
+    assert "retrying in 43 ms" in d.reason and "0.0 s" not in d.reason
