@@ -239,12 +239,18 @@ class RoutingFields(models.Model):
         }
 
 
+# Values a migration gave some rows when their field was added, where the field's default was
+# not what they got (0037: auth failures refresh their credentials first).
+ADDED_WITH: dict[str, dict[str, Any]] = {"refresh_credentials": {"auth_failure": True}}
+
+
 def completed_rule(row: dict[str, Any]) -> dict[str, Any]:
     """A routing row of a version kept before some of today's fields existed, with those fields
-    at their defaults: the value every row got when the field was added (so the row is not read
-    as changed from null, and restoring it writes the default back)."""
+    at the value the row got when the field was added, its default unless `ADDED_WITH` says
+    otherwise (so the row is not read as changed from null, and restoring it writes that value
+    back)."""
     defaults = {
-        key: value
+        key: ADDED_WITH.get(key, {}).get(row.get("failure_type"), value)
         for key, value in RoutingPolicy().snapshot().items()
         if value is not None and key != "failure_type"
     }
