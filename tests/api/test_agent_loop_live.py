@@ -212,9 +212,13 @@ def test_an_agent_waits_while_an_operator_resolves_in_a_browser(
 
     waiter = threading.Thread(target=wait)
     waiter.start()
+    from playwright.sync_api import expect
+
     login(page, "olga", "operator-pass-123", then=decision["review"]["url"])
     card = page.locator(f"#card-{review.id}")
     card.locator("button", has_text="Claim").click()
+    # The form is there before the claim too: wait for the claim's answer to replace the card.
+    expect(card).to_contain_text("Claimed: it is yours")
     card.locator('input[name="resolution"][value="retry_edited"]').check()
     card.locator('textarea[name="note"]').fill("rotated the CRM key; retry with the new one")
     card.locator('textarea[name="edited_input"]').fill(json.dumps(EDITED))
